@@ -1,0 +1,29 @@
+# Two commands set up everything on a fresh machine: `make run` and `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# This workplace keeps a CPU build of torch 2.13.0 on disk; without a pin pip would
+# fetch a multi-GB CUDA build. On a CUDA workstation: make TORCH_SPEC=torch run
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/kvscope run --model llama-3-8b --hardware h100-80gb --workload azure-conv --requests 2000
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/kvscope bench scheduler
+	$(VENV)/bin/kvscope bench trace
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,141 @@
+"""The `kvscope` command: memory math, headless runs, presets and benchmarks.
+
+Bad input of any kind ends in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kvscope.engine.config import ConfigError, resolve_engine_args
+from kvscope.engine.memory_math import plan_memory
+from kvscope.engine.presets import KINDS, load_hardware, load_model, load_workload, preset_names
+
+from . import options
+from .units import format_bytes, table
+
+EXIT_USAGE = 2
+
+
+def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
+    tp = plan.tensor_parallel_size
+    devices = f" on {tp} devices" if tp > 1 else ""
+    rows = [
+        ("model", f"{model.name}: {model.num_hidden_layers} layers, {model.num_attention_heads} attention heads, "
+                  f"{model.num_key_value_heads} KV heads x head_dim {model.head_dim}"),
+        ("hardware", f"{hardware.name}: {hardware.description or ''}".rstrip(": ")),
+        ("KV cache dtype", f"{plan.kv_cache_dtype}"),
+        ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}  "
+                         f"(2 x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x "
+                         f"{model.head_dim} x {plan.kv_bytes_per_token // (2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim)} B)"),
+        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {plan.max_model_len:,} tokens"),
+        ("device memory", f"{format_bytes(plan.memory_bytes)}{devices}, x gpu_memory_utilization {plan.gpu_memory_utilization:g}"
+                          f" = {format_bytes(plan.memory_bytes * plan.gpu_memory_utilization)}"),
+        ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
+        ("reserve", format_bytes(plan.reserve_bytes)),
+        ("KV pool", format_bytes(plan.kv_pool_bytes)),
+        ("block", f"{plan.block_size} tokens = {format_bytes(plan.block_bytes)}"),
+        ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots)"),
+        ("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {plan.max_model_len:,} tokens each "
+                                     f"({plan.blocks_per_sequence:,} blocks per sequence)"),
+    ]
+    if not plan.fits:
+        rows.append(("does not fit", "the weights leave no memory for a KV cache"))
+    return rows
+
+
+def cmd_math(args) -> int:
+    model = options.model_from_args(args)
+    hardware = options.hardware_from_args(args)
+    engine_args = options.engine_args_from_args(args)
+    resolved = resolve_engine_args(engine_args, model, hardware)
+    plan = plan_memory(model, hardware, resolved)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
+    return 0
+
+
+def cmd_presets(args) -> int:
+    kinds = [args.kind] if args.kind else list(KINDS)
+    loaders = {"models": load_model, "hardware": load_hardware, "workloads": load_workload}
+    for kind in kinds:
+        print(f"{kind}:")
+        for name in preset_names(kind):
+            try:
+                description = loaders[kind](name).description
+            except ConfigError as exc:
+                description = f"(invalid: {exc})"
+            print(f"  {name:<22} {description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvscope",
+        description="See why the KV cache, not compute, decides how many requests a GPU can serve.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_math = sub.add_parser("math", help="KV cache memory math: bytes per token, pool, blocks, concurrency")
+    options.add_model_options(p_math)
+    options.add_hardware_options(p_math)
+    options.add_engine_options(p_math)
+    p_math.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p_math.set_defaults(func=cmd_math)
+
+    p_run = sub.add_parser("run", help="run a workload through the engine headlessly and summarise it")
+    options.add_model_options(p_run)
+    options.add_hardware_options(p_run)
+    options.add_engine_options(p_run)
+    options.add_scheduler_options(p_run)
+    group = p_run.add_argument_group("workload")
+    group.add_argument("--workload", metavar="PRESET", default="chat", help="workload preset (default chat)")
+    group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
+    group.add_argument("--requests", type=options.whole, help="number of requests (default: the workload's)")
+    group.add_argument("--arrival-rate", type=options.number, help="Poisson arrivals per second (0: all at once)")
+    group.add_argument("--seed", type=options.whole, default=0, help="random seed (default 0): same seed, same run")
+    p_run.add_argument("--json", metavar="OUT", help="write the summary as JSON to OUT ('-' for stdout)")
+    p_run.add_argument("--quiet", action="store_true", help="no progress line")
+    p_run.set_defaults(func=lambda a: _lazy("run_command", "cmd_run")(a))
+
+    p_presets = sub.add_parser("presets", help="list the built-in presets")
+    p_presets.add_argument("kind", nargs="?", choices=KINDS)
+    p_presets.set_defaults(func=cmd_presets)
+
+    p_bench = sub.add_parser("bench", help="benchmarks whose figures go in README.md")
+    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace"),
+                         help="scheduler: per-step overhead at 256 running on 100k blocks; "
+                              "trace: the whole Azure trace on llama-3-8b / h100-80gb (default: both)")
+    p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    p_bench.set_defaults(func=lambda a: _lazy("bench", "cmd_bench")(a))
+    return parser
+
+
+def _lazy(module: str, name: str):
+    import importlib
+
+    return getattr(importlib.import_module(f"kvscope.app.{module}"), name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"kvscope: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

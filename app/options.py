@@ -1,0 +1,160 @@
+"""Command-line options shared by the commands, and turning them into engine inputs.
+
+A preset gives the starting point; any explicit flag overrides the field it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvscope.engine.config import (
+    KV_CACHE_DTYPE_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    ConfigError,
+    EngineArgs,
+    HardwareSpec,
+    ModelConfig,
+    normalize_dtype,
+)
+from kvscope.engine.presets import load_hardware, load_hf_config, load_model
+
+DEFAULT_MODEL = "llama-3-8b"
+DEFAULT_HARDWARE = "h100-80gb"
+GiB = 1024**3
+
+
+def number(text: str) -> float:
+    """Accepts 80e9, 81920, 0.5; the engine's validation says whether the value makes sense."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def whole(text: str) -> int:
+    value = number(text)
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    source = group.add_mutually_exclusive_group()
+    source.add_argument("--model", metavar="PRESET", help=f"model preset (default {DEFAULT_MODEL}; see `kvscope presets`)")
+    source.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (or the directory holding it)")
+    group.add_argument("--layers", type=whole, help="num_hidden_layers")
+    group.add_argument("--attention-heads", type=whole, help="num_attention_heads")
+    group.add_argument("--kv-heads", type=whole, help="num_key_value_heads")
+    group.add_argument("--head-dim", type=whole, help="head_dim")
+    group.add_argument("--weights-bytes", type=number, help="weights size in bytes (overrides the derived size)")
+    group.add_argument("--params", type=number, help="parameter count; with --weight-dtype gives the weights size")
+    group.add_argument("--weight-dtype", help=f"weight precision: {', '.join(WEIGHT_DTYPE_BYTES)}")
+
+
+def add_hardware_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("hardware")
+    group.add_argument("--hardware", metavar="PRESET", help=f"hardware preset (default {DEFAULT_HARDWARE}; this-machine detects)")
+    memory = group.add_mutually_exclusive_group()
+    memory.add_argument("--memory-bytes", type=number, help="memory per device, bytes")
+    memory.add_argument("--memory-gib", type=number, help="memory per device, GiB")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (vLLM's names)")
+    group.add_argument("--kv-cache-dtype", default="auto",
+                       help=f"KV precision: auto (the model's), {', '.join(KV_CACHE_DTYPE_BYTES)}")
+    group.add_argument("--gpu-memory-utilization", type=number, default=0.9, help="share of device memory to use (default 0.9)")
+    group.add_argument("--max-model-len", type=whole, help="longest prompt + output, tokens (default: the model's)")
+    group.add_argument("--block-size", type=whole, default=16, help="tokens per KV block (default 16)")
+    group.add_argument("--tensor-parallel-size", type=whole, help="devices the model is split over (default: all the hardware has)")
+    group.add_argument("--reserve-bytes", type=number, default=0, help="memory held back per device for activations (default 0)")
+
+
+def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("scheduler (vLLM's names)")
+    group.add_argument("--max-num-seqs", type=whole, default=256, help="most requests running at once (default 256)")
+    group.add_argument("--max-num-batched-tokens", type=whole, help="token budget per step (default 8192)")
+    group.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                       help="reuse KV blocks of identical prefixes (default on)")
+    group.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                       help="split long prompts over steps, mixed with decodes (default on)")
+    group.add_argument("--scheduling", choices=("continuous", "static"), default="continuous",
+                       help="continuous (iteration-level) or static batching (default continuous)")
+    group.add_argument("--allocation", choices=("paged", "contiguous"), default="paged",
+                       help="paged blocks on demand, or a contiguous max_model_len reservation (default paged)")
+
+
+def model_from_args(args) -> ModelConfig:
+    explicit_geometry = any(v is not None for v in (args.layers, args.kv_heads, args.head_dim))
+    if args.config:
+        model = load_hf_config(args.config)
+    elif args.model or not explicit_geometry:
+        model = load_model(args.model or DEFAULT_MODEL)
+    else:
+        missing = [f for f, v in (("--layers", args.layers), ("--kv-heads", args.kv_heads), ("--head-dim", args.head_dim)) if v is None]
+        if missing:
+            raise ConfigError(f"without --model or --config, give {', '.join(missing)} too")
+        if args.weights_bytes is None and args.params is None:
+            raise ConfigError("without --model or --config, give --weights-bytes, or --params with --weight-dtype")
+        heads = args.attention_heads or args.kv_heads
+        model = ModelConfig(
+            name="custom", num_hidden_layers=args.layers, num_attention_heads=heads,
+            num_key_value_heads=args.kv_heads, head_dim=args.head_dim, hidden_size=heads * args.head_dim,
+            intermediate_size=4 * heads * args.head_dim, vocab_size=32000, source="command-line flags",
+        )
+    changes = {}
+    for flag, field in (("layers", "num_hidden_layers"), ("attention_heads", "num_attention_heads"),
+                        ("kv_heads", "num_key_value_heads"), ("head_dim", "head_dim")):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[field] = value
+    if args.weight_dtype:
+        changes["weight_dtype"] = normalize_dtype(args.weight_dtype, WEIGHT_DTYPE_BYTES, "weight dtype")
+    if args.params is not None:
+        if args.params <= 0:
+            raise ConfigError(f"--params must be greater than 0, got {args.params:g}")
+        dtype = changes.get("weight_dtype", model.weight_dtype)
+        changes["weights_bytes"] = int(args.params * WEIGHT_DTYPE_BYTES[dtype])
+    elif "weight_dtype" in changes and model.weights_bytes is not None:
+        changes["weights_bytes"] = None  # a given checkpoint size no longer applies at another precision
+    if args.weights_bytes is not None:
+        if args.weights_bytes <= 0:
+            raise ConfigError(f"--weights-bytes must be greater than 0, got {args.weights_bytes:g}")
+        changes["weights_bytes"] = int(args.weights_bytes)
+    return model.replace(**changes) if changes else model
+
+
+def hardware_from_args(args) -> HardwareSpec:
+    memory = args.memory_bytes if args.memory_bytes is not None else (
+        args.memory_gib * GiB if args.memory_gib is not None else None)
+    if memory is not None and memory <= 0:
+        raise ConfigError(f"device memory must be greater than 0, got {memory:g} bytes")
+    hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
+    changes = {}
+    if memory is not None:
+        changes["memory_bytes"] = int(memory)
+        changes["description"] = f"{hardware.description}, memory set to {memory / GiB:.2f} GiB"
+    tp = getattr(args, "tensor_parallel_size", None)
+    if tp is not None and tp > hardware.gpu_count and args.hardware is None:
+        changes["gpu_count"] = tp  # no preset named: assume as many devices as asked for
+    return hardware.replace(**changes) if changes else hardware
+
+
+def engine_args_from_args(args, **extra) -> EngineArgs:
+    return EngineArgs(
+        block_size=args.block_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size,
+        reserve_bytes=int(args.reserve_bytes),
+        max_num_seqs=getattr(args, "max_num_seqs", 256),
+        max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
+        enable_prefix_caching=getattr(args, "enable_prefix_caching", True),
+        enable_chunked_prefill=getattr(args, "enable_chunked_prefill", True),
+        scheduling=getattr(args, "scheduling", "continuous"),
+        allocation=getattr(args, "allocation", "paged"),
+        seed=getattr(args, "seed", 0),
+        **extra,
+    )

@@ -1,0 +1,302 @@
+"""The engine: requests in, one step at a time, every step returned as data.
+
+    Engine.step():  arrivals -> Scheduler.schedule() -> Runner.execute() -> tokens, finishes
+    Engine.snapshot(): the block map and request table as numpy arrays
+
+The clock is virtual: it advances by each step's duration (priced by the simulated runner, or
+measured by a real one) and jumps over idle gaps to the next arrival, so an hour-long trace
+replays in seconds and the same seed always gives the same run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
+from .contiguous_allocator import ContiguousKVCacheManager
+from .events import Event, EventKind, EventSink
+from .kv_cache_manager import PagedKVCacheManager
+from .memory_math import plan_memory, require_fit
+from .metrics import MetricsCollector
+from .request import Request, RequestStatus
+from .runners.base import NO_TOKEN
+from .scheduler import Scheduler
+from .snapshot import (
+    BLOCK_CACHED,
+    BLOCK_FREE,
+    BLOCK_RESERVED,
+    BLOCK_USED,
+    REQUEST_DTYPE,
+    Snapshot,
+)
+from .workload import RequestSpec
+
+
+class EngineStalled(RuntimeError):
+    """Work is queued but no step can make progress: a bug, reported instead of a hang."""
+
+
+@dataclass(slots=True)
+class StepResult:
+    step: int
+    start_time_s: float
+    duration_s: float
+    request_ids: list  # the batch, in order
+    num_new_tokens: list  # per batch entry: prompt-chunk length, or 1 for a decode
+    is_prefill: list  # per batch entry
+    events: list = field(default_factory=list)
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0  # share of blocks held by requests during the step
+    num_tokens: int = 0
+    num_prefill_tokens: int = 0
+    compute_time_s: float = 0.0
+    memory_time_s: float = 0.0
+    unused_slots: int = 0  # allocated but empty token slots (fragmentation)
+    num_preemptions: int = 0
+
+    @property
+    def end_time_s(self) -> float:
+        return self.start_time_s + self.duration_s
+
+
+class Engine:
+    def __init__(self, model: ModelConfig, hardware: HardwareSpec, args: EngineArgs | None = None, runner=None):
+        args = args or EngineArgs()
+        self.model = model
+        self.hardware = hardware
+        self.args = args
+        self.resolved = resolve_engine_args(args, model, hardware)
+        self.plan = plan_memory(model, hardware, self.resolved)
+        require_fit(self.plan)
+        self.sink = EventSink()
+        num_blocks = self.plan.num_blocks
+        if args.allocation == "contiguous":
+            self.kv = ContiguousKVCacheManager(num_blocks, args.block_size, self.resolved.max_model_len, self.sink)
+        else:
+            self.kv = PagedKVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching, self.sink)
+        self.scheduler = Scheduler(self.resolved, self.kv, self.sink)
+        if runner is None:
+            from .runners.simulated import SimulatedRunner
+
+            runner = SimulatedRunner(model, hardware, self.plan, args)
+        self.runner = runner
+        self.metrics = MetricsCollector()
+        self.clock = 0.0
+        self.step_count = 0
+        self.requests: dict[int, Request] = {}  # waiting and running; finished ones leave
+        self._pending: list = []  # heap of (arrival_time, request_id, Request) not yet arrived
+        self._source: Iterator[RequestSpec] | None = None
+        self._source_next: RequestSpec | None = None
+        self._next_id = 0
+
+    # -- submission -----------------------------------------------------------------------------
+    def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None,
+                    shared_prefix_tokens: int = 0) -> int:
+        """Queue a request; it arrives at arrival_time on the engine clock (now if None)."""
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if len(prompt_token_ids) < 1:
+            raise ValueError("a prompt needs at least one token")
+        request_id = self._next_id
+        self._next_id += 1
+        arrival = self.clock if arrival_time is None else max(arrival_time, 0.0)
+        req = Request(request_id, prompt_token_ids, max_tokens, arrival, shared_prefix_tokens)
+        heapq.heappush(self._pending, (arrival, request_id, req))
+        return request_id
+
+    def add_workload(self, specs: Iterable[RequestSpec]) -> None:
+        """Requests pulled lazily as the clock reaches their arrival, so a long trace costs no memory up front."""
+        self._source = iter(specs)
+        self._source_next = next(self._source, None)
+
+    def _next_arrival_time(self) -> float | None:
+        times = []
+        if self._pending:
+            times.append(self._pending[0][0])
+        if self._source_next is not None:
+            times.append(self._source_next.arrival_time_s)
+        return min(times) if times else None
+
+    def _rejection_reason(self, req: Request) -> str | None:
+        total = req.total_tokens
+        limit = self.resolved.max_model_len
+        if total > limit:
+            return f"prompt {req.num_prompt_tokens} + max_tokens {req.max_tokens} tokens exceed max_model_len {limit}"
+        needed = self.kv.blocks_for_tokens(total - 1)
+        if needed > self.kv.num_blocks:
+            return f"needs {needed} blocks, more than the whole pool of {self.kv.num_blocks}"
+        return None
+
+    def _arrive(self, req: Request) -> None:
+        self.metrics.on_arrival(req.arrival_time)
+        self.sink.emit(EventKind.ARRIVED, req.request_id, value=float(req.num_prompt_tokens))
+        reason = self._rejection_reason(req)
+        if reason is not None:
+            req.status = RequestStatus.REJECTED
+            self.metrics.rejected += 1
+            self.sink.emit(EventKind.REJECTED, req.request_id, detail=reason)
+            return
+        self.requests[req.request_id] = req
+        self.scheduler.add(req)
+
+    def _admit_arrivals(self) -> None:
+        now = self.clock
+        while True:
+            spec = self._source_next
+            if spec is not None and spec.arrival_time_s <= now:
+                self.add_request(spec.prompt_token_ids, spec.max_tokens, spec.arrival_time_s, spec.shared_prefix_tokens)
+                self._source_next = next(self._source, None)
+                continue
+            if self._pending and self._pending[0][0] <= now:
+                self._arrive(heapq.heappop(self._pending)[2])
+                continue
+            break
+
+    # -- stepping -------------------------------------------------------------------------------
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.scheduler.has_work or self._pending or self._source_next is not None)
+
+    def step(self) -> StepResult | None:
+        """Run one engine step; None when there is nothing left to do."""
+        sink = self.sink
+        sink.now = self.clock
+        self._admit_arrivals()
+        while not self.scheduler.has_work:
+            nxt = self._next_arrival_time()
+            if nxt is None:
+                return None if not sink.events else self._idle_result()
+            self.clock = max(self.clock, nxt)
+            sink.now = self.clock
+            self._admit_arrivals()
+
+        scheduler = self.scheduler
+        batch = scheduler.schedule()
+        if not batch.requests:
+            raise EngineStalled(
+                f"step {self.step_count}: {len(scheduler.waiting)} waiting, {len(scheduler.running)} running, "
+                f"{self.kv.num_free_blocks} free blocks, and nothing could be scheduled"
+            )
+        kv_usage = self.kv.usage
+        num_running = len(scheduler.running)
+        unused_slots = self.kv.unused_slots
+        result = self.runner.execute(batch)
+        start = self.clock
+        end = start + result.duration_s
+        sink.now = end
+
+        finished = []
+        register = self.kv.register_full_blocks
+        for req, n, token in zip(batch.requests, batch.num_new_tokens, result.sampled_token_ids):
+            req.num_computed_tokens += n
+            register(req)
+            if token != NO_TOKEN:
+                req.token_ids.append(token)
+                if req.first_token_time is None:
+                    req.first_token_time = end
+                if len(req.token_ids) - req.num_prompt_tokens >= req.max_tokens:
+                    req.finish_time = end
+                    finished.append(req)
+        metrics = self.metrics
+        if finished:
+            scheduler.finish(finished)
+            for req in finished:
+                del self.requests[req.request_id]
+                metrics.on_finish(req)
+                sink.emit(EventKind.FINISHED, req.request_id, value=end - req.arrival_time)
+                req.token_ids = []  # a finished request keeps its metrics, not its tokens
+                req.block_hashes = []
+        metrics.preemptions = scheduler.num_preemptions
+        metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running, batch.num_tokens,
+                        unused_slots, self._allocated_slots())
+        self.clock = end
+        step = StepResult(
+            self.step_count, start, result.duration_s,
+            [r.request_id for r in batch.requests], batch.num_new_tokens, batch.is_prefill,
+            sink.drain(), num_running, len(scheduler.waiting), kv_usage, batch.num_tokens,
+            batch.num_prefill_tokens, result.compute_time_s, result.memory_time_s, unused_slots,
+            len(batch.preempted),
+        )
+        self.step_count += 1
+        return step
+
+    def _allocated_slots(self) -> int:
+        kv = self.kv
+        return (kv.num_blocks - kv.num_free_blocks) * kv.block_size
+
+    def _idle_result(self) -> StepResult:
+        """Arrivals that were all rejected still surface their events."""
+        return StepResult(self.step_count, self.clock, 0.0, [], [], [], self.sink.drain(),
+                          len(self.scheduler.running), len(self.scheduler.waiting), self.kv.usage)
+
+    def run(self, max_steps: int | None = None, on_step=None) -> dict:
+        """Step until every request is done (or max_steps); returns the metrics summary."""
+        steps = 0
+        while max_steps is None or steps < max_steps:
+            result = self.step()
+            if result is None:
+                break
+            steps += 1
+            if on_step is not None:
+                on_step(result)
+        return self.summary()
+
+    def summary(self) -> dict:
+        return self.metrics.summary(self.kv.prefix_queried_tokens, self.kv.prefix_hit_tokens)
+
+    # -- snapshot -------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        kv = self.kv
+        bs = kv.block_size
+        owner, ref_cnt, block_hash = kv.block_arrays()
+        ref_cnt = ref_cnt.copy()
+        state = np.where(ref_cnt > 0, BLOCK_USED, np.where(block_hash != 0, BLOCK_CACHED, BLOCK_FREE)).astype(np.uint8)
+        fill = np.where(state != BLOCK_FREE, bs, 0).astype(np.uint16)
+        contiguous = kv.kind == "contiguous"
+        reqs = self.scheduler.running
+        for req in reqs:
+            blocks = req.block_ids
+            if not blocks:
+                continue
+            filled = -(-req.num_computed_tokens // bs)
+            if filled:
+                fill[blocks[filled - 1]] = req.num_computed_tokens - (filled - 1) * bs
+            if contiguous and filled < len(blocks):
+                start = blocks[0]
+                state[start + filled:start + len(blocks)] = BLOCK_RESERVED
+                fill[start + filled:start + len(blocks)] = 0
+        active = list(self.requests.values())
+        table = np.zeros(len(active), dtype=REQUEST_DTYPE)
+        if active:
+            table["request_id"] = [r.request_id for r in active]
+            table["status"] = [r.status for r in active]
+            table["num_prompt_tokens"] = [r.num_prompt_tokens for r in active]
+            table["num_output_tokens"] = [len(r.token_ids) - r.num_prompt_tokens for r in active]
+            table["max_tokens"] = [r.max_tokens for r in active]
+            table["num_computed_tokens"] = [r.num_computed_tokens for r in active]
+            table["num_cached_prompt_tokens"] = [r.num_cached_prompt_tokens for r in active]
+            table["num_blocks"] = [len(r.block_ids) for r in active]
+            table["num_preemptions"] = [r.num_preemptions for r in active]
+            table["arrival_time_s"] = [r.arrival_time for r in active]
+            table["ttft_s"] = [
+                (r.first_token_time - r.arrival_time) if r.first_token_time is not None else math.nan for r in active
+            ]
+        return Snapshot(
+            time_s=self.clock,
+            step=self.step_count,
+            block_size=bs,
+            block_owner=owner.copy(),
+            block_state=state,
+            block_ref_cnt=ref_cnt,
+            block_fill=fill,
+            block_hash=block_hash.copy(),
+            requests=table,
+            kv_usage=kv.usage,
+            num_running=len(reqs),
+            num_waiting=len(self.scheduler.waiting),
+        )

@@ -1,0 +1,98 @@
+"""Serving metrics as dashboards name them: TTFT, time per output token, queue time, throughput,
+KV cache usage, prefix cache hit rate, preemptions, fragmentation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .request import Request
+
+
+def _percentile(values: list, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+class MetricsCollector:
+    def __init__(self):
+        self.completed = 0
+        self.rejected = 0
+        self.preemptions = 0
+        self.prompt_tokens = 0  # of completed requests
+        self.output_tokens = 0  # generated, over completed requests
+        self.first_arrival: float | None = None
+        self.last_finish = 0.0
+        self.ttft: list[float] = []
+        self.queue_time: list[float] = []
+        self.e2e: list[float] = []
+        self.tpot: list[float] = []
+        self.steps = 0
+        self.busy_time = 0.0  # virtual seconds the device spent in steps
+        self.compute_time = 0.0  # of which the compute-bound floor
+        self.peak_kv_usage = 0.0
+        self.peak_running = 0
+        self.kv_usage_time = 0.0  # integral of usage over busy time, for the mean
+        self.fragmentation_time = 0.0  # integral of unused/allocated slots over busy time
+        self.tokens_computed = 0  # prefill + decode tokens run through the model
+
+    def on_arrival(self, time_s: float) -> None:
+        if self.first_arrival is None:
+            self.first_arrival = time_s
+
+    def on_step(self, duration: float, compute: float, kv_usage: float, running: int, num_tokens: int,
+                unused_slots: int, allocated_slots: int) -> None:
+        self.steps += 1
+        self.busy_time += duration
+        self.compute_time += compute
+        self.tokens_computed += num_tokens
+        if kv_usage > self.peak_kv_usage:
+            self.peak_kv_usage = kv_usage
+        if running > self.peak_running:
+            self.peak_running = running
+        self.kv_usage_time += kv_usage * duration
+        if allocated_slots:
+            self.fragmentation_time += unused_slots / allocated_slots * duration
+
+    def on_finish(self, req: Request) -> None:
+        self.completed += 1
+        self.prompt_tokens += req.num_prompt_tokens
+        outputs = req.num_output_tokens
+        self.output_tokens += outputs
+        self.last_finish = max(self.last_finish, req.finish_time)
+        ttft = req.first_token_time - req.arrival_time
+        e2e = req.finish_time - req.arrival_time
+        self.ttft.append(ttft)
+        self.e2e.append(e2e)
+        self.queue_time.append(req.first_scheduled_time - req.arrival_time)
+        if outputs > 1:
+            self.tpot.append((req.finish_time - req.first_token_time) / (outputs - 1))
+
+    def summary(self, prefix_queried_tokens: int = 0, prefix_hit_tokens: int = 0) -> dict:
+        span = self.last_finish - (self.first_arrival or 0.0)
+        busy = self.busy_time or float("nan")
+        return {
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "preemptions": self.preemptions,
+            "steps": self.steps,
+            "duration_s": span,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "throughput_tokens_per_s": self.output_tokens / span if span > 0 else 0.0,
+            "total_throughput_tokens_per_s": (self.prompt_tokens + self.output_tokens) / span if span > 0 else 0.0,
+            "requests_per_s": self.completed / span if span > 0 else 0.0,
+            "ttft_p50_s": _percentile(self.ttft, 50),
+            "ttft_p99_s": _percentile(self.ttft, 99),
+            "tpot_p50_s": _percentile(self.tpot, 50),
+            "tpot_p99_s": _percentile(self.tpot, 99),
+            "e2e_latency_p50_s": _percentile(self.e2e, 50),
+            "e2e_latency_p99_s": _percentile(self.e2e, 99),
+            "queue_time_p50_s": _percentile(self.queue_time, 50),
+            "queue_time_p99_s": _percentile(self.queue_time, 99),
+            "peak_kv_usage": self.peak_kv_usage,
+            "mean_kv_usage": self.kv_usage_time / busy if self.busy_time else 0.0,
+            "peak_running": self.peak_running,
+            "prefix_cache_hit_rate": prefix_hit_tokens / prefix_queried_tokens if prefix_queried_tokens else 0.0,
+            "mean_fragmentation": self.fragmentation_time / busy if self.busy_time else 0.0,
+            "compute_utilization": self.compute_time / busy if self.busy_time else 0.0,
+            "busy_time_s": self.busy_time,
+        }

@@ -1,0 +1,181 @@
+"""Loading and validating presets: the TOML files in presets/ and any Hugging Face config.json.
+
+Presets are found through importlib.resources, so a source checkout, an installed wheel and a
+frozen bundle all resolve them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from .config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig, normalize_dtype
+from .workload import WorkloadSpec, workload_from_dict
+
+KINDS = ("models", "hardware", "workloads")
+THIS_MACHINE = "this-machine"
+
+_MODEL_KEYS = {
+    "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
+    "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes",
+}
+_HARDWARE_KEYS = {
+    "name", "description", "source", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops",
+    "gpu_count", "interconnect_bandwidth_bytes_per_s", "kind",
+}
+
+
+def presets_root():
+    return resources.files("kvscope.presets")
+
+
+def preset_names(kind: str) -> list[str]:
+    folder = presets_root() / kind
+    names = sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    if kind == "hardware":
+        names.append(THIS_MACHINE)
+    return names
+
+
+def read_toml(path, label: str) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: malformed TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+
+
+def _preset_file(kind: str, name: str):
+    path = presets_root() / kind / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(preset_names(kind))
+        singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
+        raise ConfigError(f"unknown {singular} preset {name!r}; known: {known}")
+    return path
+
+
+def _check_keys(data: dict, allowed: set, label: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{label}: unknown field(s) {', '.join(unknown)}")
+
+
+def _build(cls, data: dict, label: str):
+    try:
+        return cls(**data)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+def model_from_dict(data: dict, label: str) -> ModelConfig:
+    _check_keys(data, _MODEL_KEYS, label)
+    return _build(ModelConfig, dict(data), label)
+
+
+def hardware_from_dict(data: dict, label: str) -> HardwareSpec:
+    _check_keys(data, _HARDWARE_KEYS, label)
+    return _build(HardwareSpec, dict(data), label)
+
+
+def load_model(name: str) -> ModelConfig:
+    path = _preset_file("models", name)
+    return model_from_dict(read_toml(path, f"model preset {name}"), f"model preset {name}")
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    if name == THIS_MACHINE:
+        from .runners.device import detect_this_machine
+
+        return detect_this_machine()
+    path = _preset_file("hardware", name)
+    return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}")
+
+
+def load_workload(name: str) -> WorkloadSpec:
+    path = _preset_file("workloads", name)
+    label = f"workload preset {name}"
+    return workload_from_dict(read_toml(path, label), label, trace_dir=presets_root() / "traces")
+
+
+def load_workload_file(path: str | Path) -> WorkloadSpec:
+    path = Path(path)
+    label = f"workload file {path}"
+    return workload_from_dict(read_toml(path, label), label, trace_dir=path.parent)
+
+
+def _weight_dtype_from_hf(cfg: dict) -> str:
+    quant = cfg.get("quantization_config") or {}
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return "fp8"
+    if method == "bitsandbytes":
+        if quant.get("load_in_4bit"):
+            return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
+        return "int8"
+    if method in ("gptq", "awq") and quant.get("bits") == 4:
+        return "int4"
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
+    return normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
+
+
+def model_from_hf_config(cfg: dict, name: str) -> ModelConfig:
+    """A ModelConfig from the fields of a Hugging Face config.json."""
+    label = f"config {name}"
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
+    missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
+    if missing:
+        raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
+    heads = cfg["num_attention_heads"]
+    hidden = cfg["hidden_size"]
+    head_dim = cfg.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
+    model_type = str(cfg.get("model_type", "llama"))
+    data = {
+        "name": name,
+        "num_hidden_layers": cfg["num_hidden_layers"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": cfg.get("num_key_value_heads") or heads,
+        "head_dim": head_dim,
+        "hidden_size": hidden,
+        "intermediate_size": cfg.get("intermediate_size") or 4 * hidden,
+        "vocab_size": cfg["vocab_size"],
+        "max_position_embeddings": cfg.get("max_position_embeddings") or 4096,
+        "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "attention_bias": bool(cfg.get("attention_bias", False)),
+        "qk_norm": model_type == "qwen3",
+        "model_type": model_type,
+        "source": f"config.json ({name})",
+    }
+    try:
+        data["weight_dtype"] = _weight_dtype_from_hf(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+    return _build(ModelConfig, data, label)
+
+
+def load_hf_config(path: str | Path) -> ModelConfig:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config {path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config {path}: expected a JSON object")
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return model_from_hf_config(cfg, name or str(path))
