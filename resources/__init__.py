@@ -1,0 +1,1 @@
+"""Icons, themes and fonts, found through importlib.resources like the presets."""

@@ -1,0 +1,132 @@
+"""Every preset loads and validates; parameter counts match transformers' own models."""
+
+import json
+
+import pytest
+
+from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import num_parameters, plan_memory
+from kvscope.engine.presets import (
+    load_hardware,
+    load_hf_config,
+    load_model,
+    load_workload,
+    preset_names,
+    presets_root,
+)
+
+REQUIRED = {
+    "models": {"llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen3.6-27b-fp8", "tiny-llama"},
+    "hardware": {"h100-80gb", "h100-nvl-94gb", "a100-40gb", "a100-80gb", "l4-24gb", "rtx-4090-24gb", "8x-h100-80gb",
+                 "this-machine"},
+    "workloads": {"chat", "rag", "agent", "shared-system-prompt", "uniform-short", "azure-conv"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REQUIRED))
+def test_required_presets_exist_and_cite_a_source(kind):
+    names = set(preset_names(kind))
+    assert REQUIRED[kind] <= names
+    loader = {"models": load_model, "hardware": load_hardware, "workloads": load_workload}[kind]
+    for name in names - {"this-machine"}:
+        preset = loader(name)
+        assert preset.source, f"{kind}/{name} must say where its numbers come from"
+        assert preset.description
+
+
+def test_hardware_presets_have_bandwidth_and_flops_per_dtype():
+    for name in REQUIRED["hardware"] - {"this-machine"}:
+        hw = load_hardware(name)
+        assert hw.memory_bandwidth_bytes_per_s > 1e11
+        assert {"fp16", "bf16", "fp32"} <= set(hw.peak_flops)
+    assert load_hardware("8x-h100-80gb").gpu_count == 8
+
+
+def test_this_machine_is_detected():
+    hw = load_hardware("this-machine")
+    assert hw.memory_bytes > 2**30
+    assert hw.name == "this-machine"
+
+
+def test_azure_trace_ships_with_its_attribution():
+    traces = presets_root() / "traces"
+    assert (traces / "azure_conv.csv").is_file()
+    attribution = (traces / "ATTRIBUTION.md").read_text()
+    assert "CC-BY 4.0" in attribution and "Splitwise" in attribution
+
+
+def _hf_config(model):
+    from transformers import AutoConfig
+
+    fields = dict(
+        num_hidden_layers=model.num_hidden_layers, num_attention_heads=model.num_attention_heads,
+        num_key_value_heads=model.num_key_value_heads, head_dim=model.head_dim, hidden_size=model.hidden_size,
+        intermediate_size=model.intermediate_size, vocab_size=model.vocab_size,
+        max_position_embeddings=model.max_position_embeddings, tie_word_embeddings=model.tie_word_embeddings,
+    )
+    if model.model_type in ("llama", "qwen3"):
+        fields["attention_bias"] = model.attention_bias
+    return AutoConfig.for_model(model.model_type, **fields)
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen3.6-27b-fp8",
+                                  "tiny-llama"])
+def test_parameter_count_matches_transformers(name):
+    """The derived count must equal the real architecture's, built on the meta device (no memory)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    model = load_model(name)
+    with init_empty_weights():
+        hf_model = AutoModelForCausalLM.from_config(_hf_config(model))
+    assert num_parameters(model) == sum(p.numel() for p in hf_model.parameters())
+
+
+def test_config_json_loads_like_the_preset(tmp_path):
+    preset = load_model("qwen2.5-7b")
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584, "intermediate_size": 18944,
+        "vocab_size": 152064, "max_position_embeddings": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    loaded = load_hf_config(tmp_path)
+    assert num_parameters(loaded) == num_parameters(preset)
+    assert loaded.head_dim == 128 and loaded.weight_dtype == "bf16"
+
+
+def test_fp8_quantised_config_json_gives_fp8_weights(tmp_path):
+    cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 100,
+           "quantization_config": {"quant_method": "fp8"}}
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(cfg))
+    assert load_hf_config(path).weight_dtype == "fp8"
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{", "malformed JSON at line 1"),
+    ('{"num_hidden_layers": 2}', "missing field"),
+    ('{"num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 96, "vocab_size": 10}',
+     "must divide"),
+    ('{"num_hidden_layers": 0, "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 10}', "greater than 0"),
+    ('{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 10, "torch_dtype": "int3"}',
+     "unknown torch_dtype"),
+])
+def test_bad_config_json_is_a_clear_error(tmp_path, text, match):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_hf_config(path)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="known: .*llama-3-8b"):
+        load_model("llama-9")
+
+
+def test_a_model_preset_drives_a_plan():
+    from kvscope.engine.config import EngineArgs, resolve_engine_args
+
+    model, hw = load_model("mistral-7b"), load_hardware("a100-80gb")
+    plan = plan_memory(model, hw, resolve_engine_args(EngineArgs(), model, hw))
+    assert plan.num_blocks > 0 and plan.max_model_len == 32768
