@@ -35,7 +35,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
                           f" = {format_bytes(plan.memory_bytes * plan.gpu_memory_utilization)}"),
         ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
         ("reserve", format_bytes(plan.reserve_bytes)),
-        ("KV pool", format_bytes(plan.kv_pool_bytes)),
+        ("KV pool", f"{format_bytes(plan.kv_pool_bytes)}  ({plan.kv_pool_source})"),
         ("block", f"{plan.block_size} tokens = {format_bytes(plan.block_bytes)}"),
         ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots)"),
         ("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {plan.max_model_len:,} tokens each "
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_engine_options(p_run)
     options.add_scheduler_options(p_run)
     group = p_run.add_argument_group("workload")
-    group.add_argument("--workload", metavar="PRESET", default="chat", help="workload preset (default chat)")
+    group.add_argument("--workload", metavar="PRESET", default="chat", help="workload preset, or a workload .toml file (default chat)")
     group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
     group.add_argument("--requests", type=options.whole, help="number of requests (default: the workload's)")
     group.add_argument("--arrival-rate", type=options.number, help="Poisson arrivals per second (0: all at once)")

@@ -6,6 +6,7 @@ A preset gives the starting point; any explicit flag overrides the field it name
 from __future__ import annotations
 
 import argparse
+import math
 
 from kvscope.engine.config import (
     KV_CACHE_DTYPE_BYTES,
@@ -26,9 +27,12 @@ GiB = 1024**3
 def number(text: str) -> float:
     """Accepts 80e9, 81920, 0.5; the engine's validation says whether the value makes sense."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
 
 
 def whole(text: str) -> int:
@@ -36,6 +40,11 @@ def whole(text: str) -> int:
     if value != int(value):
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
     return int(value)
+
+
+def _positive_flag(flag: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(f"{flag} must be greater than 0, got {value:g}")
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +78,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=whole, default=16, help="tokens per KV block (default 16)")
     group.add_argument("--tensor-parallel-size", type=whole, help="devices the model is split over (default: all the hardware has)")
     group.add_argument("--reserve-bytes", type=number, default=0, help="memory held back per device for activations (default 0)")
+    group.add_argument("--kv-cache-memory-bytes", type=number,
+                       help="size the KV pool directly, bytes per device (default on a CPU: 1 GiB)")
 
 
 def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
@@ -112,24 +123,22 @@ def model_from_args(args) -> ModelConfig:
     if args.weight_dtype:
         changes["weight_dtype"] = normalize_dtype(args.weight_dtype, WEIGHT_DTYPE_BYTES, "weight dtype")
     if args.params is not None:
-        if args.params <= 0:
-            raise ConfigError(f"--params must be greater than 0, got {args.params:g}")
+        _positive_flag("--params", args.params)
         dtype = changes.get("weight_dtype", model.weight_dtype)
         changes["weights_bytes"] = int(args.params * WEIGHT_DTYPE_BYTES[dtype])
-    elif "weight_dtype" in changes and model.weights_bytes is not None:
+    elif changes.get("weight_dtype", model.weight_dtype) != model.weight_dtype and model.weights_bytes is not None:
         changes["weights_bytes"] = None  # a given checkpoint size no longer applies at another precision
     if args.weights_bytes is not None:
-        if args.weights_bytes <= 0:
-            raise ConfigError(f"--weights-bytes must be greater than 0, got {args.weights_bytes:g}")
+        _positive_flag("--weights-bytes", args.weights_bytes)
         changes["weights_bytes"] = int(args.weights_bytes)
     return model.replace(**changes) if changes else model
 
 
 def hardware_from_args(args) -> HardwareSpec:
+    _positive_flag("--memory-bytes", args.memory_bytes)
+    _positive_flag("--memory-gib", args.memory_gib)
     memory = args.memory_bytes if args.memory_bytes is not None else (
         args.memory_gib * GiB if args.memory_gib is not None else None)
-    if memory is not None and memory <= 0:
-        raise ConfigError(f"device memory must be greater than 0, got {memory:g} bytes")
     hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
     changes = {}
     if memory is not None:
@@ -142,6 +151,9 @@ def hardware_from_args(args) -> HardwareSpec:
 
 
 def engine_args_from_args(args, **extra) -> EngineArgs:
+    if args.reserve_bytes < 0:
+        raise ConfigError(f"--reserve-bytes must be 0 or more, got {args.reserve_bytes:g}")
+    _positive_flag("--kv-cache-memory-bytes", args.kv_cache_memory_bytes)
     return EngineArgs(
         block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
@@ -149,6 +161,7 @@ def engine_args_from_args(args, **extra) -> EngineArgs:
         kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tensor_parallel_size,
         reserve_bytes=int(args.reserve_bytes),
+        kv_cache_memory_bytes=None if args.kv_cache_memory_bytes is None else int(args.kv_cache_memory_bytes),
         max_num_seqs=getattr(args, "max_num_seqs", 256),
         max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
         enable_prefix_caching=getattr(args, "enable_prefix_caching", True),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kvscope.engine import Engine
 from kvscope.engine.config import ConfigError
-from kvscope.engine.presets import load_workload
+from kvscope.engine.presets import load_workload, load_workload_file
 from kvscope.engine.workload import WorkloadSpec, generate_requests
 
 from . import options
@@ -21,10 +21,12 @@ ALL_ROWS = 10**9
 
 def workload_from_args(args) -> WorkloadSpec:
     if args.trace:
-        if not Path(args.trace).is_file():
+        if not Path(args.trace).exists():
             raise ConfigError(f"trace {args.trace}: no such file")
         spec = WorkloadSpec(name=Path(args.trace).stem, description=f"trace replay of {args.trace}",
                             trace_path=args.trace, num_requests=ALL_ROWS)
+    elif args.workload.endswith(".toml"):
+        spec = load_workload_file(args.workload)
     else:
         spec = load_workload(args.workload)
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
@@ -121,8 +123,15 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
 
 
 def cmd_run(args) -> int:
-    if args.json and args.json != "-" and not Path(args.json).resolve().parent.is_dir():
-        raise ConfigError(f"--json {args.json}: the folder does not exist")  # say so before a long run, not after
+    # Say what is wrong with the output path before a long run, not after it.
+    if args.json and args.json != "-":
+        out = Path(args.json)
+        if out.is_dir():
+            raise ConfigError(f"--json {args.json}: is a folder; give a file name")
+        if not out.resolve().parent.is_dir():
+            raise ConfigError(f"--json {args.json}: the folder does not exist")
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
     engine, spec = build_engine(args)
     progress = Progress(enabled=not args.quiet)
     started = time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Bytes per element. fp8 is the vLLM alias for fp8_e4m3; int4/nf4 pack two weights per byte.
 KV_CACHE_DTYPE_BYTES = {
@@ -40,6 +40,10 @@ _DTYPE_ALIASES = {
 }
 
 
+# On a CPU the KV pool is a budget, not "all the memory": RAM is shared with everything else.
+DEFAULT_CPU_KV_CACHE_BYTES = 1024**3
+
+
 class ConfigError(ValueError):
     """Input a user gave that cannot work; the message says which field and why."""
 
@@ -52,7 +56,8 @@ def normalize_dtype(name: str, allowed: dict, what: str) -> str:
 
 
 def _positive_int(owner: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise ConfigError(f"{owner}: {name} must be a whole number, got {value!r}")
     if value <= 0:
         raise ConfigError(f"{owner}: {name} must be greater than 0, got {value}")
@@ -192,12 +197,16 @@ class EngineArgs:
     # Fixed cost of one engine step on the device (launches, sampling, host work).
     step_overhead_s: float = 0.0005
     num_gpu_blocks_override: int | None = None
+    # Size the KV pool directly (per device) instead of from memory x utilization, as vLLM's
+    # --kv-cache-memory-bytes does. On a CPU target this is the budget the user sets.
+    kv_cache_memory_bytes: int | None = None
 
     def __post_init__(self):
         owner = "engine"
         for name in ("block_size", "max_num_seqs"):
             object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
-        for name in ("max_model_len", "max_num_batched_tokens", "tensor_parallel_size", "num_gpu_blocks_override"):
+        for name in ("max_model_len", "max_num_batched_tokens", "tensor_parallel_size", "num_gpu_blocks_override",
+                     "kv_cache_memory_bytes"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
         utilization = _positive_float(owner, "gpu_memory_utilization", self.gpu_memory_utilization)
@@ -237,7 +246,7 @@ class ResolvedArgs:
     max_model_len: int
     max_num_batched_tokens: int
     tensor_parallel_size: int
-    extra: dict = field(default_factory=dict)
+    kv_cache_memory_bytes: int | None = None  # per device; None: memory x utilization - weights - reserve
 
 
 def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: HardwareSpec) -> ResolvedArgs:
@@ -261,10 +270,14 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
             )
     else:
         budget = 8192 if args.enable_chunked_prefill else max(8192, max_model_len)
+    kv_budget = args.kv_cache_memory_bytes
+    if kv_budget is None and hardware.kind == "cpu":
+        kv_budget = DEFAULT_CPU_KV_CACHE_BYTES
     return ResolvedArgs(
         args=args,
         kv_cache_dtype=resolve_kv_cache_dtype(args.kv_cache_dtype, model),
         max_model_len=max_model_len,
         max_num_batched_tokens=budget,
         tensor_parallel_size=tp,
+        kv_cache_memory_bytes=kv_budget,
     )

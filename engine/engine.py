@@ -24,7 +24,7 @@ from .kv_cache_manager import PagedKVCacheManager
 from .memory_math import plan_memory, require_fit
 from .metrics import MetricsCollector
 from .request import Request, RequestStatus
-from .runners.base import NO_TOKEN
+from .runners.base import NO_TOKEN, StepOutOfMemory
 from .scheduler import Scheduler
 from .snapshot import (
     BLOCK_CACHED,
@@ -66,7 +66,10 @@ class StepResult:
 
 
 class Engine:
-    def __init__(self, model: ModelConfig, hardware: HardwareSpec, args: EngineArgs | None = None, runner=None):
+    def __init__(self, model: ModelConfig, hardware: HardwareSpec, args: EngineArgs | None = None,
+                 runner_factory=None, record_outputs: bool = False):
+        """runner_factory(model, hardware, plan, args) builds the runner once the pool is sized;
+        the simulated runner by default. record_outputs keeps finished requests' output token ids."""
         args = args or EngineArgs()
         self.model = model
         self.hardware = hardware
@@ -81,11 +84,10 @@ class Engine:
         else:
             self.kv = PagedKVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching, self.sink)
         self.scheduler = Scheduler(self.resolved, self.kv, self.sink)
-        if runner is None:
-            from .runners.simulated import SimulatedRunner
-
-            runner = SimulatedRunner(model, hardware, self.plan, args)
-        self.runner = runner
+        if runner_factory is None:
+            from .runners.simulated import SimulatedRunner as runner_factory
+        self.runner = runner_factory(model, hardware, self.plan, args)
+        self.outputs: dict[int, list[int]] | None = {} if record_outputs else None
         self.metrics = MetricsCollector()
         self.clock = 0.0
         self.step_count = 0
@@ -94,6 +96,7 @@ class Engine:
         self._source: Iterator[RequestSpec] | None = None
         self._source_next: RequestSpec | None = None
         self._next_id = 0
+        self._consecutive_ooms = 0
 
     # -- submission -----------------------------------------------------------------------------
     def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None,
@@ -185,7 +188,11 @@ class Engine:
         kv_usage = self.kv.usage
         num_running = len(scheduler.running)
         unused_slots = self.kv.unused_slots
-        result = self.runner.execute(batch)
+        try:
+            result = self.runner.execute(batch)
+        except StepOutOfMemory as exc:
+            return self._recover_from_oom(batch, str(exc))
+        self._consecutive_ooms = 0
         start = self.clock
         end = start + result.duration_s
         sink.now = end
@@ -208,6 +215,8 @@ class Engine:
             for req in finished:
                 del self.requests[req.request_id]
                 metrics.on_finish(req)
+                if self.outputs is not None:
+                    self.outputs[req.request_id] = req.token_ids[req.num_prompt_tokens:]
                 sink.emit(EventKind.FINISHED, req.request_id, value=end - req.arrival_time)
                 req.token_ids = []  # a finished request keeps its metrics, not its tokens
                 req.block_hashes = []
@@ -224,6 +233,21 @@ class Engine:
         )
         self.step_count += 1
         return step
+
+    def _recover_from_oom(self, batch, reason: str) -> StepResult:
+        """Nothing of the failed step was computed, so the scheduler's state still holds: give the
+        newest running request's blocks back (it recomputes later) and let the next step retry."""
+        scheduler = self.scheduler
+        self._consecutive_ooms += 1
+        if self._consecutive_ooms > 3 and len(scheduler.running) <= 1:
+            raise EngineStalled(f"the device runs out of memory even for a single request ({reason}); "
+                                "lower max_num_batched_tokens or gpu_memory_utilization")
+        if len(scheduler.running) > 1:
+            scheduler.preempt_newest()
+        self.sink.emit(EventKind.OUT_OF_MEMORY, -1, detail=reason)
+        return StepResult(self.step_count, self.clock, 0.0, [], [], [], self.sink.drain(),
+                          len(scheduler.running), len(scheduler.waiting), self.kv.usage,
+                          num_preemptions=len(batch.preempted) + 1)
 
     def _allocated_slots(self) -> int:
         kv = self.kv

@@ -15,6 +15,7 @@ class EventKind(str, enum.Enum):
     PREEMPTED = "preempted"  # blocks: the blocks it gave back
     FINISHED = "finished"  # value: end-to-end latency in seconds
     REJECTED = "rejected"  # detail: why
+    OUT_OF_MEMORY = "out_of_memory"  # the device ran out of memory mid-step; detail: the error
 
 
 @dataclass(slots=True)

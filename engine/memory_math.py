@@ -85,6 +85,7 @@ class MemoryPlan:
     kv_pool_bytes: int  # all devices together; negative when the weights do not fit
     num_blocks: int
     max_concurrent_sequences: float
+    kv_pool_source: str = ""
 
     @property
     def fits(self) -> bool:
@@ -108,7 +109,12 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
     per_token_device = kv_bytes_per_token(model, kv_dtype, kv_heads_per_device(model.num_key_value_heads, tp))
     weights, weights_source = weights_bytes(model)
     usable_per_device = hardware.memory_bytes * args.gpu_memory_utilization
-    pool_per_device = int(usable_per_device - weights / tp - args.reserve_bytes)
+    if resolved.kv_cache_memory_bytes is not None:
+        pool_per_device = resolved.kv_cache_memory_bytes
+        pool_source = "kv_cache_memory_bytes (a set budget)"
+    else:
+        pool_per_device = int(usable_per_device - weights / tp - args.reserve_bytes)
+        pool_source = "memory x gpu_memory_utilization - weights - reserve"
     block_bytes_device = args.block_size * per_token_device
     num_blocks = max(0, pool_per_device // block_bytes_device)
     if args.num_gpu_blocks_override is not None:
@@ -133,6 +139,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         kv_pool_bytes=pool_per_device * tp,
         num_blocks=int(num_blocks),
         max_concurrent_sequences=num_blocks / blocks_per_sequence,
+        kv_pool_source=pool_source,
     )
 
 

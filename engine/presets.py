@@ -51,6 +51,8 @@ def read_toml(path, label: str) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: malformed TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not UTF-8 text") from None
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
 
@@ -74,7 +76,10 @@ def _build(cls, data: dict, label: str):
     try:
         return cls(**data)
     except ConfigError as exc:
-        raise ConfigError(f"{label}: {exc}") from None
+        message = str(exc)
+        # the dataclass names itself ("model 'x': ..."); the label already says which file
+        message = message.split(": ", 1)[1] if message.startswith(("model ", "hardware ")) else message
+        raise ConfigError(f"{label}: {message}") from None
     except TypeError as exc:  # a required field is missing
         raise ConfigError(f"{label}: {exc}") from None
 
@@ -117,6 +122,8 @@ def load_workload_file(path: str | Path) -> WorkloadSpec:
 
 def _weight_dtype_from_hf(cfg: dict) -> str:
     quant = cfg.get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        raise ConfigError(f"quantization_config must be an object, got {quant!r}")
     method = str(quant.get("quant_method", "")).lower()
     if method == "fp8":
         return "fp8"
@@ -130,9 +137,9 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     return normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
 
 
-def model_from_hf_config(cfg: dict, name: str) -> ModelConfig:
-    """A ModelConfig from the fields of a Hugging Face config.json."""
-    label = f"config {name}"
+def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
+    """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
+    label = label or f"config {name}"
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
@@ -158,6 +165,9 @@ def model_from_hf_config(cfg: dict, name: str) -> ModelConfig:
         "model_type": model_type,
         "source": f"config.json ({name})",
     }
+    for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size"):
+        if isinstance(data[key], bool) or not isinstance(data[key], (int, float)):
+            raise ConfigError(f"{label}: {key} must be a whole number, got {data[key]!r}")
     try:
         data["weight_dtype"] = _weight_dtype_from_hf(cfg)
     except ConfigError as exc:
@@ -173,9 +183,13 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config {path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
+        raise ConfigError(f"config {path}: {exc}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
-    return model_from_hf_config(cfg, name or str(path))
+    return model_from_hf_config(cfg, name or str(path), label=f"config {path}")

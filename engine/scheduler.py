@@ -58,6 +58,11 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def preempt_newest(self) -> Request:
+        victim = self.running.pop()
+        self._preempt(victim, ScheduledBatch())
+        return victim
+
     def _preempt(self, victim: Request, batch: ScheduledBatch) -> None:
         blocks = self.kv.free(victim)
         victim.num_computed_tokens = 0

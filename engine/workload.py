@@ -9,6 +9,7 @@ deterministic synthetic token ids for a given seed.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -126,9 +127,14 @@ class RequestSpec:
     shared_prefix_tokens: int = 0
 
 
+MAX_REQUESTS = 10_000_000
+
+
 def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.num_requests < 1:
         raise ConfigError(f"{label}: num_requests must be at least 1, got {spec.num_requests}")
+    if spec.num_requests > MAX_REQUESTS and spec.trace_path is None:
+        raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {spec.num_requests:,}")
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
         raise ConfigError(f"{label}: arrival_rate_per_s must be 0 (all at once) or more, got {spec.arrival_rate_per_s}")
     if not 0 <= spec.shared_prefix_fraction <= 1:
@@ -200,45 +206,58 @@ _COLUMN_NAMES = {
 def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     """Rows of a trace CSV, arrival times relative to the first row. Errors name the line."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"trace {path}: is a folder, not a CSV file")
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"trace {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"trace {path} line {line}: not UTF-8 text") from None
+    return _read_trace_rows(path, io.StringIO(text, newline=""), limit)
+
+
+def _read_trace_rows(path: Path, handle, limit: int | None) -> list[TraceRow]:
     rows: list[TraceRow] = []
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise ConfigError(f"trace {path}: the file is empty")
-        columns = {}
-        for role, names in _COLUMN_NAMES.items():
-            found = [i for i, h in enumerate(header) if h.strip() in names]
-            if not found:
-                raise ConfigError(
-                    f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
-                )
-            columns[role] = found[0]
-        start = None
-        for line_no, row in enumerate(reader, start=2):
-            if limit is not None and len(rows) >= limit:
-                break
-            if not row or all(not c.strip() for c in row):
-                continue
-            try:
-                arrival = _parse_timestamp(row[columns["arrival"]])
-                prompt = int(row[columns["prompt"]])
-                output = int(row[columns["output"]])
-            except (ValueError, IndexError):
-                raise ConfigError(f"trace {path} line {line_no}: cannot read row {','.join(row)!r}") from None
-            if prompt < 1 or output < 1:
-                raise ConfigError(
-                    f"trace {path} line {line_no}: token counts must be at least 1, got {prompt} and {output}"
-                )
-            if start is None:
-                start = arrival
-            if arrival < start:
-                raise ConfigError(f"trace {path} line {line_no}: arrival time goes backwards")
-            rows.append(TraceRow(arrival - start, prompt, output))
+    reader = csv.reader(handle)
+    header = next(reader, None)
+    if header is None:
+        raise ConfigError(f"trace {path}: the file is empty")
+    columns = {}
+    for role, names in _COLUMN_NAMES.items():
+        found = [i for i, h in enumerate(header) if h.strip() in names]
+        if not found:
+            raise ConfigError(
+                f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
+            )
+        columns[role] = found[0]
+    start = previous = None
+    for line_no, row in enumerate(reader, start=2):
+        if limit is not None and len(rows) >= limit:
+            break
+        if not row or all(not c.strip() for c in row):
+            continue
+        try:
+            arrival = _parse_timestamp(row[columns["arrival"]])
+            prompt = int(row[columns["prompt"]])
+            output = int(row[columns["output"]])
+        except (ValueError, IndexError, OverflowError):
+            raise ConfigError(f"trace {path} line {line_no}: cannot read row {','.join(row)!r}") from None
+        if not math.isfinite(arrival):
+            raise ConfigError(f"trace {path} line {line_no}: arrival time {row[columns['arrival']]!r} is not a finite time")
+        if prompt < 1 or output < 1:
+            raise ConfigError(
+                f"trace {path} line {line_no}: token counts must be at least 1, got {prompt} and {output}"
+            )
+        if start is None:
+            start = previous = arrival
+        if arrival < previous:
+            raise ConfigError(f"trace {path} line {line_no}: arrival time goes backwards (rows must be in arrival order)")
+        previous = arrival
+        rows.append(TraceRow(arrival - start, prompt, output))
     if not rows:
         raise ConfigError(f"trace {path}: no requests in the file")
     return rows

@@ -55,20 +55,6 @@ def test_azure_trace_ships_with_its_attribution():
     assert "CC-BY 4.0" in attribution and "Splitwise" in attribution
 
 
-def _hf_config(model):
-    from transformers import AutoConfig
-
-    fields = dict(
-        num_hidden_layers=model.num_hidden_layers, num_attention_heads=model.num_attention_heads,
-        num_key_value_heads=model.num_key_value_heads, head_dim=model.head_dim, hidden_size=model.hidden_size,
-        intermediate_size=model.intermediate_size, vocab_size=model.vocab_size,
-        max_position_embeddings=model.max_position_embeddings, tie_word_embeddings=model.tie_word_embeddings,
-    )
-    if model.model_type in ("llama", "qwen3"):
-        fields["attention_bias"] = model.attention_bias
-    return AutoConfig.for_model(model.model_type, **fields)
-
-
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen3.6-27b-fp8",
                                   "tiny-llama"])
 def test_parameter_count_matches_transformers(name):
@@ -76,9 +62,11 @@ def test_parameter_count_matches_transformers(name):
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
+    from kvscope.engine.runners.tiny_model import hf_config_for
+
     model = load_model(name)
     with init_empty_weights():
-        hf_model = AutoModelForCausalLM.from_config(_hf_config(model))
+        hf_model = AutoModelForCausalLM.from_config(hf_config_for(model))
     assert num_parameters(model) == sum(p.numel() for p in hf_model.parameters())
 
 

@@ -22,3 +22,7 @@ class Runner(Protocol):
     name: str
 
     def execute(self, batch: ScheduledBatch) -> ExecuteResult: ...
+
+
+class StepOutOfMemory(RuntimeError):
+    """The device ran out of memory during a step. The engine preempts and retries; it never crashes."""
