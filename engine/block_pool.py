@@ -96,11 +96,3 @@ class BlockPool:
             return
         self.cached[block_hash] = block_id
         self.block_hash[block_id] = block_hash
-
-    def reset_prefix_cache(self) -> None:
-        for b in self.cached.values():
-            self.block_hash[b] = 0
-            if self.ref_cnt[b] == 0:
-                self.owner[b] = NO_OWNER
-        self.cached.clear()
-        self.num_cached_free = 0

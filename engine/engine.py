@@ -242,12 +242,14 @@ class Engine:
         if self._consecutive_ooms > 3 and len(scheduler.running) <= 1:
             raise EngineStalled(f"the device runs out of memory even for a single request ({reason}); "
                                 "lower max_num_batched_tokens or gpu_memory_utilization")
+        preempted = len(batch.preempted)
         if len(scheduler.running) > 1:
             scheduler.preempt_newest()
+            preempted += 1
         self.sink.emit(EventKind.OUT_OF_MEMORY, -1, detail=reason)
         return StepResult(self.step_count, self.clock, 0.0, [], [], [], self.sink.drain(),
                           len(scheduler.running), len(scheduler.waiting), self.kv.usage,
-                          num_preemptions=len(batch.preempted) + 1)
+                          num_preemptions=preempted)
 
     def _allocated_slots(self) -> int:
         kv = self.kv
@@ -281,7 +283,6 @@ class Engine:
         ref_cnt = ref_cnt.copy()
         state = np.where(ref_cnt > 0, BLOCK_USED, np.where(block_hash != 0, BLOCK_CACHED, BLOCK_FREE)).astype(np.uint8)
         fill = np.where(state != BLOCK_FREE, bs, 0).astype(np.uint16)
-        contiguous = kv.kind == "contiguous"
         reqs = self.scheduler.running
         for req in reqs:
             blocks = req.block_ids
@@ -290,10 +291,12 @@ class Engine:
             filled = -(-req.num_computed_tokens // bs)
             if filled:
                 fill[blocks[filled - 1]] = req.num_computed_tokens - (filled - 1) * bs
-            if contiguous and filled < len(blocks):
-                start = blocks[0]
-                state[start + filled:start + len(blocks)] = BLOCK_RESERVED
-                fill[start + filled:start + len(blocks)] = 0
+            if filled < len(blocks):
+                # held but holding no token yet: a contiguous reservation's tail, or a step
+                # that was scheduled but never ran (device out of memory)
+                empty = np.asarray(blocks[filled:])
+                state[empty] = BLOCK_RESERVED
+                fill[empty] = 0
         active = list(self.requests.values())
         table = np.zeros(len(active), dtype=REQUEST_DTYPE)
         if active:
