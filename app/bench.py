@@ -1,10 +1,14 @@
-"""`kvscope bench`: the engine-core benchmarks whose figures README.md records.
+"""`kvscope bench`: the benchmarks whose figures README.md records.
 
 scheduler: wall time of Engine.step() with the simulated runner (whose roofline arithmetic is a
            few multiplications), i.e. scheduler + block manager + bookkeeping, at 256 running
            requests on a 100k-block pool. Target: median <= 0.5 ms.
 trace:     the whole Azure conversation trace (19,366 requests) through llama-3-8b on h100-80gb.
            Target: <= 30 s of wall time.
+real:      kvscope's real engine against transformers generate() in static batches and
+           transformers' own continuous batching, on the Azure trace's shape scaled to the tiny
+           model, same model and machine, one run. Targets on a 2-core CPU: >= 3x continuous,
+           >= 1.5x static, >= 85% of step wall time inside the model forward at batch >= 16.
 """
 
 from __future__ import annotations
@@ -70,6 +74,64 @@ def bench_trace() -> dict:
     }
 
 
+def azure_shaped_requests(count: int, vocab_size: int, seed: int = 0) -> tuple[list, list]:
+    """The first `count` Azure conversation requests, prompts / 8 and outputs / 4 (at most 256):
+    the trace's mix of lengths at a size the tiny model serves in seconds."""
+    import numpy as np
+
+    from kvscope.engine.workload import read_trace
+
+    rows = read_trace(load_workload("azure-conv").trace_path, limit=count)
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, vocab_size, max(4, r.prompt_tokens // 8)).tolist() for r in rows]
+    outputs = [max(4, min(256, r.output_tokens // 4)) for r in rows]
+    return prompts, outputs
+
+
+def bench_real(count: int = 64, static_batch_size: int = 16, device: str | None = None,
+               kv_cache_dtype: str = "auto") -> dict:
+    from kvscope.engine.runners.baselines import run_continuous_batching, run_static_generate
+    from kvscope.engine.runners.real import create_real_engine, load_for_real_backend
+
+    loaded = load_for_real_backend("tiny-llama", device=device)
+    prompts, outputs = azure_shaped_requests(count, loaded.config.vocab_size)
+    engine = create_real_engine(loaded, EngineArgs(kv_cache_dtype=kv_cache_dtype, max_num_seqs=count))
+    engine.add_request(prompts[0][:8], 2)  # warm-up, as each baseline gets
+    engine.run()
+    runner = engine.runner
+    warm_forward, warm_steps = runner.forward_time_s, engine.metrics.steps
+    for p, n in zip(prompts, outputs):
+        engine.add_request(p, n)
+    big_step_wall = big_step_forward = 0.0
+    t0 = time.perf_counter()
+    while True:
+        before_forward = runner.forward_time_s
+        s0 = time.perf_counter()
+        step = engine.step()
+        elapsed = time.perf_counter() - s0
+        if step is None:
+            break
+        if len(step.request_ids) >= 16:
+            big_step_wall += elapsed
+            big_step_forward += runner.forward_time_s - before_forward
+    wall = time.perf_counter() - t0
+    ours = {"wall_time_s": wall, "output_tokens": sum(outputs), "throughput_tokens_per_s": sum(outputs) / wall,
+            "steps": engine.metrics.steps - warm_steps, "peak_running": engine.metrics.peak_running,
+            "forward_share_at_batch_16_plus": big_step_forward / big_step_wall if big_step_wall else None,
+            "forward_time_s": runner.forward_time_s - warm_forward}
+    run_static_generate(loaded, [prompts[0][:8]], [2], 1)  # warm-up
+    static = run_static_generate(loaded, prompts, outputs, static_batch_size)
+    run_continuous_batching(loaded, [prompts[0][:8]], [2])  # warm-up
+    continuous = run_continuous_batching(loaded, prompts, outputs)
+    return {
+        "model": loaded.label, "requests": count, "prompt_tokens": sum(len(p) for p in prompts),
+        "static_batch_size": static_batch_size, "kvscope": ours, "hf_static_generate": static,
+        "hf_continuous_batching": continuous,
+        "speedup_vs_static": ours["throughput_tokens_per_s"] / static["throughput_tokens_per_s"],
+        "speedup_vs_continuous": ours["throughput_tokens_per_s"] / continuous["throughput_tokens_per_s"],
+    }
+
+
 def cmd_bench(args) -> int:
     results = {"machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"}
     if args.what in (None, "scheduler"):
@@ -81,6 +143,27 @@ def cmd_bench(args) -> int:
             ("step wall time, median", f"{format_seconds(r['step_median_s'])} (target <= 0.5 ms)"),
             ("step wall time, p90", format_seconds(r["step_p90_s"])),
         ], title="Scheduler + block manager overhead (simulated runner)"))
+        print()
+    if args.what in (None, "real"):
+        r = results["real"] = bench_real(args.requests, device=args.device)
+        k, st, cb = r["kvscope"], r["hf_static_generate"], r["hf_continuous_batching"]
+        share = k["forward_share_at_batch_16_plus"]
+        print(table([
+            ("model", r["model"]),
+            ("workload", f"{r['requests']} Azure conversation requests, prompts / 8, outputs / 4 "
+                         f"({r['prompt_tokens']:,} prompt, {k['output_tokens']:,} output tokens), all at once"),
+            ("kvscope engine", f"{k['throughput_tokens_per_s']:,.1f} output tokens/s ({format_seconds(k['wall_time_s'])}, "
+                               f"{k['steps']} steps, peak batch {k['peak_running']})"),
+            ("transformers generate, static", f"{st['throughput_tokens_per_s']:,.1f} output tokens/s "
+                                              f"({format_seconds(st['wall_time_s'])}, batches of {r['static_batch_size']}, "
+                                              f"{st['generated_tokens']:,} tokens generated for {st['output_tokens']:,} wanted)"),
+            ("transformers continuous batching", f"{cb['throughput_tokens_per_s']:,.1f} output tokens/s "
+                                                 f"({format_seconds(cb['wall_time_s'])})"),
+            ("speed-up vs static", f"{r['speedup_vs_static']:.2f}x (target >= 1.5x)"),
+            ("speed-up vs continuous", f"{r['speedup_vs_continuous']:.2f}x (target >= 3x)"),
+            ("step time in the model forward", "-" if share is None else
+             f"{share * 100:.1f} % at batch >= 16 (target >= 85 %)"),
+        ], title="Real engine vs transformers (same model, same machine, one run)"))
         print()
     if args.what in (None, "trace"):
         r = results["trace"] = bench_trace()

@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_hardware_options(p_run)
     options.add_engine_options(p_run)
     options.add_scheduler_options(p_run)
+    options.add_backend_options(p_run)
     group = p_run.add_argument_group("workload")
     group.add_argument("--workload", metavar="PRESET", default="chat", help="workload preset, or a workload .toml file (default chat)")
     group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
@@ -102,14 +103,33 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--quiet", action="store_true", help="no progress line")
     p_run.set_defaults(func=lambda a: _lazy("run_command", "cmd_run")(a))
 
+    p_verify = sub.add_parser("verify", help="check the real paged engine against transformers' generate()")
+    source = p_verify.add_mutually_exclusive_group()
+    source.add_argument("--model", metavar="PRESET", default="tiny-llama",
+                        help="a model preset, run with random weights of its shape (default tiny-llama)")
+    source.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory")
+    p_verify.add_argument("--kv-cache-dtype", default="all", help="fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, or all (default)")
+    p_verify.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
+    p_verify.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="weight dtype (default fp32 on CPU)")
+    p_verify.add_argument("--prompts", type=options.whole, default=8, help="prompts to compare (default 8)")
+    p_verify.add_argument("--max-tokens", type=options.whole, default=16, help="tokens generated per prompt (default 16)")
+    p_verify.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT ('-' for stdout)")
+    p_verify.set_defaults(func=lambda a: _lazy("verify_command", "cmd_verify")(a))
+
+    p_models = sub.add_parser("models", help="models the real backend can run: presets, the local Hugging Face cache")
+    p_models.set_defaults(func=lambda a: _lazy("verify_command", "cmd_models")(a))
+
     p_presets = sub.add_parser("presets", help="list the built-in presets")
     p_presets.add_argument("kind", nargs="?", choices=KINDS)
     p_presets.set_defaults(func=cmd_presets)
 
     p_bench = sub.add_parser("bench", help="benchmarks whose figures go in README.md")
-    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace"),
+    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real"),
                          help="scheduler: per-step overhead at 256 running on 100k blocks; "
-                              "trace: the whole Azure trace on llama-3-8b / h100-80gb (default: both)")
+                              "trace: the whole Azure trace on llama-3-8b / h100-80gb (simulated); "
+                              "real: the real engine vs transformers on the tiny model (default: all)")
+    p_bench.add_argument("--requests", type=options.whole, default=64, help="real: requests in the workload (default 64)")
+    p_bench.add_argument("--device", help="real: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=lambda a: _lazy("bench", "cmd_bench")(a))
     return parser

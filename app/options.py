@@ -52,6 +52,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     source = group.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="PRESET", help=f"model preset (default {DEFAULT_MODEL}; see `kvscope presets`)")
     source.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (or the directory holding it)")
+    source.add_argument("--model-path", metavar="DIR",
+                        help="a local Hugging Face model directory (config.json + *.safetensors); real backend")
     group.add_argument("--layers", type=whole, help="num_hidden_layers")
     group.add_argument("--attention-heads", type=whole, help="num_attention_heads")
     group.add_argument("--kv-heads", type=whole, help="num_key_value_heads")
@@ -82,6 +84,19 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
                        help="size the KV pool directly, bytes per device (default on a CPU: 1 GiB)")
 
 
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("backend")
+    group.add_argument("--backend", choices=("simulated", "real"), default="simulated",
+                       help="simulated: roofline cost model of --hardware; real: a transformers model running on "
+                            "this machine over the paged KV pool (default simulated)")
+    group.add_argument("--device", help="real backend: cpu, cuda or cuda:N (default: cuda if present, else cpu)")
+    group.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+                       help="real backend: weight dtype (default fp32 on CPU, the model's 16-bit type on CUDA)")
+    group.add_argument("--quantization", choices=("int8", "nf4"), help="real backend: bitsandbytes weight quantisation")
+    group.add_argument("--allow-pickle", action="store_true",
+                       help="real backend: allow pickled *.bin weights (they can run code when loaded)")
+
+
 def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scheduler (vLLM's names)")
     group.add_argument("--max-num-seqs", type=whole, default=256, help="most requests running at once (default 256)")
@@ -96,12 +111,14 @@ def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
                        help="paged blocks on demand, or a contiguous max_model_len reservation (default paged)")
 
 
-def model_from_args(args) -> ModelConfig:
+def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
     explicit_geometry = any(v is not None for v in (args.layers, args.kv_heads, args.head_dim))
-    if args.config:
+    if getattr(args, "model_path", None):
+        model = load_hf_config(args.model_path)
+    elif args.config:
         model = load_hf_config(args.config)
     elif args.model or not explicit_geometry:
-        model = load_model(args.model or DEFAULT_MODEL)
+        model = load_model(args.model or default_model)
     else:
         missing = [f for f, v in (("--layers", args.layers), ("--kv-heads", args.kv_heads), ("--head-dim", args.head_dim)) if v is None]
         if missing:

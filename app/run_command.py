@@ -17,6 +17,7 @@ from .cli import math_rows
 from .units import format_percent, format_seconds, table
 
 ALL_ROWS = 10**9
+REAL_DEFAULT_MODEL = "tiny-llama"
 
 
 def workload_from_args(args) -> WorkloadSpec:
@@ -33,12 +34,42 @@ def workload_from_args(args) -> WorkloadSpec:
 
 
 def build_engine(args) -> tuple[Engine, WorkloadSpec]:
-    model = options.model_from_args(args)
-    hardware = options.hardware_from_args(args)
-    engine = Engine(model, hardware, options.engine_args_from_args(args))
     spec = workload_from_args(args)
-    engine.add_workload(generate_requests(spec, model.vocab_size, seed=args.seed))
+    if args.backend == "real":
+        engine = build_real_engine(args)
+    else:
+        if args.model_path:
+            raise ConfigError("--model-path loads real weights: use it with --backend real")
+        engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed))
     return engine, spec
+
+
+def build_real_engine(args, record_outputs: bool = False) -> Engine:
+    """The real backend on this machine: a local model directory, or a preset's shape with random weights."""
+    if args.hardware or args.memory_bytes is not None or args.memory_gib is not None:
+        raise ConfigError("--hardware and the memory flags describe a simulated target; the real backend runs on "
+                          "this machine (size its KV pool with --kv-cache-memory-bytes or --gpu-memory-utilization)")
+    if args.config:
+        raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
+                          "or a --model preset (random weights of its shape)")
+    from kvscope.engine.runners.real import create_real_engine, load_for_real_backend
+
+    edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
+    architecture = options.model_from_args(args, default_model=REAL_DEFAULT_MODEL) if edited else None
+    if not args.model_path:
+        name = architecture.name if architecture else (args.model or REAL_DEFAULT_MODEL)
+        status(f"loading {name} with random weights (built into the kvscope cache on first use) ...")
+    else:
+        status(f"loading {args.model_path} ...")
+    loaded = load_for_real_backend(args.model or REAL_DEFAULT_MODEL, args.model_path, args.device, args.dtype,
+                                   args.quantization, args.allow_pickle, architecture)
+    status(f"loaded {loaded.label}")
+    return create_real_engine(loaded, options.engine_args_from_args(args), record_outputs=record_outputs)
+
+
+def status(message: str) -> None:
+    print(f"kvscope: {message}", file=sys.stderr, flush=True)
 
 
 class Progress:
@@ -103,6 +134,7 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
         "hardware": engine.hardware.name,
         "workload": spec.name,
         "backend": engine.runner.name,
+        "weights_bytes": engine.plan.weights_bytes,
         "seed": args.seed,
         "engine_args": {
             "block_size": a.block_size,
@@ -144,6 +176,12 @@ def cmd_run(args) -> int:
         print(table(math_rows(engine.plan, engine.model, engine.hardware), title="Memory"))
         print()
         rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
+        if engine.runner.name == "real":
+            runner = engine.runner
+            rows.append(("model", runner.loaded.label))
+            share = runner.forward_time_s / runner.step_time_s if runner.step_time_s else 0.0
+            rows.append(("time in the model forward", f"{runner.forward_time_s:.2f} s of {runner.step_time_s:.2f} s "
+                                                      f"of step time ({format_percent(share)})"))
         print(table(rows, title=f"Run: {spec.name} on {engine.model.name} / {engine.hardware.name}"))
     if args.json:
         text = json.dumps(report, indent=2)

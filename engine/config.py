@@ -93,6 +93,7 @@ class ModelConfig:
     # When the checkpoint's real size is known (hybrid or quantised layouts the dense formula
     # does not describe), it wins over the derived count; the source must say where it is from.
     weights_bytes: int | None = None
+    weights_source: str = "checkpoint size given by the preset"  # where weights_bytes comes from
     source: str = ""
     description: str = ""
 

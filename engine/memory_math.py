@@ -59,7 +59,7 @@ def kv_heads_per_device(num_key_value_heads: int, tensor_parallel_size: int) -> 
 def weights_bytes(model: ModelConfig) -> tuple[int, str]:
     """Bytes of weights, and a few words on where the figure comes from."""
     if model.weights_bytes is not None:
-        return model.weights_bytes, "checkpoint size given by the preset"
+        return model.weights_bytes, model.weights_source
     params = num_parameters(model)
     size = int(params * WEIGHT_DTYPE_BYTES[model.weight_dtype])
     return size, f"{params / 1e9:.2f} B parameters x {WEIGHT_DTYPE_BYTES[model.weight_dtype]:g} B ({model.weight_dtype})"

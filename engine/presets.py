@@ -25,7 +25,7 @@ THIS_MACHINE = "this-machine"
 _MODEL_KEYS = {
     "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
-    "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes",
+    "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes", "weights_source",
 }
 _HARDWARE_KEYS = {
     "name", "description", "source", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops",

@@ -49,8 +49,8 @@ def _cuda_spec() -> HardwareSpec | None:
     )
 
 
-def detect_this_machine() -> HardwareSpec:
-    spec = _cuda_spec()
+def detect_this_machine(use_cuda: bool = True) -> HardwareSpec:
+    spec = _cuda_spec() if use_cuda else None
     if spec is not None:
         return spec
     cores = os.cpu_count() or 1

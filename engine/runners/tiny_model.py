@@ -17,9 +17,6 @@ from pathlib import Path
 from ..config import ModelConfig
 
 HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-# A wider init than transformers' 0.02 gives a random model peaked logits, so greedy decoding
-# is a stable function of the weights rather than a coin-flip between near-equal tokens.
-INIT_STD = 0.25
 
 
 def cache_dir() -> Path:
@@ -45,7 +42,7 @@ def _fingerprint(model: ModelConfig, seed: int) -> str:
     fields = {k: getattr(model, k) for k in (
         "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
         "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "attention_bias")}
-    fields.update(seed=seed, init_std=INIT_STD)
+    fields.update(seed=seed)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -55,7 +52,6 @@ def build_random_model(model: ModelConfig, directory: Path, seed: int = 0) -> Pa
     from transformers import AutoModelForCausalLM
 
     config = hf_config_for(model)
-    config.initializer_range = INIT_STD
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -63,6 +59,9 @@ def build_random_model(model: ModelConfig, directory: Path, seed: int = 0) -> Pa
     finally:
         torch.random.set_rng_state(generator_state)
     directory.mkdir(parents=True, exist_ok=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     hf_model.save_pretrained(directory, safe_serialization=True)
     return directory
 

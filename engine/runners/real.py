@@ -1,0 +1,173 @@
+"""The real runner: a Hugging Face causal LM executes every step over the paged KV pool.
+
+One forward per step over the packed batch (prompt chunks and decode tokens together, no
+padding). New K/V land in the PagedKVCache at the slots of the blocks the block manager gave
+out; attention reads each request's blocks through its block table. Greedy sampling. Step times
+are measured, and the roofline of this machine gives each step's compute and memory floors.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import torch
+
+from ..config import ConfigError, EngineArgs, HardwareSpec, ModelConfig
+from ..memory_math import MemoryPlan
+from ..scheduler import ScheduledBatch
+from .base import NO_TOKEN, ExecuteResult, StepOutOfMemory
+from .model_loader import LoadedModel
+from .paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
+from .paged_cache import PagedKVCache
+from .simulated import SimulatedRunner
+
+
+def keep_freed_memory_for_reuse() -> None:
+    """On glibc, large blocks are mmap'd and returned to the OS on free, so every step's big
+    activations page-fault in afresh (a third of a CPU prefill step, measured). Raising the mmap
+    and trim thresholds lets freed memory be reused, as a caching allocator would on a GPU."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl): nothing to tune
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 1 << 30)
+    libc.mallopt(m_trim_threshold, (1 << 31) - 1)
+
+
+class RealRunner:
+    name = "real"
+
+    def __init__(self, loaded: LoadedModel, hardware: HardwareSpec, plan: MemoryPlan, args: EngineArgs):
+        model = loaded.config
+        self.loaded = loaded
+        self.hf_model = loaded.hf_model
+        self.device = loaded.device
+        self.block_size = plan.block_size
+        try:
+            self.cache = PagedKVCache(model.num_hidden_layers, plan.num_blocks, plan.block_size,
+                                      model.num_key_value_heads, model.head_dim, plan.kv_cache_dtype, self.device)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            raise ConfigError(f"cannot allocate the KV pool of {plan.num_blocks:,} blocks on {self.device}: "
+                              f"{str(exc).splitlines()[0]}") from None
+        self.hf_model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        if self.device.type == "cpu":
+            keep_freed_memory_for_reuse()
+        params = inspect.signature(self.hf_model.forward).parameters
+        self.cache_argument = "cache" if "cache" in params else "past_key_values"
+        self.roofline = SimulatedRunner(model, hardware, plan, args)
+        self.forward_time_s = 0.0  # inside the model forward, summed over steps
+        self.step_time_s = 0.0  # whole execute(), summed over steps
+        # For parity checks: the logits behind every sampled token, per request id.
+        self.recorded_logits: dict[int, list] | None = None
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def execute(self, batch: ScheduledBatch) -> ExecuteResult:
+        started = time.perf_counter()
+        meta = build_step_metadata(batch, self.block_size, self.device)
+        meta.cache = self.cache
+        self.cache.step = meta
+        forward_started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                out = self.hf_model(
+                    input_ids=meta.input_ids, position_ids=meta.position_ids, use_cache=True,
+                    logits_to_keep=meta.sample_index, kvscope_step=meta, **{self.cache_argument: self.cache},
+                )
+                logits = out.logits[0]
+                tokens = logits.argmax(-1).tolist()  # waits for the device
+                if self.recorded_logits is not None:
+                    for entry, row in zip(meta.sample_entries, logits.float().cpu()):
+                        self.recorded_logits.setdefault(batch.requests[entry].request_id, []).append(row)
+        except torch.OutOfMemoryError as exc:
+            raise StepOutOfMemory(str(exc).splitlines()[0]) from None
+        finally:
+            self.cache.step = None
+        finished = time.perf_counter()
+        self.forward_time_s += finished - forward_started
+        sampled = [NO_TOKEN] * len(batch.requests)
+        for entry, token in zip(meta.sample_entries, tokens):
+            sampled[entry] = token
+        duration = finished - started
+        self.step_time_s += duration
+        _, compute, memory = self.roofline.cost(batch.num_tokens, len(tokens), batch.attention_pairs, batch.kv_read_tokens)
+        return ExecuteResult(duration, sampled, compute, memory)
+
+
+def real_runner_factory(loaded: LoadedModel):
+    def make(model: ModelConfig, hardware: HardwareSpec, plan: MemoryPlan, args: EngineArgs) -> RealRunner:
+        return RealRunner(loaded, hardware, plan, args)
+
+    return make
+
+
+def load_for_real_backend(model_preset: str | None = None, model_path: str | None = None, device: str | None = None,
+                          dtype: str | None = None, quantization: str | None = None, allow_pickle: bool = False,
+                          architecture: ModelConfig | None = None) -> LoadedModel:
+    """A local model directory, or a preset's shape with random weights (built once, then cached).
+
+    `architecture` (an edited preset) takes precedence over model_preset and builds a random model
+    of exactly that shape."""
+    from ..presets import load_model
+    from .model_loader import check_weights_fit, load_model_directory, resolve_device
+    from .tiny_model import ensure_random_model
+
+    if model_path is not None:
+        return load_model_directory(model_path, device, dtype, quantization, allow_pickle)
+    shape = architecture or load_model(model_preset or "tiny-llama")
+    check_weights_fit(shape, resolve_device(device), "fp32")  # random weights are built in fp32
+    directory = ensure_random_model(shape)
+    return load_model_directory(directory, device, dtype, quantization, random_weights=True, name=shape.name)
+
+
+def profile_cuda_reserve(loaded: LoadedModel, num_tokens: int) -> int:
+    """Bytes a step needs beyond the weights and the KV pool: the activation peak of a forward over
+    num_tokens tokens, plus what others (CUDA context, other processes) already hold."""
+    device = loaded.device
+    model = loaded.hf_model
+    torch.cuda.synchronize(device)
+    free_before, total = torch.cuda.mem_get_info(device)
+    torch_before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        with torch.inference_mode():
+            ids = torch.zeros((1, num_tokens), dtype=torch.long, device=device)
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        torch.cuda.synchronize(device)
+    finally:
+        model.set_attn_implementation(previous)
+    activation_peak = torch.cuda.max_memory_allocated(device) - torch_before
+    non_torch = (total - free_before) - torch.cuda.memory_reserved(device)
+    torch.cuda.empty_cache()
+    return int(activation_peak + max(0, non_torch))
+
+
+def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bool = False):
+    """An Engine whose KV pool is sized from this machine's real memory and lives in paged tensors."""
+    from ..engine import Engine
+    from .device import detect_this_machine
+
+    hardware = detect_this_machine(use_cuda=loaded.device.type == "cuda")
+    if loaded.device.type == "cuda":
+        props = torch.cuda.get_device_properties(loaded.device)
+        hardware = hardware.replace(memory_bytes=props.total_memory, gpu_count=1)
+        if args.reserve_bytes == 0 and args.kv_cache_memory_bytes is None:
+            from ..config import resolve_engine_args
+
+            budget = resolve_engine_args(args, loaded.config, hardware).max_num_batched_tokens
+            args = args.replace(reserve_bytes=profile_cuda_reserve(loaded, budget))
+    if args.tensor_parallel_size not in (None, 1):
+        raise ConfigError("the real backend runs on one device; tensor parallelism is simulated only")
+    return Engine(loaded.config, hardware, args.replace(tensor_parallel_size=1),
+                  runner_factory=real_runner_factory(loaded), record_outputs=record_outputs)
