@@ -103,6 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--quiet", action="store_true", help="no progress line")
     p_run.set_defaults(func=lambda a: _lazy("run_command", "cmd_run")(a))
 
+    p_gui = sub.add_parser("gui", help="the explorer window")
+    p_gui.add_argument("--model", metavar="PRESET", help="model preset (default tiny-llama on the real backend)")
+    p_gui.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory (real backend)")
+    p_gui.add_argument("--hardware", metavar="PRESET", help="hardware preset; a GPU preset selects the simulated backend")
+    p_gui.add_argument("--workload", metavar="PRESET", help="workload preset (default azure-conv)")
+    p_gui.add_argument("--backend", choices=("simulated", "real"), help="default: real on this machine")
+    p_gui.add_argument("--theme", choices=("dark", "light"), default="dark")
+    p_gui.add_argument("--size", type=_size, default=(1600, 960), metavar="WxH", help="window size (default 1600x960)")
+    p_gui.add_argument("--quit-after", type=options.number, metavar="SECONDS", help="close after this many seconds")
+    p_gui.add_argument("--screenshot", metavar="PNG", help="with --quit-after: save the window as a PNG first")
+    p_gui.set_defaults(func=lambda a: _lazy("gui", "cmd_gui")(a))
+
     p_verify = sub.add_parser("verify", help="check the real paged engine against transformers' generate()")
     source = p_verify.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="PRESET", default="tiny-llama",
@@ -133,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=lambda a: _lazy("bench", "cmd_bench")(a))
     return parser
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 1920x1080, got {text!r}") from None
+    if width < 320 or height < 240:
+        raise argparse.ArgumentTypeError(f"a window of at least 320x240, got {text!r}")
+    return width, height
 
 
 def _lazy(module: str, name: str):

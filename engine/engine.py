@@ -59,6 +59,7 @@ class StepResult:
     memory_time_s: float = 0.0
     unused_slots: int = 0  # allocated but empty token slots (fragmentation)
     num_preemptions: int = 0
+    num_output_tokens: int = 0  # tokens sampled this step
 
     @property
     def end_time_s(self) -> float:
@@ -198,11 +199,13 @@ class Engine:
         sink.now = end
 
         finished = []
+        sampled = 0
         register = self.kv.register_full_blocks
         for req, n, token in zip(batch.requests, batch.num_new_tokens, result.sampled_token_ids):
             req.num_computed_tokens += n
             register(req)
             if token != NO_TOKEN:
+                sampled += 1
                 req.token_ids.append(token)
                 if req.first_token_time is None:
                     req.first_token_time = end
@@ -229,7 +232,7 @@ class Engine:
             [r.request_id for r in batch.requests], batch.num_new_tokens, batch.is_prefill,
             sink.drain(), num_running, len(scheduler.waiting), kv_usage, batch.num_tokens,
             batch.num_prefill_tokens, result.compute_time_s, result.memory_time_s, unused_slots,
-            len(batch.preempted),
+            len(batch.preempted), sampled,
         )
         self.step_count += 1
         return step

@@ -25,6 +25,7 @@ class MetricsCollector:
         self.queue_time: list[float] = []
         self.e2e: list[float] = []
         self.tpot: list[float] = []
+        self.finish_times: list[float] = []  # aligned with ttft, e2e and queue_time
         self.steps = 0
         self.busy_time = 0.0  # virtual seconds the device spent in steps
         self.compute_time = 0.0  # of which the compute-bound floor
@@ -61,6 +62,7 @@ class MetricsCollector:
         ttft = req.first_token_time - req.arrival_time
         e2e = req.finish_time - req.arrival_time
         self.ttft.append(ttft)
+        self.finish_times.append(req.finish_time)
         self.e2e.append(e2e)
         self.queue_time.append(req.first_scheduled_time - req.arrival_time)
         if outputs > 1:

@@ -7,6 +7,7 @@ frozen bundle all resolve them the same way.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -37,9 +38,30 @@ def presets_root():
     return resources.files("kvscope.presets")
 
 
+def user_presets_root() -> Path:
+    """Where a user's own presets live ($KVSCOPE_CONFIG_DIR, else ~/.config/kvscope), listed beside the built-in ones."""
+    base = os.environ.get("KVSCOPE_CONFIG_DIR") or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kvscope"
+    return Path(base) / "presets"
+
+
+def _names_in(folder) -> list[str]:
+    try:
+        return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def builtin_preset_names(kind: str) -> list[str]:
+    return _names_in(presets_root() / kind)
+
+
+def user_preset_names(kind: str) -> list[str]:
+    return _names_in(user_presets_root() / kind)
+
+
 def preset_names(kind: str) -> list[str]:
-    folder = presets_root() / kind
-    names = sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    names = builtin_preset_names(kind)
+    names += [n for n in user_preset_names(kind) if n not in names]
     if kind == "hardware":
         names.append(THIS_MACHINE)
     return names
@@ -59,6 +81,8 @@ def read_toml(path, label: str) -> dict:
 
 def _preset_file(kind: str, name: str):
     path = presets_root() / kind / f"{name}.toml"
+    if not path.is_file():
+        path = user_presets_root() / kind / f"{name}.toml"
     if not path.is_file():
         known = ", ".join(preset_names(kind))
         singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
@@ -106,6 +130,42 @@ def load_hardware(name: str) -> HardwareSpec:
         return detect_this_machine()
     path = _preset_file("hardware", name)
     return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}")
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def save_user_preset(kind: str, name: str, fields: dict) -> Path:
+    """Write a user preset (validated first: what is saved always loads)."""
+    if kind not in ("models", "hardware"):
+        raise ConfigError(f"cannot save a {kind} preset")
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"a preset name uses letters, digits, '-', '_' and '.', got {name!r}")
+    if name in builtin_preset_names(kind) or name == THIS_MACHINE:
+        raise ConfigError(f"{name!r} is a built-in preset; choose another name")
+    data = {**{k: v for k, v in fields.items() if v is not None}, "name": name}
+    (model_from_dict if kind == "models" else hardware_from_dict)(data, f"preset {name}")
+    folder = user_presets_root() / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    lines += [f"\n[{key}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+              for key, value in data.items() if isinstance(value, dict)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def delete_user_preset(kind: str, name: str) -> None:
+    if name not in user_preset_names(kind):
+        raise ConfigError(f"{name!r} is not one of your presets")
+    (user_presets_root() / kind / f"{name}.toml").unlink()
 
 
 def load_workload(name: str) -> WorkloadSpec:

@@ -118,3 +118,27 @@ def test_a_model_preset_drives_a_plan():
     model, hw = load_model("mistral-7b"), load_hardware("a100-80gb")
     plan = plan_memory(model, hw, resolve_engine_args(EngineArgs(), model, hw))
     assert plan.num_blocks > 0 and plan.max_model_len == 32768
+
+
+def test_user_presets_save_list_load_and_delete(tmp_path, monkeypatch):
+    from kvscope.engine.presets import delete_user_preset, save_user_preset, user_preset_names
+    import dataclasses
+
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))
+    fields = {k: v for k, v in dataclasses.asdict(load_model("llama-2-7b")).items() if k != "name"}
+    fields["num_key_value_heads"] = 8
+    save_user_preset("models", "llama-2-7b-gqa8", fields)
+    assert "llama-2-7b-gqa8" in preset_names("models") and user_preset_names("models") == ["llama-2-7b-gqa8"]
+    assert load_model("llama-2-7b-gqa8").num_key_value_heads == 8
+    hw = {k: v for k, v in dataclasses.asdict(load_hardware("h100-80gb")).items() if k != "name"}
+    hw["memory_bytes"] = 141 * 2**30
+    save_user_preset("hardware", "h200-ish", hw)
+    assert load_hardware("h200-ish").peak_flops == load_hardware("h100-80gb").peak_flops
+    with pytest.raises(ConfigError, match="built-in"):
+        save_user_preset("models", "llama-3-8b", fields)
+    with pytest.raises(ConfigError, match="must divide"):
+        save_user_preset("models", "broken", {**fields, "num_key_value_heads": 5})
+    delete_user_preset("models", "llama-2-7b-gqa8")
+    assert "llama-2-7b-gqa8" not in preset_names("models")
+    with pytest.raises(ConfigError, match="not one of your presets"):
+        delete_user_preset("models", "llama-3-8b")

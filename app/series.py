@@ -1,0 +1,78 @@
+"""The run's time series, grown frame by frame from the worker's step records, as the live plots
+want them: numpy arrays keyed by name."""
+
+from __future__ import annotations
+
+import numpy as np
+
+THROUGHPUT_WINDOW_S = 1.0  # output tokens per second over the last second of engine time
+
+STEP_KEYS = ("time_s", "kv_usage", "num_running", "num_waiting", "output_tokens", "compute_utilization",
+             "preemptions")
+FINISH_KEYS = ("finish_time_s", "ttft_s", "queue_time_s")
+
+
+class _Growing:
+    """A float64 array with amortised appends."""
+
+    def __init__(self):
+        self.data = np.zeros(1024)
+        self.size = 0
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, dtype=np.float64)
+        need = self.size + len(values)
+        if need > len(self.data):
+            grown = np.zeros(max(need, 2 * len(self.data)))
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size:need] = values
+        self.size = need
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+
+class RunSeries:
+    def __init__(self):
+        self.columns = {key: _Growing() for key in (*STEP_KEYS, *FINISH_KEYS, "cumulative_output")}
+        self.total_output = 0
+        self.total_preemptions = 0
+
+    def add_steps(self, steps) -> None:
+        c = self.columns
+        c["time_s"].extend([s.start_time_s + s.duration_s for s in steps])
+        c["kv_usage"].extend([s.kv_usage for s in steps])
+        c["num_running"].extend([s.num_running for s in steps])
+        c["num_waiting"].extend([s.num_waiting for s in steps])
+        outputs = np.array([s.num_output_tokens for s in steps], dtype=np.float64)
+        c["output_tokens"].extend(outputs)
+        c["cumulative_output"].extend(self.total_output + np.cumsum(outputs))
+        self.total_output += int(outputs.sum())
+        c["compute_utilization"].extend([s.compute_time_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
+        preemptions = np.cumsum([s.num_preemptions for s in steps]) + self.total_preemptions
+        c["preemptions"].extend(preemptions)
+        self.total_preemptions = int(preemptions[-1]) if len(preemptions) else self.total_preemptions
+
+    def add_finished(self, finished) -> None:
+        times, ttft, queue = zip(*finished)
+        self.columns["finish_time_s"].extend(times)
+        self.columns["ttft_s"].extend(ttft)
+        self.columns["queue_time_s"].extend(queue)
+
+    def throughput(self) -> np.ndarray:
+        """Output tokens per second over the trailing THROUGHPUT_WINDOW_S of engine time, at every step."""
+        t = self.columns["time_s"].view()
+        cum = self.columns["cumulative_output"].view()
+        if len(t) == 0:
+            return t
+        start = np.searchsorted(t, t - THROUGHPUT_WINDOW_S, side="left")
+        before = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
+        t_before = np.where(start > 0, t[np.maximum(start - 1, 0)], t[0] - THROUGHPUT_WINDOW_S)
+        span = np.maximum(t - np.maximum(t_before, t - THROUGHPUT_WINDOW_S), 1e-9)
+        return (cum - before) / np.maximum(span, THROUGHPUT_WINDOW_S if len(t) > 1 else span)
+
+    def arrays(self) -> dict:
+        out = {key: self.columns[key].view() for key in (*STEP_KEYS, *FINISH_KEYS)}
+        out["throughput_tokens_per_s"] = self.throughput()
+        return out

@@ -1,0 +1,233 @@
+"""The explorer window, offscreen: every control reaches the engine, bad values are refused in
+their field, the engine runs off the GUI thread, and an engine error never takes the window down."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from kvscope.app.gui import initial_values
+from kvscope.app.main_window import MainWindow
+from kvscope.engine.snapshot import BLOCK_USED
+
+
+class Args:
+    backend = None
+    model = None
+    hardware = None
+    workload = None
+    model_path = None
+
+
+def simulated_values(**changes):
+    args = Args()
+    args.backend, args.hardware, args.workload = "simulated", "h100-80gb", "chat"
+    values = initial_values(args)
+    values.update({"num_requests": 200, **changes})
+    return values
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    win = MainWindow(simulated_values(num_requests=2000), autoplay=True)  # runs for minutes at 10x
+    qtbot.addWidget(win)
+    win.resize(1600, 960)
+    win.show()
+    qtbot.waitExposed(win)
+    win.activateWindow()  # shortcuts reach the active window only
+    win.speed.setCurrentText("10x")
+    yield win
+    win.close()
+
+
+def engine_of(win, qtbot, predicate=lambda e: True, timeout=20000):
+    """Wait for the worker's engine to exist and satisfy predicate (rebuilds happen off the GUI thread)."""
+    qtbot.waitUntil(lambda: win.worker.engine is not None and predicate(win.worker.engine), timeout=timeout)
+    return win.worker.engine
+
+
+def test_the_window_runs_the_engine_off_the_gui_thread_and_draws_it(window, qtbot):
+    qtbot.waitUntil(lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 20, timeout=20000)
+    assert window.worker.alive
+    assert window.series.columns["time_s"].size > 0
+    assert window.block_map.index_image().size >= window.plan.num_blocks
+    assert "running" in window.status.text() and "KV" in window.status.text()
+    assert len(window.timeline.steps_shown()) > 0
+
+
+@pytest.mark.parametrize("field,value,check", [
+    ("kv_cache_dtype", "fp8", lambda e: e.resolved.kv_cache_dtype == "fp8"),
+    ("block_size", 32, lambda e: e.args.block_size == 32),
+    ("max_num_seqs", 7, lambda e: e.args.max_num_seqs == 7),
+    ("max_model_len", 4096, lambda e: e.resolved.max_model_len == 4096),
+    ("max_num_batched_tokens", 1024, lambda e: e.resolved.max_num_batched_tokens == 1024),
+    ("gpu_memory_utilization", 0.5, lambda e: e.args.gpu_memory_utilization == 0.5),
+    ("enable_prefix_caching", False, lambda e: not e.args.enable_prefix_caching),
+    ("enable_chunked_prefill", False, lambda e: not e.args.enable_chunked_prefill),
+    ("scheduling", "static", lambda e: e.args.scheduling == "static"),
+    ("allocation", "contiguous", lambda e: e.kv.kind == "contiguous"),
+    ("kv_cache_memory_bytes", 2 * 1024**3, lambda e: e.plan.kv_pool_bytes == 2 * 1024**3),
+    ("hardware", "a100-40gb", lambda e: e.hardware.name == "a100-40gb"),
+    ("model", "mistral-7b", lambda e: e.model.name == "mistral-7b"),
+])
+def test_every_engine_control_changes_the_engine(window, qtbot, field, value, check):
+    engine_of(window, qtbot)
+    window.settings.set_values({field: value})
+    assert window.settings.apply_button.isEnabled(), window.settings.errors[field].text()
+    assert window.apply_settings()
+    engine_of(window, qtbot, check)
+
+
+def test_workload_controls_reach_the_workload(window, qtbot):
+    window.settings.set_values({"workload": "shared-system-prompt", "num_requests": 37, "arrival_rate_per_s": 0.0,
+                                "output_median": 20})
+    assert window.apply_settings()
+    engine_of(window, qtbot, lambda e: window.config.workload.name == "shared-system-prompt")
+    spec = window.config.workload
+    assert spec.num_requests == 37 and spec.arrival_rate_per_s == 0.0 and spec.output_tokens.median == 20
+    qtbot.waitUntil(lambda: window.done, timeout=30000)
+    assert window.latest_summary["completed"] == 37
+    assert window.latest_summary["prefix_cache_hit_rate"] > 0
+
+
+def test_the_real_backend_is_one_setting(window, qtbot):
+    window.settings.set_values({"backend": "real", "model": "tiny-llama", "hardware": "this-machine",
+                                "kv_cache_memory_bytes": 32 * 1024**2, "num_requests": 5})
+    assert window.apply_settings()
+    engine = engine_of(window, qtbot, lambda e: e.runner.name == "real", timeout=60000)
+    assert engine.runner.cache.nbytes == engine.plan.num_blocks * engine.plan.block_bytes
+    qtbot.waitUntil(lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 0, timeout=60000)
+
+
+def test_an_invalid_value_is_refused_in_its_field_with_the_reason(window, qtbot):
+    window.settings.set_values({"enable_chunked_prefill": False, "max_num_batched_tokens": 512, "max_model_len": 4096})
+    error = window.settings.errors["max_num_batched_tokens"]
+    assert not error.isHidden() and "chunked prefill" in error.text()
+    assert not window.settings.apply_button.isEnabled()
+    assert not window.apply_settings()
+    window.settings.set_values({"max_num_batched_tokens": 4096})
+    assert error.isHidden() and window.settings.apply_button.isEnabled()
+
+
+def test_a_model_edit_that_cannot_exist_is_refused_and_a_good_one_is_applied(window, qtbot):
+    window.settings.set_values({"model": "llama-2-7b"})
+    window._refresh_editor_from_settings()
+    window.editor.model_boxes["num_key_value_heads"].setValue(5)  # 32 heads cannot share 5 KV heads
+    assert "must divide" in window.settings.errors["model"].text()
+    assert not window.settings.apply_button.isEnabled()
+    window.editor.model_boxes["num_key_value_heads"].setValue(8)
+    assert window.settings.apply_button.isEnabled()
+    assert "128.00 KiB" in window.settings.preview.text()  # 4x smaller per token than MHA's 512 KiB
+    assert window.apply_settings()
+    engine_of(window, qtbot, lambda e: e.model.num_key_value_heads == 8)
+
+
+def test_user_presets_are_saved_listed_and_deleted(window, qtbot):
+    window.settings.set_values({"model": "llama-3-8b"})
+    window._refresh_editor_from_settings()
+    window.editor.model_boxes["num_hidden_layers"].setValue(16)
+    window.save_user_preset("models", "llama-3-8b-half")
+    assert window.settings.model.findText("llama-3-8b-half") >= 0
+    assert window.editor.user_presets.count() == 1
+    window.settings.set_values({"model": "llama-3-8b-half"})
+    assert window.apply_settings()
+    engine_of(window, qtbot, lambda e: e.model.num_hidden_layers == 16)
+    window.delete_user_preset("models", "llama-3-8b-half")
+    assert window.settings.model.findText("llama-3-8b-half") < 0
+
+
+def press(window, qtbot, key, modifier=Qt.NoModifier):
+    """A key press as a person makes it: with the block map (a view, not a form field) focused."""
+    window.block_map.setFocus()
+    qtbot.keyClick(window.block_map, key, modifier)
+
+
+def test_run_controls_and_their_shortcuts(window, qtbot):
+    engine = engine_of(window, qtbot)
+    qtbot.waitUntil(lambda: window.play_action.text() == "Pause", timeout=10000)
+    press(window, qtbot, Qt.Key_Space)  # pause
+    assert window.play_action.text() == "Play"
+    qtbot.wait(200)
+    paused_at = engine.step_count
+    qtbot.wait(300)
+    assert engine.step_count == paused_at
+    press(window, qtbot, Qt.Key_Right)  # exactly one step
+    qtbot.waitUntil(lambda: engine.step_count == paused_at + 1, timeout=5000)
+    index = window.speed.currentIndex()
+    press(window, qtbot, Qt.Key_Minus)
+    assert window.speed.currentIndex() == index - 1
+    window.seed.setValue(5)
+    press(window, qtbot, Qt.Key_R)  # reset with the new seed: a new engine
+    engine_of(window, qtbot, lambda e: e is not engine)
+    assert window.config.seed == 5
+
+
+def test_the_block_map_shows_a_known_allocation(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))
+    win = MainWindow(simulated_values(kv_cache_memory_bytes=64 * 128 * 1024 * 16, num_requests=1, workload="uniform-short",
+                                      max_model_len=512), autoplay=False)
+    qtbot.addWidget(win)
+    engine = engine_of(win, qtbot)
+    win.step_once()  # the 128-token prompt: 8 blocks of 16
+    qtbot.waitUntil(lambda: win.latest_snapshot is not None and win.latest_snapshot.step == 1, timeout=10000)
+    snap = win.latest_snapshot
+    used = np.flatnonzero(snap.block_state == BLOCK_USED)
+    assert len(used) == 8 and engine.plan.num_blocks == 64
+    lut, image = win.block_map.lut(), win.block_map.index_image()
+    free_color = lut[image[win.block_map.cell_at(63)]]
+    for block in used:
+        assert not np.array_equal(lut[image[win.block_map.cell_at(int(block))]], free_color)
+    win.close()
+
+
+def test_an_engine_exception_shows_a_dialog_and_the_window_keeps_working(window, qtbot):
+    engine = engine_of(window, qtbot)
+
+    def broken_step():
+        raise RuntimeError("injected failure inside the engine")
+
+    engine.step = broken_step
+    qtbot.waitUntil(lambda: bool(window.errors_shown), timeout=10000)
+    assert "injected failure" in window.errors_shown[0]
+    assert window.play_action.text() == "Play"
+    assert window.apply_settings()  # a new engine: the window recovered
+    fresh = engine_of(window, qtbot, lambda e: e is not engine)
+    qtbot.waitUntil(lambda: fresh.step_count > 5, timeout=10000)
+
+
+def test_closing_the_window_stops_the_worker(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))
+    win = MainWindow(simulated_values(), autoplay=True)
+    qtbot.addWidget(win)
+    engine_of(win, qtbot)
+    started = time.perf_counter()
+    win.close()
+    assert not win.worker.alive
+    assert time.perf_counter() - started < 5
+
+
+def test_theme_switch(window, qtbot):
+    lut_dark = window.block_map.lut().copy()
+    press(window, qtbot, Qt.Key_T, Qt.ControlModifier)
+    assert not window.theme.is_dark
+    assert not np.array_equal(lut_dark, window.block_map.lut())
+
+
+def test_gui_command_takes_a_screenshot_and_quits(tmp_path):
+    shot = tmp_path / "window.png"
+    env = {"QT_QPA_PLATFORM": "offscreen", "KVSCOPE_CONFIG_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    out = subprocess.run([sys.executable, "-m", "kvscope.app", "gui", "--hardware", "h100-80gb", "--workload", "chat",
+                          "--quit-after", "3", "--screenshot", str(shot), "--size", "1280x720"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "kvscope.app", "gui", "--model", "nope", "--quit-after", "1"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "unknown model preset" in bad.stderr and "Traceback" not in bad.stderr

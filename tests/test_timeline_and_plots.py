@@ -1,0 +1,373 @@
+"""The batch timeline and the live plots: what they draw for known data, their ring buffer and
+lane bookkeeping, hover and click, missing data, themes. Timings are printed, not asserted."""
+
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from kvscope.widgets.batch_timeline import (
+    DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchTimelineView, TimelineStep,
+)
+from kvscope.widgets.live_plots import LivePlots, decimate_minmax
+from kvscope.widgets.palette import DARK, LIGHT, request_color
+
+
+def step(n, ids, tokens, prefill, joined=(), finished=(), preempted=(), duration_s=0.0125):
+    return TimelineStep(n, n * duration_s, duration_s, list(ids), list(tokens), list(prefill),
+                        list(joined), list(finished), list(preempted))
+
+
+# Request 1: a 512-token prompt chunk at step 0, decodes at 1-3, finishes at 3.
+# Request 2 joins at step 2 (100-token chunk), decodes at 3-4, is preempted at step 5.
+# Request 3 joins at step 4 (40-token chunk) on request 1's freed lane 0.
+# Request 4 joins at step 6 (2000-token chunk) on request 2's freed lane 1.
+KNOWN = [
+    step(0, [1], [512], [True], joined=[1]),
+    step(1, [1], [1], [False]),
+    step(2, [1, 2], [1, 100], [False, True], joined=[2]),
+    step(3, [1, 2], [1, 1], [False, False], finished=[1]),
+    step(4, [2, 3], [1, 40], [False, True], joined=[3]),
+    step(5, [3], [1], [False], preempted=[2]),
+    step(6, [3, 4], [1, 2000], [False, True], joined=[4]),
+]
+# Chunk-size bins: <32, 32-255, 256-1023, >=1024 tokens.
+P_32_255, P_256_1023, P_1024 = PREFILL_SMALL + 1, PREFILL_SMALL + 2, PREFILL_SMALL + 3
+
+
+@pytest.fixture
+def timeline(qtbot):
+    view = BatchTimelineView(capacity=400, max_lanes=256)
+    qtbot.addWidget(view)
+    return view
+
+
+def test_index_image_codes_and_lane_reuse(timeline):
+    timeline.add_steps(KNOWN[:3])
+    timeline.add_steps([])  # an empty frame changes nothing
+    timeline.add_steps(KNOWN[3:])
+    img = timeline.index_image()
+    assert img.dtype == np.uint8 and img.shape == (256, 7)
+    expected_lane0 = [P_256_1023, DECODE, DECODE, DECODE, P_32_255, DECODE, DECODE]
+    expected_lane1 = [EMPTY, EMPTY, P_32_255, DECODE, DECODE, EMPTY, P_1024]
+    assert img[0].tolist() == expected_lane0
+    assert img[1].tolist() == expected_lane1
+    assert not img[2:].any()
+    assert timeline.steps_shown().tolist() == list(range(7))
+    # Lanes: 3 took 1's lane, 4 took 2's lane; the finished and preempted hold none.
+    assert timeline.lane_of(3) == 0 and timeline.lane_of(4) == 1
+    assert timeline.lane_of(1) == -1 and timeline.lane_of(2) == -1
+    assert timeline.lanes_in_use == 2
+    # The drawn image item holds the same codes, and its LUT maps them to the theme.
+    assert np.array_equal(timeline._image.image, img)
+    assert tuple(timeline._lut[DECODE, :3]) == DARK.decode
+    assert tuple(timeline._lut[P_1024, :3]) == DARK.prefill
+    assert tuple(timeline._lut[EMPTY, :3]) == DARK.background
+    assert tuple(timeline._lut[PREFILL_SMALL, :3]) != DARK.prefill  # small chunks: a lighter shade
+
+
+def test_marks_at_step_and_lane(timeline):
+    timeline.add_steps(KNOWN)
+    assert timeline.marks(JOINED) == [(0, 0, 1), (2, 1, 2), (4, 0, 3), (6, 1, 4)]
+    assert timeline.marks(FINISHED) == [(3, 0, 1)]
+    assert timeline.marks(PREEMPTED) == [(5, 1, 2)]
+    # The scatter items are drawn inside those cells (x = step, y = lane).
+    x, y = timeline._scatter[FINISHED].getData()
+    assert np.floor(x).tolist() == [3] and np.floor(y).tolist() == [0]
+    x, y = timeline._scatter[PREEMPTED].getData()
+    assert np.floor(x).tolist() == [5] and np.floor(y).tolist() == [1]
+    x, y = timeline._scatter[JOINED].getData()
+    assert np.floor(x).tolist() == [0, 2, 4, 6] and np.floor(y).tolist() == [0, 1, 0, 1]
+    # Token bars: stacked prefill + decode per step.
+    edges, total = timeline._total_curve.getData()
+    _, decode = timeline._decode_curve.getData()
+    assert total.tolist() == [512, 1, 101, 2, 41, 1, 2001]
+    assert decode.tolist() == [0, 1, 1, 2, 1, 1, 1]
+
+
+def test_ring_buffer_keeps_capacity(qtbot):
+    view = BatchTimelineView(capacity=10, max_lanes=16)
+    qtbot.addWidget(view)
+    # Request i runs only in step i (a 1-token chunk that finishes at once).
+    steps = [step(i, [i], [1], [True], joined=[i], finished=[i]) for i in range(25)]
+    view.add_steps(steps[:4])
+    assert view.index_image().shape == (16, 4)
+    view.add_steps(steps[4:22])  # more steps than the capacity in one frame
+    view.add_steps(steps[22:])
+    assert view.steps_shown().tolist() == list(range(15, 25))
+    img = view.index_image()
+    assert img.shape == (16, 10)
+    assert (img[0] == PREFILL_SMALL).all() and not img[1:].any()  # every request reused lane 0
+    assert [m[0] for m in view.marks(FINISHED)] == list(range(15, 25))
+    assert [m[0] for m in view.marks(JOINED)] == list(range(15, 25))
+    assert "request 24" in view.hover_text_at(24.5, 0.5)  # x counts steps since clear()
+    assert view.hover_text_at(14.5, 0.5) == ""  # scrolled out
+    view.clear()
+    assert view.index_image().shape == (16, 0)
+    assert view.marks(FINISHED) == [] and view.lanes_in_use == 0
+
+
+def test_overflow_beyond_lane_cap_is_reported(qtbot):
+    view = BatchTimelineView(capacity=5, max_lanes=8)
+    qtbot.addWidget(view)
+    ids = list(range(100, 120))
+    view.add_steps([step(0, ids, [1] * 20, [False] * 20, joined=ids)])
+    assert view.lanes_in_use == 8
+    img = view.index_image()
+    assert (img[:, 0] == DECODE).all()  # the first 8 of the batch got the 8 lanes
+    assert view.lane_of(100) == 0 and view.lane_of(107) == 7 and view.lane_of(108) == -1
+    text = view.overflow_text()
+    assert "8 lanes" in text and "12" in text
+    assert not view._overflow_label.isHidden()
+    assert view.overflow_requests_total == 12
+    # The token bars still count all 20.
+    assert view._total_curve.getData()[1].tolist() == [20]
+    # When the lanes free up, the leftover requests get lanes; once the overflow scrolls out of
+    # the window the notice goes.
+    view.add_steps([step(1, ids, [1] * 20, [False] * 20, finished=ids[:8])])
+    view.add_steps([step(2 + i, ids[8:], [1] * 12, [False] * 12) for i in range(6)])
+    assert view.lanes_in_use == 8 and view.overflow_requests_total == 12
+    assert view.overflow_text() != ""  # 4 still lack a lane
+    view.add_steps([step(8 + i, ids[8:16], [1] * 8, [False] * 8) for i in range(6)])
+    assert view.overflow_text() == "" and view._overflow_label.isHidden()
+
+
+def test_hover_text_and_mouse_move(timeline, qtbot):
+    timeline.add_steps(KNOWN)
+    text = timeline.hover_text_at(0.5, 0.5)
+    assert "step 0" in text and "request 1" in text
+    assert "prefill chunk of 512 tokens" in text and "12.50 ms" in text
+    assert "decode (1 token)" in timeline.hover_text_at(1.5, 0.5)
+    assert "finished" in timeline.hover_text_at(3.5, 0.5)
+    assert "request 2" in timeline.hover_text_at(5.5, 1.5) and "preempted" in timeline.hover_text_at(5.5, 1.5)
+    assert "prefill chunk of 2,000 tokens" in timeline.hover_text_at(6.5, 1.5)
+    assert timeline.hover_text_at(1.5, 1.5) == ""  # an empty cell
+    assert timeline.hover_text_at(100.5, 0.5) == ""  # no such step yet
+    # A real mouse move over the cell (step 2, lane 1) produces the same text.
+    timeline.resize(1000, 500)
+    timeline.show()
+    qtbot.waitExposed(timeline)
+    qtbot.mouseMove(timeline.timeline_viewport(), timeline.timeline_pos(2.5, 1.5))
+    qtbot.waitUntil(lambda: "request 2" in timeline.last_hover_text, timeout=2000)
+    assert "prefill chunk of 100 tokens" in timeline.last_hover_text
+
+
+def test_click_emits_request_selected(timeline, qtbot):
+    timeline.add_steps(KNOWN)
+    timeline.resize(1000, 500)
+    timeline.show()
+    qtbot.waitExposed(timeline)
+    vp = timeline.timeline_viewport()
+    with qtbot.waitSignal(timeline.request_selected, timeout=2000) as blocker:
+        qtbot.mouseClick(vp, Qt.MouseButton.LeftButton, pos=timeline.timeline_pos(3.5, 1.5))
+    assert blocker.args == [2]
+    assert timeline.selected_request == 2
+    with qtbot.waitSignal(timeline.request_selected, timeout=2000) as blocker:
+        qtbot.mouseClick(vp, Qt.MouseButton.LeftButton, pos=timeline.timeline_pos(1.5, 1.5))
+    assert blocker.args == [-1]
+
+
+def test_select_request_highlights_without_signal(timeline, qtbot):
+    timeline.add_steps(KNOWN)
+    with qtbot.assertNotEmitted(timeline.request_selected):
+        timeline.select_request(3)
+    mask = timeline._highlight.image
+    assert mask is not None and mask.shape == (256, 7)
+    assert np.flatnonzero(mask[0]).tolist() == [4, 5, 6] and not mask[1:].any()
+    assert tuple(timeline._highlight.lut[1][:3]) == request_color(3)
+    assert timeline._lane_band.isVisible() and tuple(timeline._lane_band.getRegion()) == (0, 1)
+    timeline.select_request(-1)
+    assert not timeline._lane_band.isVisible()
+
+
+def test_timeline_theme_switch(timeline):
+    timeline.add_steps(KNOWN)
+    timeline.set_theme(LIGHT)
+    assert tuple(timeline._lut[DECODE, :3]) == LIGHT.decode
+    assert tuple(timeline._image.lut[DECODE, :3]) == LIGHT.decode
+    assert timeline._scatter[PREEMPTED].opts["brush"].color().getRgb()[:3] == LIGHT.warning
+    assert "#%02x%02x%02x" % LIGHT.good in timeline._legend.text()
+    assert np.array_equal(timeline.index_image(), timeline._image.image)  # data kept
+
+
+def test_timeline_speed_1024_requests(qtbot, capsys):
+    view = BatchTimelineView()
+    qtbot.addWidget(view)
+    ids = np.arange(1024)
+    steps = []
+    for s in range(60):
+        pre = (ids + s) % 50 == 0
+        toks = np.where(pre, 256, 1)
+        fin = ids[(ids + s) % 97 == 0]
+        steps.append(step(s, ids, toks, pre, joined=ids if s == 0 else [], finished=fin))
+    view.add_steps(steps[:1])
+    t0 = time.perf_counter()
+    view.add_steps(steps[1:])
+    dt = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[timing] BatchTimelineView.add_steps, 59 steps x 1,024 requests: {dt * 1e3:.1f} ms")
+    assert view.overflow_text() != ""  # 1,024 running requests > 256 lanes: said, not dropped
+
+
+# ---------------------------------------------------------------------- live plots
+
+def synthetic_series(n=500, m=80):
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.uniform(0.01, 0.03, n))
+    ft = np.sort(rng.uniform(0, t[-1], m))
+    return {
+        "time_s": t,
+        "kv_usage": np.clip(np.linspace(0, 1.2, n), 0, 1),
+        "compute_utilization": np.linspace(0.1, 0.4, n),
+        "num_running": np.minimum(np.arange(n), 200).astype(np.int64),
+        "num_waiting": np.maximum(np.arange(n) - 300, 0).astype(np.int64),
+        "throughput_tokens_per_s": rng.uniform(1000, 2000, n),
+        "preemptions": np.cumsum(rng.random(n) < 0.05),
+        "finish_time_s": ft,
+        "ttft_s": rng.uniform(0.2, 0.5, m),
+        "queue_time_s": rng.uniform(0.05, 0.1, m),
+    }
+
+
+@pytest.fixture
+def plots(qtbot):
+    w = LivePlots()
+    qtbot.addWidget(w)
+    return w
+
+
+def test_set_series_updates_curves(plots):
+    s = synthetic_series()
+    plots.set_series(s)
+    for key, scale in (("kv_usage", 100.0), ("compute_utilization", 100.0), ("num_running", 1.0),
+                       ("num_waiting", 1.0), ("throughput_tokens_per_s", 1.0), ("preemptions", 1.0)):
+        x, y = plots.curves[key].getData()
+        assert np.allclose(x, s["time_s"]), key
+        assert np.allclose(y, s[key] * scale), key
+    for key in ("ttft_s", "queue_time_s"):
+        x, y = plots.curves[key].getData()
+        assert np.allclose(x, s["finish_time_s"]) and np.allclose(y, s[key]), key
+    assert not plots.latency_log_y  # 0.05 .. 0.5 s: a linear axis
+    # KV usage and compute share one percent axis, with the wall at 100 %.
+    assert plots.curves["kv_usage"] in plots.plots["kv"].listDataItems()
+    assert plots.curves["compute_utilization"] in plots.plots["kv"].listDataItems()
+    assert plots.wall_line.value() == 100 and "KV pool full" in plots.wall_line.label.toPlainText()
+    assert plots.curves["kv_usage"].getData()[1].max() == pytest.approx(100.0)
+    # Every plot shows the run's time span.
+    for name in plots.plots:
+        lo, hi = plots.x_range(name)
+        assert lo <= s["time_s"][0] and hi >= s["time_s"][-1], name
+    # Items are reused frame to frame.
+    items = {k: id(v) for k, v in plots.curves.items()}
+    n_items = {k: len(p.items) for k, p in plots.plots.items()}
+    s2 = synthetic_series(n=700, m=120)
+    plots.set_series(s2)
+    assert {k: id(v) for k, v in plots.curves.items()} == items
+    assert {k: len(p.items) for k, p in plots.plots.items()} == n_items
+    assert len(plots.curves["num_running"].getData()[0]) == 700
+
+
+def test_titles_axes_and_legends(plots):
+    kv = plots.plots["kv"]
+    assert "KV cache vs compute" in kv.titleLabel.text
+    for legend in ("KV cache usage", "compute utilisation"):
+        assert legend in kv.titleLabel.text
+    assert "KV pool full" in plots.wall_line.label.toPlainText()  # labelled on the line itself
+    for name, words in (("requests", ("running", "waiting")), ("latency", ("TTFT", "queue time")),
+                        ("throughput", ("output tokens/s",)), ("preemptions", ("preemptions",))):
+        for w in words:
+            assert w in plots.plots[name].titleLabel.text, (name, w)
+    for plot in plots.plots.values():
+        assert plot.getAxis("bottom").labelText == "engine clock (s)"
+        assert plot.getAxis("left").labelText
+    assert "%" in kv.getAxis("left").labelText
+
+
+def test_long_series_are_decimated_keeping_peaks(plots, capsys):
+    n = 100_000
+    t = np.arange(n) * 0.01
+    kv = np.full(n, 0.5)
+    kv[54_321] = 1.0  # a single-step spike must survive the decimation
+    s = {"time_s": t, "kv_usage": kv, "compute_utilization": np.full(n, 0.3),
+         "num_running": np.arange(n) % 300, "num_waiting": np.arange(n) % 50,
+         "throughput_tokens_per_s": np.sin(t) * 100 + 1000, "preemptions": np.arange(n) // 1000,
+         "finish_time_s": np.sort(np.random.default_rng(0).uniform(0, t[-1], n)),
+         "ttft_s": np.geomspace(0.01, 100, n), "queue_time_s": np.geomspace(0.001, 90, n)}
+    plots.set_series(s)  # warm-up
+    t0 = time.perf_counter()
+    plots.set_series(s)
+    dt = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[timing] LivePlots.set_series, 100k-point arrays: {dt * 1e3:.1f} ms")
+    x, y = plots.curves["kv_usage"].getData()
+    assert len(x) <= plots.max_points + 100
+    assert y.max() == pytest.approx(100.0) and y.min() == pytest.approx(50.0)
+    assert np.all(np.diff(x) >= 0)
+    assert plots.latency_log_y  # 0.001 .. 100 s: log y
+    assert plots.latency_shown < plots.latency_total == n
+    assert f"of {n:,} shown" in plots.plots["latency"].titleLabel.text
+    x, y = plots.curves["ttft_s"].getData()
+    assert len(x) <= plots.max_points + 1
+    assert y.max() == pytest.approx(2.0)  # log10(100 s): the worst request is kept
+
+
+def test_decimate_minmax_unit():
+    x = np.arange(10.0)
+    y = np.array([0, 5, 1, 1, -3, 2, 2, 9, 0, 4.0])
+    xs, ys = decimate_minmax(x, y, 4)  # 2 bins of 5: min and max of each, in time order
+    assert xs.tolist() == [1, 4, 7, 8] and ys.tolist() == [5, -3, 9, 0]
+    assert decimate_minmax(x, y, 100)[0] is x
+
+
+def test_missing_and_empty_keys(plots):
+    plots.set_series({})
+    for item in plots.curves.values():
+        x, y = item.getData()
+        assert x is None or len(x) == 0
+    s = synthetic_series()
+    plots.set_series(s)
+    partial = {"time_s": s["time_s"], "kv_usage": s["kv_usage"], "num_waiting": np.array([]),
+               "ttft_s": s["ttft_s"]}  # no finish times: no latency points
+    plots.set_series(partial)
+    assert len(plots.curves["kv_usage"].getData()[0]) == len(s["time_s"])
+    for key in ("num_waiting", "num_running", "ttft_s", "queue_time_s", "preemptions"):
+        x, _ = plots.curves[key].getData()
+        assert x is None or len(x) == 0, key
+    plots.set_series({"kv_usage": s["kv_usage"]})  # no clock: nothing to draw against
+    x, _ = plots.curves["kv_usage"].getData()
+    assert x is None or len(x) == 0
+    plots.clear()
+    assert plots.latency_total == 0
+
+
+def test_x_follows_data_until_user_pans(plots, qtbot):
+    s = synthetic_series()
+    plots.set_series(s)
+    plots.plots["requests"].vb.sigRangeChangedManually.emit([True, False])  # as a mouse pan does
+    plots.plots["requests"].setXRange(1.0, 2.0, padding=0)
+    assert plots.x_range("kv") == pytest.approx((1.0, 2.0))  # shared by value
+    plots.set_series(synthetic_series(n=900))
+    assert plots.x_range("latency") == pytest.approx((1.0, 2.0))  # not pulled back while exploring
+    plots.resize(1000, 500)
+    plots.show()
+    qtbot.waitExposed(plots)
+    vp = plots._view.viewport()
+    qtbot.mouseDClick(vp, Qt.MouseButton.LeftButton)  # QTest sends no release after the double
+    qtbot.mouseRelease(vp, Qt.MouseButton.LeftButton)  # click; the scene reports clicks on release
+    lo, hi = plots.x_range("preemptions")
+    assert hi > 10.0  # following the data again
+
+
+def test_plots_theme_switch(plots):
+    plots.set_series(synthetic_series())
+    plots.set_theme(LIGHT)
+    assert plots.curves["kv_usage"].opts["pen"].color().getRgb()[:3] == LIGHT.warning
+    assert plots.curves["compute_utilization"].opts["pen"].color().getRgb()[:3] == LIGHT.decode
+    assert plots.wall_line.pen.color().getRgb()[:3] == LIGHT.accent
+    assert plots._view.backgroundBrush().color().getRgb()[:3] == LIGHT.background
+    assert plots.plots["kv"].getAxis("left").textPen().color().getRgb()[:3] == LIGHT.foreground
+    assert "#%02x%02x%02x" % LIGHT.decode in plots.plots["kv"].titleLabel.text
+    plots.set_theme(DARK)
+    assert plots.curves["kv_usage"].opts["pen"].color().getRgb()[:3] == DARK.warning
+    assert len(plots.curves["kv_usage"].getData()[0]) == 500  # data kept

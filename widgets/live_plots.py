@@ -1,0 +1,363 @@
+"""Live plots of a run, on one engine-clock axis: KV cache usage against compute utilisation (the
+KV pool fills while compute still has headroom), running / waiting requests, output throughput,
+per-request latency, cumulative preemptions.
+
+``set_series`` takes plain numpy arrays every frame (the full history); the plots draw at most
+``max_points`` points per curve: longer step series are reduced by a min/max (peak-keeping)
+decimation, longer per-request series by even thinning that keeps the worst request.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
+
+from kvscope.widgets.palette import DARK, Theme
+
+TIME_LABEL = "engine clock (s)"
+LOG_FLOOR_S = 1e-3  # on the log latency axis, shorter times (a zero queue time) are drawn here
+LOG_ON_SPAN, LOG_OFF_SPAN = 100.0, 30.0  # latency spread (max / 5th percentile) to switch log y on / off
+
+# curve name -> (plot, legend name, theme colour attribute, style)
+CURVES = {
+    "kv_usage": ("kv", "KV cache usage", "warning", "fill"),
+    "compute_utilization": ("kv", "compute utilisation", "decode", "line"),
+    "num_running": ("requests", "running", "good", "line"),
+    "num_waiting": ("requests", "waiting", "prefill", "line"),
+    "throughput_tokens_per_s": ("throughput", "output tokens/s", "good", "line"),
+    "ttft_s": ("latency", "TTFT", "decode", "o"),
+    "queue_time_s": ("latency", "queue time", "prefill", "t1"),
+    "preemptions": ("preemptions", "preemptions", "warning", "line"),
+}
+PERCENT = ("kv_usage", "compute_utilization")
+STEP_SERIES = ("kv_usage", "compute_utilization", "num_running", "num_waiting",
+               "throughput_tokens_per_s", "preemptions")
+REQUEST_SERIES = ("ttft_s", "queue_time_s")
+
+TITLES = {
+    "kv": "KV cache vs compute",
+    "requests": "Requests",
+    "throughput": "Throughput (output tokens/s)",
+    "latency": "Latency (s)",
+    "preemptions": "Preemptions (cumulative)",
+}
+Y_LABELS = {  # short: the title names the quantity, the axis gives its unit
+    "kv": "%",
+    "requests": "requests",
+    "throughput": "tokens/s",
+    "latency": "s",
+    "preemptions": "count",
+}
+
+
+_GLYPH = {"line": "\u2501", "fill": "\u2501", "o": "\u25cf", "t1": "\u25b2"}
+
+
+def _array(series: dict, key: str) -> np.ndarray:
+    v = series.get(key)
+    if v is None:
+        return np.zeros(0, dtype=np.float64)
+    a = np.asarray(v, dtype=np.float64).ravel()
+    return a
+
+
+def _bounds(*arrays) -> tuple | None:
+    lo, hi = np.inf, -np.inf
+    for a in arrays:
+        if a.size:
+            f = a[np.isfinite(a)]
+            if f.size:
+                lo, hi = min(lo, float(f.min())), max(hi, float(f.max()))
+    return (lo, hi) if lo <= hi else None
+
+
+def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple:
+    """At most about max_points points that keep every bin's min and max (peaks stay visible)."""
+    n = len(x)
+    if n <= max_points:
+        return x, y
+    bins = max(1, max_points // 2)
+    k = -(-n // bins)
+    m = (n // k) * k
+    yb = y[:m].reshape(-1, k)
+    xb = x[:m].reshape(-1, k)
+    nan = np.isnan(yb)
+    imin = np.argmin(np.where(nan, np.inf, yb), axis=1)
+    imax = np.argmax(np.where(nan, -np.inf, yb), axis=1)
+    lo, hi = np.minimum(imin, imax), np.maximum(imin, imax)
+    rows = np.arange(len(yb))
+    xs = np.empty(2 * len(yb))
+    ys = np.empty(2 * len(yb))
+    xs[0::2], xs[1::2] = xb[rows, lo], xb[rows, hi]
+    ys[0::2], ys[1::2] = yb[rows, lo], yb[rows, hi]
+    if m < n:  # the newest points, fewer than one bin: keep them all
+        xs = np.concatenate((xs, x[m:]))
+        ys = np.concatenate((ys, y[m:]))
+    return xs, ys
+
+
+def thin_indices(n: int, max_points: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """Evenly spaced indices (at most max_points, plus the indices in keep), sorted."""
+    if n <= max_points:
+        return np.arange(n)
+    idx = np.linspace(0, n - 1, max_points).astype(np.int64)
+    if keep is not None and keep.size:
+        idx = np.concatenate((idx, keep))
+    return np.unique(idx)
+
+
+def _hex(rgb) -> str:
+    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
+
+
+class LivePlots(QWidget):
+    """Grid of live plots sharing the engine-clock x axis. Call ``set_series`` every frame."""
+
+    def __init__(self, parent: QWidget | None = None, theme: Theme = DARK, max_points: int = 3000):
+        super().__init__(parent)
+        self.max_points = int(max_points)
+        self._theme = theme
+        self.latency_log_y = False
+        self.latency_shown = 0  # requests drawn on the latency plot
+        self.latency_total = 0  # finished requests given
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        self._view = pg.GraphicsLayoutWidget()
+        self._view.ci.setSpacing(4)
+        layout.addWidget(self._view)
+
+        self.plots: dict[str, pg.PlotItem] = {}
+        # One column: the panel is a side dock, and plots side by side cannot shrink to its width.
+        for row, name in enumerate(("kv", "requests", "throughput", "latency", "preemptions")):
+            self.plots[name] = self._view.addPlot(row=row, col=0)
+            self._view.ci.layout.setRowStretchFactor(row, 3 if name == "kv" else 2)
+
+        master = self.plots["kv"]
+        self._follow_x = True  # x follows the data until the user pans or zooms; a double-click resumes
+        self._syncing = False
+        for name, plot in self.plots.items():
+            plot.setLabel("bottom", TIME_LABEL)
+            plot.setLabel("left", Y_LABELS[name])
+            plot.getAxis("left").setWidth(58)
+            plot.getAxis("left").enableAutoSIPrefix(False)  # units are in the labels; no "(x0.001)"
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setMenuEnabled(False)
+            plot.enableAutoRange(x=False)
+            # Shared x by value (setXLink would map by screen position, and the plots differ in width).
+            plot.vb.sigXRangeChanged.connect(self._sync_x)
+            plot.vb.sigRangeChangedManually.connect(self._stop_following)
+            plot.hideButtons()  # its "A" would turn autorange back on and fight the shared x
+            # Titles may be wider than a narrow dock: let them be cut rather than push the plots out.
+            plot.titleLabel.setMinimumWidth(0)
+            plot.titleLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+
+        for name in ("requests", "throughput", "preemptions"):  # counts and rates: never below zero
+            self.plots[name].setLimits(yMin=0)
+        kv = self.plots["kv"]
+        kv.setYRange(-8, 118, padding=0)  # room for the "0" tick label
+        kv.enableAutoRange(axis="y", enable=False)
+        kv.setLimits(yMin=-10, yMax=200)
+        kv.getAxis("left").setTicks([[(v, f"{v}") for v in (0, 25, 50, 75, 100)]])
+        self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False, label="KV pool full",
+                                         labelOpts={"position": 0.99, "anchors": [(1, 1), (1, 1)]})
+        self.wall_line.setZValue(-5)
+        kv.addItem(self.wall_line, ignoreBounds=True)
+
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        for key, (plot_name, legend, _, style) in CURVES.items():
+            plot = self.plots[plot_name]
+            if style in ("line", "fill"):
+                item = plot.plot([], [], connect="finite")
+                item.setClipToView(True)
+                item.setDownsampling(auto=True, method="peak")
+                if style == "fill":
+                    item.setFillLevel(0)
+            else:
+                item = plot.plot([], [], pen=None, symbol=style, symbolSize=6)
+            self.curves[key] = item
+        self._x_bounds = None
+        self._view.scene().sigMouseClicked.connect(self._on_click)
+        self.set_theme(theme)
+
+    # ------------------------------------------------------------------ theme
+
+    def set_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        bg, fg = theme.background, theme.foreground
+        pal = self.palette()
+        pal.setColor(QPalette.ColorRole.Window, QColor(*bg))
+        self.setPalette(pal)
+        self.setAutoFillBackground(True)
+        self._view.setBackground(bg)
+        for name, plot in self.plots.items():
+            for side in ("left", "bottom"):
+                ax = plot.getAxis(side)
+                ax.setPen(pg.mkPen(fg))
+                ax.setTextPen(pg.mkPen(fg))
+                ax.label.setDefaultTextColor(QColor(*fg))
+            self._update_title(name)
+        for key, (_, _, colour_attr, style) in CURVES.items():
+            c = getattr(theme, colour_attr)
+            item = self.curves[key]
+            if style == "line":
+                item.setPen(pg.mkPen(c, width=2))
+            elif style == "fill":
+                item.setPen(pg.mkPen(c, width=2))
+                item.setBrush(pg.mkBrush(*c, 50))
+            else:
+                item.setSymbolPen(pg.mkPen(*c, 230))
+                item.setSymbolBrush(pg.mkBrush(*c, 150))
+        self.wall_line.setPen(pg.mkPen(theme.accent, width=2, style=Qt.PenStyle.DashLine))
+        self.wall_line.label.setColor(theme.accent)
+
+    @property
+    def theme(self) -> Theme:
+        return self._theme
+
+    def legend_html(self, name: str) -> str:
+        """The legend of one plot: a coloured sample and the name of each of its curves."""
+        parts = []
+        for key, (plot_name, legend, colour_attr, style) in CURVES.items():
+            if plot_name != name:
+                continue
+            glyph = _GLYPH.get(style, "\u2501")
+            parts.append(f"<span style='color:{_hex(getattr(self._theme, colour_attr))}'>{glyph}</span>"
+                         f"&nbsp;{legend}")
+        return "&nbsp;&nbsp;".join(parts)  # the "KV pool full" line is labelled on the plot itself
+
+    def title_text(self, name: str) -> str:
+        title = TITLES[name]
+        if name == "latency":
+            if self.latency_log_y:
+                title += " \u2014 log y, 0 s drawn at 1 ms"
+            if self.latency_shown < self.latency_total:
+                title += f" \u2014 {self.latency_shown:,} of {self.latency_total:,} shown"
+        return f"<b>{title}</b><br>{self.legend_html(name)}"
+
+    def _update_title(self, name: str) -> None:
+        self.plots[name].setTitle(self.title_text(name), color=_hex(self._theme.foreground), size="9pt")
+
+    # ------------------------------------------------------------------ x range
+
+    def _stop_following(self, *_):
+        self._follow_x = False
+
+    def _on_click(self, ev) -> None:
+        if ev.double():
+            self._resume_following()
+
+    def _resume_following(self, *_):
+        self._follow_x = True
+        for name, plot in self.plots.items():
+            if name != "kv":  # a pan turned y autorange off; the KV plot keeps its fixed 0-100 %
+                plot.enableAutoRange(axis="y")
+        self._apply_x_range()
+
+    def _sync_x(self, vb, rng) -> None:
+        if self._syncing:
+            return
+        self._syncing = True
+        try:
+            for plot in self.plots.values():
+                if plot.vb is not vb:
+                    plot.setXRange(rng[0], rng[1], padding=0)
+        finally:
+            self._syncing = False
+
+    def _apply_x_range(self) -> None:
+        if not self._follow_x or self._x_bounds is None:
+            return
+        lo, hi = self._x_bounds
+        if hi <= lo:
+            hi = lo + 1.0
+        pad = 0.01 * (hi - lo)
+        self.plots["kv"].setXRange(lo - pad, hi + pad, padding=0)
+
+    def x_range(self, name: str = "kv") -> tuple:
+        return tuple(self.plots[name].vb.viewRange()[0])
+
+    # ------------------------------------------------------------------ data
+
+    def clear(self) -> None:
+        for item in self.curves.values():
+            item.setData([], [])
+        self.latency_shown = self.latency_total = 0
+        self._x_bounds = None
+        self._follow_x = True
+        self._set_latency_log(False)
+        self._update_title("latency")
+
+    def set_series(self, series: dict) -> None:
+        """Draw the run so far. Keys (numpy arrays; any may be missing or empty): per step
+        time_s, kv_usage (0..1), num_running, num_waiting, throughput_tokens_per_s,
+        compute_utilization (0..1), preemptions (cumulative); per finished request finish_time_s,
+        ttft_s, queue_time_s (seconds)."""
+        t = _array(series, "time_s")
+        for key in STEP_SERIES:
+            y = _array(series, key)
+            n = min(len(t), len(y))
+            if n == 0:
+                self.curves[key].setData([], [])
+                continue
+            x, y = t[len(t) - n:], y[len(y) - n:]
+            if key in PERCENT:
+                y = y * 100.0
+            x, y = decimate_minmax(x, y, self.max_points)
+            self.curves[key].setData(x, y)
+        self._set_latency(series)
+        self._x_bounds = _bounds(t, _array(series, "finish_time_s"))
+        self._apply_x_range()
+
+    def _set_latency(self, series: dict) -> None:
+        ft = _array(series, "finish_time_s")
+        ys = {key: _array(series, key) for key in REQUEST_SERIES}
+        total = max((min(len(ft), len(y)) for y in ys.values()), default=0)
+        thinned = {}
+        for key, y in ys.items():
+            n = min(len(ft), len(y))
+            if n == 0:
+                thinned[key] = None
+                continue
+            x, y = ft[len(ft) - n:], y[len(y) - n:]
+            finite = np.isfinite(y)
+            worst = np.array([int(np.argmax(np.where(finite, y, -np.inf)))]) if finite.any() else None
+            idx = thin_indices(n, self.max_points, worst)
+            thinned[key] = (x[idx], y[idx])
+        shown = max((len(v[0]) for v in thinned.values() if v is not None), default=0)
+
+        # Log y when the latencies spread over orders of magnitude (with hysteresis).
+        vals = [v[1] for v in thinned.values() if v is not None]
+        if vals:
+            allv = np.concatenate(vals)
+            pos = allv[np.isfinite(allv) & (allv > 0)]
+            if pos.size:
+                span = float(pos.max()) / max(float(np.percentile(pos, 5)), LOG_FLOOR_S)
+                if not self.latency_log_y and span > LOG_ON_SPAN:
+                    self._set_latency_log(True)
+                elif self.latency_log_y and span < LOG_OFF_SPAN:
+                    self._set_latency_log(False)
+        for key, v in thinned.items():
+            if v is None:
+                self.curves[key].setData([], [])
+                continue
+            x, y = v
+            if self.latency_log_y:
+                y = np.maximum(y, LOG_FLOOR_S)
+            self.curves[key].setData(x, y)
+        if (shown, total) != (self.latency_shown, self.latency_total):
+            self.latency_shown, self.latency_total = shown, total
+            self._update_title("latency")
+
+    def _set_latency_log(self, on: bool) -> None:
+        plot = self.plots["latency"]
+        if on == self.latency_log_y and plot.ctrl.logYCheck.isChecked() == on:
+            return
+        self.latency_log_y = on
+        plot.setLogMode(x=False, y=on)
+        plot.setLabel("left", "s (log)" if on else Y_LABELS["latency"])
+        self._update_title("latency")

@@ -1,0 +1,170 @@
+"""Edit the chosen model's and hardware's fields — "what if this model had 8 KV heads?" — and
+save them as the user's own presets. The app validates, applies and stores; this view collects."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
+
+MODEL_FIELDS = [  # (key, label, tooltip)
+    ("num_hidden_layers", "Layers", "num_hidden_layers"),
+    ("num_attention_heads", "Attention heads", "num_attention_heads: query heads"),
+    ("num_key_value_heads", "KV heads", "num_key_value_heads: fewer than the attention heads is GQA; 1 is MQA"),
+    ("head_dim", "Head dim", "head_dim: numbers per head in each K and V"),
+    ("hidden_size", "Hidden size", "hidden_size"),
+    ("intermediate_size", "MLP size", "intermediate_size"),
+    ("vocab_size", "Vocabulary", "vocab_size"),
+]
+
+
+def _int_box(tooltip: str, suffix: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(1, 10_000_000)
+    box.setToolTip(tooltip)
+    box.setSuffix(suffix)
+    box.setGroupSeparatorShown(True)
+    box.setKeyboardTracking(False)
+    return box
+
+
+def _float_box(tooltip: str, suffix: str, maximum: float, decimals: int = 1) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(0.1, maximum)
+    box.setDecimals(decimals)
+    box.setSuffix(suffix)
+    box.setToolTip(tooltip)
+    box.setKeyboardTracking(False)
+    return box
+
+
+class PresetEditor(QScrollArea):
+    edited = Signal()  # any field changed: the app re-plans (and, on apply, rebuilds)
+    save_requested = Signal(str, str)  # kind ("models" | "hardware"), name
+    delete_requested = Signal(str, str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        body = QWidget()
+        self.setWidget(body)
+        outer = QVBoxLayout(body)
+        self.model_boxes: dict[str, QSpinBox] = {}
+
+        model_group = QGroupBox("Model")
+        form = QFormLayout(model_group)
+        self.model_name = QLabel()
+        form.addRow("Editing", self.model_name)
+        for key, label, tooltip in MODEL_FIELDS:
+            box = _int_box(tooltip)
+            self.model_boxes[key] = box
+            form.addRow(label, box)
+        self.weight_dtype = QComboBox()
+        self.weight_dtype.addItems(WEIGHT_DTYPES)
+        self.weight_dtype.setToolTip("weight precision or quantisation: sets the weights' share of memory")
+        form.addRow("Weights", self.weight_dtype)
+        self.model_note = QLabel("On the real backend an edited shape runs with random weights.")
+        self.model_note.setWordWrap(True)
+        form.addRow(self.model_note)
+        outer.addWidget(model_group)
+
+        hardware_group = QGroupBox("Hardware")
+        form = QFormLayout(hardware_group)
+        self.hardware_name = QLabel()
+        form.addRow("Editing", self.hardware_name)
+        self.memory_gib = _float_box("memory per device", " GiB", 100_000, 2)
+        self.bandwidth = _float_box("memory bandwidth per device", " GB/s", 1_000_000, 0)
+        self.flops = _float_box("peak dense FLOP/s per device, 16-bit", " TFLOP/s", 100_000, 1)
+        self.gpu_count = _int_box("devices, joined for tensor parallelism", " devices")
+        self.gpu_count.setRange(1, 1024)
+        form.addRow("Memory", self.memory_gib)
+        form.addRow("Bandwidth", self.bandwidth)
+        form.addRow("Peak FLOP/s (16-bit)", self.flops)
+        form.addRow("Devices", self.gpu_count)
+        outer.addWidget(hardware_group)
+
+        buttons = QGroupBox("Your presets")
+        row = QVBoxLayout(buttons)
+        line = QHBoxLayout()
+        self.save_model = QPushButton("Save model as...")
+        self.save_hardware = QPushButton("Save hardware as...")
+        line.addWidget(self.save_model)
+        line.addWidget(self.save_hardware)
+        row.addLayout(line)
+        line = QHBoxLayout()
+        self.user_presets = QComboBox()
+        self.user_presets.setToolTip("presets you saved (kept in your config directory)")
+        self.delete_button = QPushButton("Delete")
+        line.addWidget(self.user_presets, 1)
+        line.addWidget(self.delete_button)
+        row.addLayout(line)
+        outer.addWidget(buttons)
+        outer.addStretch(1)
+
+        for box in [*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count]:
+            box.valueChanged.connect(self.edited)
+        self.weight_dtype.currentIndexChanged.connect(self.edited)
+        self.save_model.clicked.connect(lambda: self._ask_name("models"))
+        self.save_hardware.clicked.connect(lambda: self._ask_name("hardware"))
+        self.delete_button.clicked.connect(self._delete)
+
+    def set_model(self, name: str, fields: dict) -> None:
+        self.model_name.setText(name)
+        for key, box in self.model_boxes.items():
+            box.blockSignals(True)
+            box.setValue(int(fields[key]))
+            box.blockSignals(False)
+        self.weight_dtype.blockSignals(True)
+        self.weight_dtype.setCurrentText(fields.get("weight_dtype", "bf16"))
+        self.weight_dtype.blockSignals(False)
+
+    def set_hardware(self, name: str, memory_bytes: float, bandwidth_bytes_per_s: float, flops_16bit: float,
+                     gpu_count: int) -> None:
+        self.hardware_name.setText(name)
+        for box, value in ((self.memory_gib, memory_bytes / 1024**3), (self.bandwidth, bandwidth_bytes_per_s / 1e9),
+                           (self.flops, flops_16bit / 1e12), (self.gpu_count, gpu_count)):
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+
+    def set_user_presets(self, names: list[tuple[str, str]]) -> None:
+        """(kind, name) pairs."""
+        self.user_presets.clear()
+        for kind, name in names:
+            self.user_presets.addItem(f"{name} ({'model' if kind == 'models' else 'hardware'})", (kind, name))
+        self.delete_button.setEnabled(bool(names))
+
+    def model_fields(self) -> dict:
+        fields = {key: box.value() for key, box in self.model_boxes.items()}
+        fields["weight_dtype"] = self.weight_dtype.currentText()
+        return fields
+
+    def hardware_fields(self) -> dict:
+        return {"memory_bytes": int(self.memory_gib.value() * 1024**3),
+                "memory_bandwidth_bytes_per_s": self.bandwidth.value() * 1e9,
+                "flops_16bit": self.flops.value() * 1e12, "gpu_count": self.gpu_count.value()}
+
+    def _ask_name(self, kind: str) -> None:
+        current = self.model_name.text() if kind == "models" else self.hardware_name.text()
+        name, ok = QInputDialog.getText(self, "Save preset", "Name (letters, digits, - _ .):", text=f"{current}-edited")
+        if ok and name.strip():
+            self.save_requested.emit(kind, name.strip())
+
+    def _delete(self) -> None:
+        data = self.user_presets.currentData()
+        if data:
+            self.delete_requested.emit(*data)

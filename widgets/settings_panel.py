@@ -1,0 +1,362 @@
+"""The run's settings as a form: model, hardware, backend, engine arguments, workload.
+
+The panel only collects values and shows what the app tells it: the live memory math and, next
+to a field, why a value is refused. Spin boxes carry their units; nothing here knows the engine.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+KV_DTYPES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
+DEFAULT_TEXT = "default"
+
+
+def _spin(minimum: int, maximum: int, suffix: str, tooltip: str, special: str | None = None, step: int = 1) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(minimum, maximum)
+    box.setSuffix(suffix)
+    box.setSingleStep(step)
+    box.setToolTip(tooltip)
+    box.setGroupSeparatorShown(True)
+    if special:
+        box.setSpecialValueText(special)  # shown at the minimum: "use the default"
+    box.setKeyboardTracking(False)
+    return box
+
+
+def _dspin(minimum: float, maximum: float, decimals: int, suffix: str, tooltip: str, step: float,
+           special: str | None = None) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(minimum, maximum)
+    box.setDecimals(decimals)
+    box.setSingleStep(step)
+    box.setSuffix(suffix)
+    box.setToolTip(tooltip)
+    if special:
+        box.setSpecialValueText(special)
+    box.setKeyboardTracking(False)
+    return box
+
+
+class SettingsPanel(QScrollArea):
+    changed = Signal()  # any field edited: the app recomputes the memory math and validates
+    apply_requested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        body = QWidget()
+        self.setWidget(body)
+        outer = QVBoxLayout(body)
+        self.fields: dict[str, QWidget] = {}
+        self.errors: dict[str, QLabel] = {}
+        self.model_path: str | None = None
+        self.config_path: str | None = None
+        self.trace_path: str | None = None
+
+        # model and hardware ---------------------------------------------------------------------
+        box, form = self._group("Model and hardware", outer)
+        self.backend = QComboBox()
+        self.backend.addItem("real: a model running on this machine", "real")
+        self.backend.addItem("simulated: roofline model of the hardware", "simulated")
+        self.backend.setToolTip("real: a transformers model on this machine's GPU or CPU, over the paged KV pool;\n"
+                                "simulated: the same scheduler and block manager priced by a roofline model")
+        self._row(form, "backend", "Backend", self.backend)
+        self.model = QComboBox()
+        self.model.setToolTip("a model preset; on the real backend it runs with random weights of its shape")
+        open_row = QVBoxLayout()
+        self.open_dir = QPushButton("Open model folder...")
+        self.open_dir.setToolTip("a local Hugging Face model directory (config.json + *.safetensors)")
+        self.open_config = QPushButton("Open config.json...")
+        self.open_config.setToolTip("any Hugging Face config.json: its shape, for the simulated backend")
+        open_row.addWidget(self.open_dir)
+        open_row.addWidget(self.open_config)
+        self.source_label = QLabel()
+        self.source_label.setWordWrap(True)
+        self._row(form, "model", "Model", self.model)
+        form.addRow("", self._wrap(open_row))
+        form.addRow("", self.source_label)
+        self.hardware = QComboBox()
+        self.hardware.setToolTip("the device the simulated backend prices steps on; the real backend uses this machine")
+        self._row(form, "hardware", "Hardware", self.hardware)
+
+        # engine ----------------------------------------------------------------------------------
+        box, form = self._group("Engine (vLLM's names)", outer)
+        self.max_model_len = _spin(0, 1_048_576, " tokens", "max_model_len: longest prompt + output", DEFAULT_TEXT, 256)
+        self._row(form, "max_model_len", "Context length", self.max_model_len)
+        self.kv_cache_dtype = QComboBox()
+        self.kv_cache_dtype.addItems(KV_DTYPES)
+        self.kv_cache_dtype.setToolTip("kv_cache_dtype: precision of the stored K/V; auto = the model's 16-bit type")
+        self._row(form, "kv_cache_dtype", "KV precision", self.kv_cache_dtype)
+        self.block_size = QComboBox()
+        for size in (1, 8, 16, 32, 64, 128):
+            self.block_size.addItem(f"{size} tokens", size)
+        self.block_size.setToolTip("block_size: token slots per KV block")
+        self._row(form, "block_size", "Block size", self.block_size)
+        self.gpu_memory_utilization = _dspin(0.05, 1.0, 2, "", "gpu_memory_utilization: share of device memory the engine may use", 0.05)
+        self._row(form, "gpu_memory_utilization", "Memory utilisation", self.gpu_memory_utilization)
+        self.kv_budget = _dspin(0, 1_048_576, 0, " MiB", "kv_cache_memory_bytes: size the KV pool directly\n"
+                                "(on a CPU the pool is always a budget; default 1 GiB there)", 64, DEFAULT_TEXT)
+        self._row(form, "kv_cache_memory_bytes", "KV pool size", self.kv_budget)
+        self.max_num_seqs = _spin(1, 65_536, " requests", "max_num_seqs: most requests in one batch")
+        self._row(form, "max_num_seqs", "Max running", self.max_num_seqs)
+        self.max_num_batched_tokens = _spin(0, 1_048_576, " tokens", "max_num_batched_tokens: the token budget of one step",
+                                            DEFAULT_TEXT, 256)
+        self._row(form, "max_num_batched_tokens", "Token budget / step", self.max_num_batched_tokens)
+        self.enable_prefix_caching = QCheckBox("prefix caching")
+        self.enable_prefix_caching.setToolTip("enable_prefix_caching: reuse the KV blocks of identical prefixes")
+        self.enable_chunked_prefill = QCheckBox("chunked prefill")
+        self.enable_chunked_prefill.setToolTip("enable_chunked_prefill: split long prompts over steps, mixed with decodes")
+        checks = QVBoxLayout()
+        checks.addWidget(self.enable_prefix_caching)
+        checks.addWidget(self.enable_chunked_prefill)
+        form.addRow("", self._wrap(checks))
+        self.fields["enable_prefix_caching"] = self.enable_prefix_caching
+        self.fields["enable_chunked_prefill"] = self.enable_chunked_prefill
+        self.scheduling = QComboBox()
+        self.scheduling.addItems(["continuous", "static"])
+        self.scheduling.setToolTip("continuous: refill the batch every step; static: a batch runs until its longest member ends")
+        self._row(form, "scheduling", "Scheduling", self.scheduling)
+        self.allocation = QComboBox()
+        self.allocation.addItems(["paged", "contiguous"])
+        self.allocation.setToolTip("paged: blocks on demand; contiguous: reserve max_model_len slots per request")
+        self._row(form, "allocation", "KV allocation", self.allocation)
+
+        # workload --------------------------------------------------------------------------------
+        box, form = self._group("Workload", outer)
+        self.workload = QComboBox()
+        self.workload.setToolTip("a workload preset, or a trace file")
+        self._row(form, "workload", "Workload", self.workload)
+        self.open_trace = QPushButton("Open trace CSV...")
+        self.open_trace.setToolTip("TIMESTAMP, ContextTokens, GeneratedTokens (the Azure trace's columns)")
+        self.trace_label = QLabel()
+        self.trace_label.setWordWrap(True)
+        form.addRow("", self.open_trace)
+        form.addRow("", self.trace_label)
+        self.num_requests = _spin(1, 10_000_000, " requests", "how many requests the workload sends")
+        self._row(form, "num_requests", "Requests", self.num_requests)
+        self.arrival_rate = _dspin(-1, 100_000, 2, " req/s", "Poisson arrival rate; 0 = all at once", 0.5, "preset's")
+        self._row(form, "arrival_rate_per_s", "Arrival rate", self.arrival_rate)
+        self.trace_speedup = _dspin(0.01, 1000, 2, "x", "replay a trace this many times faster", 0.5)
+        self._row(form, "trace_speedup", "Trace speed-up", self.trace_speedup)
+        self.prompt_median = _spin(0, 1_000_000, " tokens", "median prompt length (lognormal)", "preset's", 64)
+        self._row(form, "prompt_median", "Prompt length", self.prompt_median)
+        self.output_median = _spin(0, 1_000_000, " tokens", "median output length (lognormal)", "preset's", 16)
+        self._row(form, "output_median", "Output length", self.output_median)
+        self.shared_prefix = _dspin(-1, 100, 0, " %", "share of requests that start with a shared system prompt", 5, "preset's")
+        self._row(form, "shared_prefix_fraction", "Shared prefix", self.shared_prefix)
+
+        # preview and apply -----------------------------------------------------------------------
+        box, form = self._group("Memory math", outer)
+        self.preview = QLabel()
+        self.preview.setWordWrap(True)
+        self.preview.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        form.addRow(self.preview)
+        self.apply_button = QPushButton("Apply (rebuild the engine)")
+        self.apply_button.setToolTip("rebuild the engine with these settings and start the workload (Ctrl+Return)")
+        self.apply_button.setDefault(True)
+        outer.addWidget(self.apply_button)
+        outer.addStretch(1)
+
+        for widget in self.fields.values():
+            signal = getattr(widget, "valueChanged", None) or getattr(widget, "currentIndexChanged", None) \
+                or getattr(widget, "toggled", None)
+            signal.connect(self.changed)
+        self.apply_button.clicked.connect(self.apply_requested)
+        self.open_dir.clicked.connect(self._choose_model_dir)
+        self.open_config.clicked.connect(self._choose_config)
+        self.open_trace.clicked.connect(self._choose_trace)
+        self.model.activated.connect(self._preset_chosen)
+        self.workload.activated.connect(self._workload_chosen)
+
+    # layout helpers -------------------------------------------------------------------------------
+    def _group(self, title: str, outer: QVBoxLayout):
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        outer.addWidget(box)
+        return box, form
+
+    @staticmethod
+    def _wrap(layout) -> QWidget:
+        holder = QWidget()
+        layout.setContentsMargins(0, 0, 0, 0)
+        holder.setLayout(layout)
+        return holder
+
+    def _row(self, form: QFormLayout, key: str, label: str, widget: QWidget) -> None:
+        self.fields[key] = widget
+        error = QLabel()
+        error.setWordWrap(True)
+        error.setStyleSheet("color: #e05252;")
+        error.hide()
+        self.errors[key] = error
+        column = QVBoxLayout()
+        column.setSpacing(1)
+        column.addWidget(widget)
+        column.addWidget(error)
+        form.addRow(label, self._wrap(column))
+
+    # choices and values ---------------------------------------------------------------------------
+    def set_choices(self, models: list[str], hardware: list[str], workloads: list[str]) -> None:
+        for combo, names in ((self.model, models), (self.hardware, hardware), (self.workload, workloads)):
+            current = combo.currentText()
+            combo.blockSignals(True)
+            combo.clear()
+            combo.addItems(names)
+            if current in names:
+                combo.setCurrentText(current)
+            combo.blockSignals(False)
+
+    def values(self) -> dict:
+        return {
+            "backend": self.backend.currentData(),
+            "model": self.model.currentText(),
+            "model_path": self.model_path,
+            "config_path": self.config_path,
+            "hardware": self.hardware.currentText(),
+            "max_model_len": self.max_model_len.value() or None,
+            "kv_cache_dtype": self.kv_cache_dtype.currentText(),
+            "block_size": self.block_size.currentData(),
+            "gpu_memory_utilization": self.gpu_memory_utilization.value(),
+            "kv_cache_memory_bytes": int(self.kv_budget.value() * 1024**2) or None,
+            "max_num_seqs": self.max_num_seqs.value(),
+            "max_num_batched_tokens": self.max_num_batched_tokens.value() or None,
+            "enable_prefix_caching": self.enable_prefix_caching.isChecked(),
+            "enable_chunked_prefill": self.enable_chunked_prefill.isChecked(),
+            "scheduling": self.scheduling.currentText(),
+            "allocation": self.allocation.currentText(),
+            "workload": self.workload.currentText(),
+            "trace_path": self.trace_path,
+            "num_requests": self.num_requests.value(),
+            "arrival_rate_per_s": None if self.arrival_rate.value() < 0 else self.arrival_rate.value(),
+            "trace_speedup": self.trace_speedup.value(),
+            "prompt_median": self.prompt_median.value() or None,
+            "output_median": self.output_median.value() or None,
+            "shared_prefix_fraction": None if self.shared_prefix.value() < 0 else self.shared_prefix.value() / 100,
+        }
+
+    def set_values(self, values: dict) -> None:
+        """Fill the form without emitting `changed` per field (one `changed` at the end)."""
+        widgets = list(self.fields.values())
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            v = values
+            if "backend" in v:
+                self.backend.setCurrentIndex(max(0, self.backend.findData(v["backend"])))
+            for key, combo in (("model", self.model), ("hardware", self.hardware), ("workload", self.workload),
+                               ("kv_cache_dtype", self.kv_cache_dtype), ("scheduling", self.scheduling),
+                               ("allocation", self.allocation)):
+                if key in v and v[key] is not None:
+                    combo.setCurrentText(str(v[key]))
+            if "block_size" in v:
+                self.block_size.setCurrentIndex(max(0, self.block_size.findData(v["block_size"])))
+            if "max_model_len" in v:
+                self.max_model_len.setValue(v["max_model_len"] or 0)
+            if "gpu_memory_utilization" in v:
+                self.gpu_memory_utilization.setValue(v["gpu_memory_utilization"])
+            if "kv_cache_memory_bytes" in v:
+                self.kv_budget.setValue((v["kv_cache_memory_bytes"] or 0) / 1024**2)
+            if "max_num_seqs" in v:
+                self.max_num_seqs.setValue(v["max_num_seqs"])
+            if "max_num_batched_tokens" in v:
+                self.max_num_batched_tokens.setValue(v["max_num_batched_tokens"] or 0)
+            if "enable_prefix_caching" in v:
+                self.enable_prefix_caching.setChecked(v["enable_prefix_caching"])
+            if "enable_chunked_prefill" in v:
+                self.enable_chunked_prefill.setChecked(v["enable_chunked_prefill"])
+            if "num_requests" in v:
+                self.num_requests.setValue(v["num_requests"])
+            if "arrival_rate_per_s" in v:
+                self.arrival_rate.setValue(-1 if v["arrival_rate_per_s"] is None else v["arrival_rate_per_s"])
+            if "trace_speedup" in v:
+                self.trace_speedup.setValue(v["trace_speedup"])
+            if "prompt_median" in v:
+                self.prompt_median.setValue(v["prompt_median"] or 0)
+            if "output_median" in v:
+                self.output_median.setValue(v["output_median"] or 0)
+            if "shared_prefix_fraction" in v:
+                f = v["shared_prefix_fraction"]
+                self.shared_prefix.setValue(-1 if f is None else f * 100)
+            for key in ("model_path", "config_path", "trace_path"):
+                if key in v:
+                    setattr(self, key, v[key])
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._update_source_labels()
+        self.changed.emit()
+
+    # feedback from the app ------------------------------------------------------------------------
+    def show_preview(self, text: str) -> None:
+        self.preview.setText(text)
+
+    def show_errors(self, errors: dict[str, str]) -> None:
+        """field -> reason; every other field is cleared. Apply is refused while any remain."""
+        for key, label in self.errors.items():
+            message = errors.get(key)
+            label.setVisible(bool(message))
+            label.setText(message or "")
+            self.fields[key].setStyleSheet("border: 1px solid #e05252;" if message else "")
+        unplaced = [m for k, m in errors.items() if k not in self.errors]
+        if unplaced:
+            self.preview.setText("<span style='color:#e05252'>" + "<br>".join(unplaced) + "</span>")
+        self.apply_button.setEnabled(not errors)
+
+    # file choosers --------------------------------------------------------------------------------
+    def _choose_model_dir(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
+        if path:
+            self.model_path, self.config_path = path, None
+            self.backend.setCurrentIndex(self.backend.findData("real"))
+            self._update_source_labels()
+            self.changed.emit()
+
+    def _choose_config(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a config.json", filter="config (*.json)")
+        if path:
+            self.config_path, self.model_path = path, None
+            self.backend.setCurrentIndex(self.backend.findData("simulated"))
+            self._update_source_labels()
+            self.changed.emit()
+
+    def _choose_trace(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a trace CSV", filter="CSV (*.csv);;all files (*)")
+        if path:
+            self.trace_path = path
+            self._update_source_labels()
+            self.changed.emit()
+
+    def _preset_chosen(self, _index: int) -> None:
+        self.model_path = self.config_path = None
+        self._update_source_labels()
+
+    def _workload_chosen(self, _index: int) -> None:
+        self.trace_path = None
+        self._update_source_labels()
+
+    def _update_source_labels(self) -> None:
+        if self.model_path:
+            self.source_label.setText(f"model folder: {self.model_path}")
+        elif self.config_path:
+            self.source_label.setText(f"config.json: {self.config_path}")
+        else:
+            self.source_label.setText("")
+        self.trace_label.setText(f"trace: {self.trace_path}" if self.trace_path else "")
