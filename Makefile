@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # fetch a multi-GB CUDA build. On a CUDA workstation: make TORCH_SPEC=torch run
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run test bench clean
+.PHONY: run demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(VENV)/bin/kvscope gui
+
+demo: $(STAMP)
 	$(VENV)/bin/kvscope run --model llama-3-8b --hardware h100-80gb --workload azure-conv --requests 2000
 
 test: $(STAMP)
