@@ -165,6 +165,24 @@ def cmd_bench(args) -> int:
              f"{share * 100:.1f} % at batch >= 16 (target >= 85 %)"),
         ], title="Real engine vs transformers (same model, same machine, one run)"))
         print()
+    if args.what in ("gui",):
+        from .bench_gui import bench_cost, bench_frame
+
+        r = results["gui_cost"] = bench_cost()
+        print(table([
+            ("headless", f"{r['headless_steps_per_s']:,.0f} engine steps/s"),
+            ("with the window", f"{r['window_steps_per_s']:,.0f} engine steps/s ({r['frames_drawn']} frames drawn)"),
+            ("cost of the window", f"{r['cost'] * 100:.1f} % (target <= 10 %)"),
+        ], title=f"What the window costs the engine (Azure trace, {r['seconds']:.0f} s each)"))
+        print()
+        r = results["gui_frame"] = bench_frame()
+        print(table([
+            ("pool / running", f"{r['blocks']:,} blocks / {r['running']:,} requests"),
+            ("frame, median", f"{r['frame_median_ms']:.1f} ms (target <= 16 ms): snapshot {r['snapshot_median_ms']:.1f} ms "
+                              f"+ views and repaint {r['render_median_ms']:.1f} ms"),
+            ("frame, p90", f"{r['frame_p90_ms']:.1f} ms"),
+        ], title="One frame of the window (simulated llama-3-8b on h100-80gb)"))
+        print()
     if args.what in (None, "trace"):
         r = results["trace"] = bench_trace()
         print(table([

@@ -136,10 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_presets.set_defaults(func=cmd_presets)
 
     p_bench = sub.add_parser("bench", help="benchmarks whose figures go in README.md")
-    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real"),
+    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real", "gui"),
                          help="scheduler: per-step overhead at 256 running on 100k blocks; "
                               "trace: the whole Azure trace on llama-3-8b / h100-80gb (simulated); "
-                              "real: the real engine vs transformers on the tiny model (default: all)")
+                              "real: the real engine vs transformers on the tiny model; "
+                              "gui: the window's frame time and its cost to the engine "
+                              "(default: all but gui)")
     p_bench.add_argument("--requests", type=options.whole, default=64, help="real: requests in the workload (default 64)")
     p_bench.add_argument("--device", help="real: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")

@@ -14,13 +14,17 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from kvscope.engine import Engine, EngineArgs, EventKind
+from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 from kvscope.engine.workload import WorkloadSpec, generate_requests
 
-MAX_STEPS_PER_FRAME = 5000  # older steps of a frame are dropped from the timeline, not from the metrics
+STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
+EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
+SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SNAPSHOT_INTERVAL_S = 1 / 60
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
 
@@ -39,34 +43,25 @@ class RunConfig:
     random_weights: bool = True  # real backend without model_path: random weights of `model`'s shape
 
 
-@dataclass
-class StepRecord:
-    """What the views need of one step, as plain data."""
+class SeriesPoint(NamedTuple):
+    """One point of the live plots: the state after a step, and what happened since the last point."""
 
-    step: int
-    start_time_s: float
-    duration_s: float
-    request_ids: list
-    num_new_tokens: list
-    is_prefill: list
-    joined: list
-    finished: list
-    preempted: list
+    time_s: float  # engine clock at the end of the step
     kv_usage: float
     num_running: int
     num_waiting: int
-    num_output_tokens: int
-    compute_time_s: float
-    num_preemptions: int
+    output_tokens: int  # since the previous point
+    compute_utilization: float  # compute-bound time / step time, since the previous point
+    preemptions: int  # since the previous point
 
 
 @dataclass
 class FrameDelta:
     snapshot: object | None = None  # engine Snapshot, None if unchanged
-    steps: list = field(default_factory=list)  # StepRecords since the last frame
-    dropped_steps: int = 0  # steps that happened but were not kept for drawing
-    events: list = field(default_factory=list)  # engine Events since the last frame
-    changed_blocks: dict = field(default_factory=dict)  # kind -> list of block ids
+    steps: deque = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))  # newest StepResults
+    num_steps: int = 0  # steps since the last frame, kept or not
+    events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))  # newest engine Events
+    points: list = field(default_factory=list)  # SeriesPoints since the last frame
     finished: list = field(default_factory=list)  # (finish_time_s, ttft_s, queue_time_s)
     summary: dict | None = None
     status: str = ""
@@ -88,6 +83,8 @@ class EngineWorker:
         self._want_snapshot = True
         self._last_snapshot = 0.0
         self._last_summary = 0.0
+        self._last_point = 0.0
+        self._since_point = [0, 0.0, 0.0, 0]  # output tokens, compute time, step time, preemptions
         self._pace_origin: tuple[float, float] | None = None  # (wall, engine clock) when pacing began
         self._finished_seen = 0
 
@@ -131,9 +128,11 @@ class EngineWorker:
     # -- the engine thread ----------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            if self._playing and self.engine is not None and self._commands.empty():
+                self._advance()  # the hot path: no exception per step from an empty queue
+                continue
             try:
-                timeout = 0.0 if self._playing else 0.05
-                command, arg = self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+                command, arg = self._commands.get(timeout=0.05) if not self._playing else self._commands.get_nowait()
             except queue.Empty:
                 command = None
             if command == "stop":
@@ -170,6 +169,7 @@ class EngineWorker:
     def _build(self, config: RunConfig) -> None:
         self.engine = None
         self._finished_seen = 0
+        self._since_point = [0, 0.0, 0.0, 0]
         self._publish(status=f"building the {config.backend} engine ...")
         try:
             if config.backend == "real":
@@ -230,41 +230,35 @@ class EngineWorker:
         self._maybe_snapshot(force=force_snapshot)
 
     def _record(self, result) -> None:
-        joined, finished, preempted = [], [], []
-        changed: dict[str, list] = {}
-        for ev in result.events:
-            kind = ev.kind
-            if kind == EventKind.ADMITTED:
-                joined.append(ev.request_id)
-            elif kind == EventKind.FINISHED:
-                finished.append(ev.request_id)
-            elif kind == EventKind.PREEMPTED:
-                preempted.append(ev.request_id)
-            if ev.blocks and kind in (EventKind.ALLOCATED, EventKind.EVICTED, EventKind.PREFIX_HIT, EventKind.PREEMPTED):
-                changed.setdefault(kind.value, []).extend(ev.blocks)
-        record = StepRecord(
-            result.step, result.start_time_s, result.duration_s, result.request_ids, result.num_new_tokens,
-            result.is_prefill, joined, finished, preempted, result.kv_usage, result.num_running, result.num_waiting,
-            result.num_output_tokens, result.compute_time_s, result.num_preemptions,
-        )
-        m = self.engine.metrics
-        new_finished = []
-        if len(m.ttft) > self._finished_seen:
-            new_finished = list(zip(m.finish_times[self._finished_seen:], m.ttft[self._finished_seen:],
-                                    m.queue_time[self._finished_seen:]))
-            self._finished_seen = len(m.ttft)
+        """Constant work per step, however fast steps come: the GUI gets the newest steps and
+        events, and plot points thinned to one per SERIES_INTERVAL_S of wall time."""
+        acc = self._since_point
+        acc[0] += result.num_output_tokens
+        acc[1] += result.compute_time_s
+        acc[2] += result.duration_s
+        acc[3] += result.num_preemptions
+        now = time.perf_counter()
+        point = None
+        if now - self._last_point >= SERIES_INTERVAL_S:
+            point = SeriesPoint(result.start_time_s + result.duration_s, result.kv_usage, result.num_running,
+                                result.num_waiting, acc[0], acc[1] / acc[2] if acc[2] > 0 else 0.0, acc[3])
+            self._since_point = [0, 0.0, 0.0, 0]
+            self._last_point = now
+        metrics = self.engine.metrics
+        new_finished = None
+        if len(metrics.ttft) > self._finished_seen:
+            seen = self._finished_seen
+            new_finished = list(zip(metrics.finish_times[seen:], metrics.ttft[seen:], metrics.queue_time[seen:]))
+            self._finished_seen = len(metrics.ttft)
         with self._lock:
             frame = self._pending
-            frame.steps.append(record)
-            if len(frame.steps) > MAX_STEPS_PER_FRAME:
-                frame.steps = frame.steps[-MAX_STEPS_PER_FRAME // 2:]
-                frame.dropped_steps += MAX_STEPS_PER_FRAME - MAX_STEPS_PER_FRAME // 2
+            frame.steps.append(result)
+            frame.num_steps += 1
             frame.events.extend(result.events)
-            if len(frame.events) > 4 * MAX_STEPS_PER_FRAME:
-                del frame.events[: len(frame.events) - 2 * MAX_STEPS_PER_FRAME]
-            for kind, blocks in changed.items():
-                frame.changed_blocks.setdefault(kind, []).extend(blocks)
-            frame.finished.extend(new_finished)
+            if point is not None:
+                frame.points.append(point)
+            if new_finished:
+                frame.finished.extend(new_finished)
 
     def _maybe_snapshot(self, force: bool = False) -> None:
         now = time.perf_counter()

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.engine.events import EventKind
 from kvscope.engine.presets import load_model, preset_names, user_preset_names
 from kvscope.widgets.batch_timeline import BatchTimelineView, TimelineStep
 from kvscope.widgets.block_map import BlockMapView
@@ -43,6 +44,8 @@ from .series import RunSeries
 from .units import format_percent
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
+FRAME_BUDGET_FACTOR = 10  # drawing gets at most ~1/10 of wall time
+MAX_FRAME_GAP_S = 0.5  # but the window never looks frozen
 TABLE_INTERVAL_S = 0.25  # a table of 1,000 rows is not worth redrawing 60 times a second
 SPEEDS = [("0.1x", 0.1), ("0.25x", 0.25), ("0.5x", 0.5), ("1x", 1.0), ("2x", 2.0), ("5x", 5.0), ("10x", 10.0),
           ("30x", 30.0), ("100x", 100.0), ("max", 0.0)]
@@ -64,6 +67,30 @@ def apply_theme(app: QApplication, theme) -> None:
     pg.setConfigOptions(background=theme.background, foreground=theme.foreground, antialias=False)
 
 
+_FLASH_KINDS = {EventKind.ALLOCATED: "allocated", EventKind.EVICTED: "evicted", EventKind.PREFIX_HIT: "prefix_hit",
+                EventKind.PREEMPTED: "preempted"}
+
+
+def timeline_and_flashes(results) -> tuple[list, dict]:
+    """The batch timeline's steps and the blocks to flash, from the newest step results of a frame."""
+    steps, changed = [], {}
+    for r in results:
+        joined, finished, preempted = [], [], []
+        for ev in r.events:
+            kind = ev.kind
+            if kind == EventKind.ADMITTED:
+                joined.append(ev.request_id)
+            elif kind == EventKind.FINISHED:
+                finished.append(ev.request_id)
+            elif kind == EventKind.PREEMPTED:
+                preempted.append(ev.request_id)
+            if ev.blocks and kind in _FLASH_KINDS:
+                changed.setdefault(_FLASH_KINDS[kind], []).extend(ev.blocks)
+        steps.append(TimelineStep(r.step, r.start_time_s, r.duration_s, r.request_ids, r.num_new_tokens, r.is_prefill,
+                                  joined, finished, preempted))
+    return steps, {kind: np.asarray(blocks, dtype=np.int64) for kind, blocks in changed.items()}
+
+
 class MainWindow(QMainWindow):
     def __init__(self, initial: dict, theme: str = "dark", autoplay: bool = True):
         super().__init__()
@@ -82,6 +109,7 @@ class MainWindow(QMainWindow):
         self.latest_summary: dict = {}
         self.latest_snapshot = None
         self.done = False
+        self._next_frame_at = 0.0
         self._build_views()
         self._build_actions()
         self.settings.set_choices(preset_names("models"), preset_names("hardware"), preset_names("workloads"))
@@ -329,7 +357,14 @@ class MainWindow(QMainWindow):
 
     # -- frames ---------------------------------------------------------------------------------
     def on_frame(self) -> None:
+        # The window shares the interpreter with the engine: after a frame of X ms, wait at least
+        # FRAME_BUDGET_FACTOR x X before the next, so drawing takes a bounded share of the time.
+        now = time.perf_counter()
+        if now < self._next_frame_at:
+            return
         self.render_frame(self.worker.take_frame())
+        spent = time.perf_counter() - now
+        self._next_frame_at = now + min(spent * FRAME_BUDGET_FACTOR, MAX_FRAME_GAP_S)
 
     def render_frame(self, frame: FrameDelta) -> None:
         """Hand one frame's data to every view (the frame timer's work; benchmarks call it directly)."""
@@ -338,21 +373,22 @@ class MainWindow(QMainWindow):
             self._new_engine(frame.engine_info)
         if frame.error:
             self._show_error(frame.error)
+        changed = {}
         if frame.steps:
-            self.timeline.add_steps([TimelineStep(s.step, s.start_time_s, s.duration_s, s.request_ids, s.num_new_tokens,
-                                                  s.is_prefill, s.joined, s.finished, s.preempted) for s in frame.steps])
-            self.series.add_steps(frame.steps)
+            timeline_steps, changed = timeline_and_flashes(frame.steps)
+            self.timeline.add_steps(timeline_steps)
+        if frame.points:
+            self.series.add_points(frame.points)
         if frame.finished:
             self.series.add_finished(frame.finished)
-        if frame.steps or frame.finished:
+        if frame.points or frame.finished:
             self.plots.set_series(self.series.arrays())
         if frame.events:
-            self.event_log.add_lines([event_line(ev) for ev in frame.events[-2000:]])
+            self.event_log.add_lines([event_line(ev) for ev in frame.events])
         if frame.summary is not None:
             self.latest_summary = frame.summary
         if frame.snapshot is not None:
             self.latest_snapshot = frame.snapshot
-            changed = {kind: np.asarray(blocks, dtype=np.int64) for kind, blocks in frame.changed_blocks.items()}
             self.block_map.update_snapshot(frame.snapshot, changed or None)
             self._update_memory_bar()
             now = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The run's time series, grown frame by frame from the worker's step records, as the live plots
+"""The run's time series, grown frame by frame from the worker's plot points, as the live plots
 want them: numpy arrays keyed by name."""
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ class RunSeries:
         self.total_output = 0
         self.total_preemptions = 0
 
-    def add_steps(self, steps) -> None:
+    def add_points(self, points) -> None:
+        """SeriesPoints from the worker: one per step, or fewer when steps come faster than they can be drawn."""
         c = self.columns
-        c["time_s"].extend([s.start_time_s + s.duration_s for s in steps])
-        c["kv_usage"].extend([s.kv_usage for s in steps])
-        c["num_running"].extend([s.num_running for s in steps])
-        c["num_waiting"].extend([s.num_waiting for s in steps])
-        outputs = np.array([s.num_output_tokens for s in steps], dtype=np.float64)
+        c["time_s"].extend([p.time_s for p in points])
+        c["kv_usage"].extend([p.kv_usage for p in points])
+        c["num_running"].extend([p.num_running for p in points])
+        c["num_waiting"].extend([p.num_waiting for p in points])
+        outputs = np.array([p.output_tokens for p in points], dtype=np.float64)
         c["output_tokens"].extend(outputs)
         c["cumulative_output"].extend(self.total_output + np.cumsum(outputs))
         self.total_output += int(outputs.sum())
-        c["compute_utilization"].extend([s.compute_time_s / s.duration_s if s.duration_s > 0 else 0.0 for s in steps])
-        preemptions = np.cumsum([s.num_preemptions for s in steps]) + self.total_preemptions
+        c["compute_utilization"].extend([p.compute_utilization for p in points])
+        preemptions = np.cumsum([p.preemptions for p in points]) + self.total_preemptions
         c["preemptions"].extend(preemptions)
         self.total_preemptions = int(preemptions[-1]) if len(preemptions) else self.total_preemptions
 
