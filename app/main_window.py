@@ -450,7 +450,9 @@ class MainWindow(QMainWindow):
             parts.append(f"completed {s.get('completed', 0):,}")
             parts.append(f"rejected {s.get('rejected', 0):,}")
             parts.append(f"preemptions {s.get('preemptions', 0):,}")
-            parts.append(f"{s.get('throughput_tokens_per_s', 0):,.0f} output tokens/s")
+        recent = self.series.throughput()
+        if len(recent):
+            parts.append(f"{recent[-1]:,.0f} output tokens/s (last second of engine time)")
         if self.frame_times_ms:
             parts.append(f"frame {np.median(self.frame_times_ms):.1f} ms")
         if frame.status:
