@@ -5,7 +5,6 @@ Errors come back as {field: reason} so the settings panel can refuse a value in 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
@@ -169,7 +168,3 @@ def memory_preview(config: RunConfig) -> str:
 
 def values_from_model(model) -> dict:
     return {k: getattr(model, k) for k in MODEL_EDIT_FIELDS}
-
-
-def replace_fields(obj, **changes):
-    return dataclasses.replace(obj, **changes)

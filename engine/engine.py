@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
 from .contiguous_allocator import ContiguousKVCacheManager
-from .events import Event, EventKind, EventSink
+from .events import EventKind, EventSink
 from .kv_cache_manager import PagedKVCacheManager
 from .memory_math import plan_memory, require_fit
 from .metrics import MetricsCollector

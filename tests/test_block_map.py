@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore
 
 from kvscope.engine.snapshot import (
     BLOCK_CACHED,

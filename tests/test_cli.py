@@ -9,7 +9,6 @@ The last section holds regressions for input-handling bugs found while these tes
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from importlib import resources

@@ -136,7 +136,6 @@ class LivePlots(QWidget):
             self.plots[name] = self._view.addPlot(row=row, col=0)
             self._view.ci.layout.setRowStretchFactor(row, 3 if name == "kv" else 2)
 
-        master = self.plots["kv"]
         self._follow_x = True  # x follows the data until the user pans or zooms; a double-click resumes
         self._syncing = False
         for name, plot in self.plots.items():
