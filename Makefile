@@ -30,3 +30,14 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# The lab installer (packaging/README.md): dist/kvscope/ and dist/kvscope-<version>-linux-x86_64.tar.gz.
+# The variant follows the venv's torch: CPU by default; CUDA: make VENV=.venv-cuda TORCH_SPEC=torch package.
+.PHONY: package self-test
+package: $(STAMP)
+	$(PY) -c "import PyInstaller" 2>/dev/null || $(PY) -m pip install "pyinstaller>=6.0"
+	PY=$(PY) packaging/build.sh
+
+# Check this installation end to end (imports, presets, simulated and real steps, the window).
+self-test: $(STAMP)
+	$(PY) -m kvscope.app.self_test

@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvscope",
         description="See why the KV cache, not compute, decides how many requests a GPU can serve.",
     )
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this installation end to end (imports, presets, simulated and real steps, "
+                             "the window) and exit 0 only if all passed")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p_math = sub.add_parser("math", help="KV cache memory math: bytes per token, pool, blocks, concurrency")
@@ -166,6 +169,11 @@ def _lazy(module: str, name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--self-test"]:
+        from .self_test import run_self_test
+
+        return run_self_test(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

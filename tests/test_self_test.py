@@ -1,0 +1,174 @@
+"""The installation self-test and the lab installer's scripts.
+
+The PyInstaller bundle itself is built by `make package` / packaging/ci_check.sh, not here: these
+tests run the self-test in-process and the install scripts against a fake bundle in a temporary
+HOME.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from kvscope.app.self_test import run_self_test
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGING = ROOT / "packaging"
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None or os.name == "nt", reason="the installer is for Linux")
+
+
+def test_the_self_test_passes_every_check_and_reports_each_with_its_time(capsys):
+    assert run_self_test() == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if re.match(r"\s+(PASS|FAIL)\s", line)]
+    names = [line.split()[1] for line in lines]
+    assert names == ["imports", "presets", "simulated", "real", "window", "start-up"], out
+    assert all(line.split()[0] == "PASS" for line in lines), out
+    assert all(re.search(r"\d+\.\d\d s", line) for line in lines), out
+    assert "window drawn" in lines[-1] and "after process start" in lines[-1], out
+    assert "all 6 checks passed" in out
+
+
+def test_a_failing_check_fails_the_self_test(monkeypatch, capsys):
+    from kvscope.app import self_test
+
+    def broken():
+        raise RuntimeError("no presets here")
+
+    monkeypatch.setattr(self_test, "check_presets", broken)
+    for name in ("check_real", "check_window", "check_startup"):  # slow, and not what this test is about
+        monkeypatch.setattr(self_test, name, lambda *args: "skipped")
+    assert run_self_test() == 1
+    out = capsys.readouterr().out
+    assert re.search(r"FAIL\s+presets .*RuntimeError: no presets here", out), out
+    assert "FAILED 1 of 6 checks (presets)" in out
+
+
+def test_an_unknown_self_test_option_is_a_usage_error(capsys):
+    assert run_self_test(["--nonsense"]) == 2
+    assert "--nonsense" in capsys.readouterr().err
+
+
+def test_the_frozen_entry_script_runs_the_cli_and_the_self_test_options():
+    import json
+    import sys
+
+    entry = str(PACKAGING / "kvscope_main.py")
+    math = subprocess.run([sys.executable, entry, "math", "--model", "llama-2-7b", "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert math.returncode == 0, math.stderr
+    assert json.loads(math.stdout)["kv_bytes_per_token"] == 512 * 1024
+    bad = subprocess.run([sys.executable, entry, "--self-test", "--nonsense"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--startup" in bad.stderr
+
+
+# -- the installer ----------------------------------------------------------------------------------
+@pytest.fixture
+def archive(tmp_path):
+    """An archive made by make_archive.sh from a fake bundle laid out like PyInstaller's."""
+    bundle = tmp_path / "dist" / "kvscope"
+    (bundle / "_internal" / "kvscope" / "resources").mkdir(parents=True)
+    shutil.copy(ROOT / "resources" / "kvscope.svg", bundle / "_internal" / "kvscope" / "resources")
+    launcher = bundle / "kvscope"
+    launcher.write_text('#!/bin/sh\necho "fake kvscope $*"\n')
+    launcher.chmod(0o755)
+    os.symlink("kvscope/resources/kvscope.svg", bundle / "_internal" / "icon-link.svg")  # the bundle has symlinks
+    made = subprocess.run(["bash", str(PACKAGING / "make_archive.sh"), str(bundle), str(tmp_path / "out"), "9.8.7"],
+                          capture_output=True, text=True, check=True)
+    path = Path(made.stdout.strip())
+    assert path.name == f"kvscope-9.8.7-linux-{os.uname().machine}.tar.gz"
+    return path
+
+
+def unpack(archive: Path, where: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(where, filter="tar")
+    (top,) = where.iterdir()
+    return top
+
+
+def run(command, home: Path, **extra_env):
+    env = {"HOME": str(home), "PATH": os.environ["PATH"], **extra_env}
+    return subprocess.run(command, capture_output=True, text=True, env=env)
+
+
+@needs_bash
+def test_install_then_uninstall_creates_and_removes_exactly_the_launcher_menu_entry_and_bundle(archive, tmp_path):
+    top = unpack(archive, tmp_path / "unpacked")
+    assert sorted(p.name for p in top.iterdir()) == ["README.txt", "VERSION", "install.sh", "kvscope",
+                                                     "kvscope.desktop.in", "uninstall.sh"]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".cache" / "kvscope").mkdir(parents=True)  # the user's model cache: not the installer's
+
+    installed = run(["bash", str(top / "install.sh")], home)
+    assert installed.returncode == 0, installed.stderr
+    target = home / ".local" / "share" / "kvscope" / "9.8.7"
+    link = home / ".local" / "bin" / "kvscope"
+    desktop = home / ".local" / "share" / "applications" / "kvscope.desktop"
+    icon = target / "_internal" / "kvscope" / "resources" / "kvscope.svg"
+    assert link.is_symlink() and link.resolve() == (target / "kvscope").resolve()
+    assert (target / "_internal" / "icon-link.svg").is_symlink()
+    assert run([str(link), "gui"], home).stdout.strip() == "fake kvscope gui"
+    entry = desktop.read_text()
+    assert f'Exec="{target}/kvscope" gui' in entry
+    assert f"Icon={icon}\n" in entry and icon.is_file()
+    assert "Type=Application" in entry and "Name=kvscope" in entry and "@" not in entry
+    if shutil.which("desktop-file-validate"):
+        assert run(["desktop-file-validate", str(desktop)], home).returncode == 0
+
+    created = {p for p in home.rglob("*")}
+    uninstalled = run(["bash", str(target / "uninstall.sh")], home)
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    assert not link.exists() and not link.is_symlink()
+    assert not desktop.exists() and not target.exists()
+    assert not (home / ".local" / "share" / "kvscope").exists()
+    left = {p for p in home.rglob("*")}
+    assert left == {home / ".cache", home / ".cache" / "kvscope", home / ".local", home / ".local" / "bin",
+                    home / ".local" / "share", home / ".local" / "share" / "applications"}
+    assert left < created
+
+
+@needs_bash
+def test_reinstalling_replaces_and_an_older_version_uninstalls_without_touching_the_newer(archive, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    top = unpack(archive, tmp_path / "a")
+    assert run(["bash", str(top / "install.sh")], home).returncode == 0
+    again = run(["bash", str(top / "install.sh"), "--check"], home)
+    assert again.returncode == 0 and "replacing" in again.stdout
+    assert again.stdout.strip().endswith("fake kvscope --self-test")  # --check runs the installed self-test
+
+    # a second version, installed over the first: the launcher and menu entry move to it
+    newer = tmp_path / "b"
+    shutil.copytree(top, newer)
+    (newer / "VERSION").write_text("9.9.0\n")
+    assert run(["bash", str(newer / "install.sh")], home).returncode == 0
+    share = home / ".local" / "share"
+    old_removed = run(["bash", str(share / "kvscope" / "9.8.7" / "uninstall.sh")], home)
+    assert old_removed.returncode == 0, old_removed.stderr
+    assert not (share / "kvscope" / "9.8.7").exists()
+    link = home / ".local" / "bin" / "kvscope"
+    assert link.resolve() == (share / "kvscope" / "9.9.0" / "kvscope").resolve()
+    assert "9.9.0" in (share / "applications" / "kvscope.desktop").read_text()
+    assert run(["bash", str(share / "kvscope" / "9.9.0" / "uninstall.sh")], home).returncode == 0
+    assert not link.is_symlink() and not (share / "applications" / "kvscope.desktop").exists()
+
+
+@needs_bash
+def test_the_installer_refuses_sudo_and_an_incomplete_archive(archive, tmp_path):
+    top = unpack(archive, tmp_path / "u")
+    home = tmp_path / "home"
+    home.mkdir()
+    if os.geteuid() == 0:  # `sudo ./install.sh` would install for root, not for the user who typed it
+        result = run(["bash", str(top / "install.sh")], home, SUDO_USER="someone")
+        assert result.returncode == 2 and "without sudo" in result.stderr
+    (top / "kvscope" / "kvscope").unlink()
+    result = run(["bash", str(top / "install.sh")], home)
+    assert result.returncode != 0 and "unpack the whole archive" in result.stderr
+    assert not (home / ".local").exists()
