@@ -3,6 +3,7 @@ snapshot and the steps since the last frame to the views, which only draw plain 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 
@@ -44,6 +45,7 @@ from .series import RunSeries
 from .units import format_percent
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
+GIL_SWITCH_INTERVAL_S = 0.0005
 FRAME_BUDGET_FACTOR = 10  # drawing gets at most ~1/10 of wall time
 MAX_FRAME_GAP_S = 0.5  # but the window never looks frozen
 TABLE_INTERVAL_S = 0.25  # a table of 1,000 rows is not worth redrawing 60 times a second
@@ -95,6 +97,10 @@ class MainWindow(QMainWindow):
     def __init__(self, initial: dict, theme: str = "dark", autoplay: bool = True):
         super().__init__()
         self.setWindowTitle("kvscope")
+        # The engine thread is CPU-bound; each time the GUI thread gives up the interpreter lock in
+        # a Qt call it waits up to the switch interval to get it back, and a frame makes hundreds of
+        # such calls: at the default 5 ms a frame took seconds while the engine ran flat out.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.theme = THEMES[theme]
         self.worker = EngineWorker()
         self.worker.start()
