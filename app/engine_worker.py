@@ -40,7 +40,6 @@ class RunConfig:
     workload: WorkloadSpec
     seed: int = 0
     model_path: str | None = None  # real backend: a local model directory instead of the preset's shape
-    random_weights: bool = True  # real backend without model_path: random weights of `model`'s shape
 
 
 class SeriesPoint(NamedTuple):
@@ -59,7 +58,6 @@ class SeriesPoint(NamedTuple):
 class FrameDelta:
     snapshot: object | None = None  # engine Snapshot, None if unchanged
     steps: deque = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))  # newest StepResults
-    num_steps: int = 0  # steps since the last frame, kept or not
     events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))  # newest engine Events
     points: list = field(default_factory=list)  # SeriesPoints since the last frame
     finished: list = field(default_factory=list)  # (finish_time_s, ttft_s, queue_time_s)
@@ -253,7 +251,6 @@ class EngineWorker:
         with self._lock:
             frame = self._pending
             frame.steps.append(result)
-            frame.num_steps += 1
             frame.events.extend(result.events)
             if point is not None:
                 frame.points.append(point)

@@ -490,9 +490,6 @@ class MainWindow(QMainWindow):
         if not compact:
             self.resizeDocks([self.bottom_dock], [220], Qt.Vertical)
 
-    def frame_time_median_ms(self) -> float:
-        return float(np.median(self.frame_times_ms)) if self.frame_times_ms else 0.0
-
     def closeEvent(self, event) -> None:  # noqa: N802
         self.timer.stop()
         self.worker.stop()

@@ -141,10 +141,8 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         attempt("general", check)
     if errors:
         raise SettingsError(errors)
-    random_weights = not values.get("model_path")
     return RunConfig(backend=backend, model=model, hardware=hardware, engine_args=args, workload=workload, seed=seed,
-                     model_path=None if model.name.endswith("(edited)") else values.get("model_path"),
-                     random_weights=random_weights)
+                     model_path=None if model.name.endswith("(edited)") else values.get("model_path"))
 
 
 def memory_preview(config: RunConfig) -> str:

@@ -40,9 +40,6 @@ class ContiguousKVCacheManager:
     def blocks_for_tokens(self, num_tokens: int) -> int:
         return self.blocks_per_request
 
-    def max_blocks_per_request(self) -> int:
-        return self.num_blocks
-
     @property
     def num_free_blocks(self) -> int:
         return self._free

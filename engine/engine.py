@@ -61,10 +61,6 @@ class StepResult:
     num_preemptions: int = 0
     num_output_tokens: int = 0  # tokens sampled this step
 
-    @property
-    def end_time_s(self) -> float:
-        return self.start_time_s + self.duration_s
-
 
 class Engine:
     def __init__(self, model: ModelConfig, hardware: HardwareSpec, args: EngineArgs | None = None,
@@ -100,8 +96,7 @@ class Engine:
         self._consecutive_ooms = 0
 
     # -- submission -----------------------------------------------------------------------------
-    def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None,
-                    shared_prefix_tokens: int = 0) -> int:
+    def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None) -> int:
         """Queue a request; it arrives at arrival_time on the engine clock (now if None)."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
@@ -110,7 +105,7 @@ class Engine:
         request_id = self._next_id
         self._next_id += 1
         arrival = self.clock if arrival_time is None else max(arrival_time, 0.0)
-        req = Request(request_id, prompt_token_ids, max_tokens, arrival, shared_prefix_tokens)
+        req = Request(request_id, prompt_token_ids, max_tokens, arrival)
         heapq.heappush(self._pending, (arrival, request_id, req))
         return request_id
 
@@ -154,7 +149,7 @@ class Engine:
         while True:
             spec = self._source_next
             if spec is not None and spec.arrival_time_s <= now:
-                self.add_request(spec.prompt_token_ids, spec.max_tokens, spec.arrival_time_s, spec.shared_prefix_tokens)
+                self.add_request(spec.prompt_token_ids, spec.max_tokens, spec.arrival_time_s)
                 self._source_next = next(self._source, None)
                 continue
             if self._pending and self._pending[0][0] <= now:
@@ -224,7 +219,7 @@ class Engine:
                 req.token_ids = []  # a finished request keeps its metrics, not its tokens
                 req.block_hashes = []
         metrics.preemptions = scheduler.num_preemptions
-        metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running, batch.num_tokens,
+        metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running,
                         unused_slots, self._allocated_slots())
         self.clock = end
         step = StepResult(

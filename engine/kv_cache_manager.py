@@ -39,9 +39,6 @@ class PagedKVCacheManager:
     def blocks_for_tokens(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def max_blocks_per_request(self) -> int:
-        return self.num_blocks
-
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks

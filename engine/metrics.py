@@ -33,18 +33,16 @@ class MetricsCollector:
         self.peak_running = 0
         self.kv_usage_time = 0.0  # integral of usage over busy time, for the mean
         self.fragmentation_time = 0.0  # integral of unused/allocated slots over busy time
-        self.tokens_computed = 0  # prefill + decode tokens run through the model
 
     def on_arrival(self, time_s: float) -> None:
         if self.first_arrival is None:
             self.first_arrival = time_s
 
-    def on_step(self, duration: float, compute: float, kv_usage: float, running: int, num_tokens: int,
+    def on_step(self, duration: float, compute: float, kv_usage: float, running: int,
                 unused_slots: int, allocated_slots: int) -> None:
         self.steps += 1
         self.busy_time += duration
         self.compute_time += compute
-        self.tokens_computed += num_tokens
         if kv_usage > self.peak_kv_usage:
             self.peak_kv_usage = kv_usage
         if running > self.peak_running:

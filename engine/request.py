@@ -18,11 +18,10 @@ class Request:
         "request_id", "token_ids", "num_prompt_tokens", "max_tokens", "num_computed_tokens",
         "status", "block_ids", "block_hashes", "arrival_time", "first_scheduled_time",
         "first_token_time", "finish_time", "num_preemptions", "num_cached_prompt_tokens",
-        "unused_slots", "shared_prefix_tokens", "num_registered_blocks",
+        "unused_slots", "num_registered_blocks",
     )
 
-    def __init__(self, request_id: int, prompt_token_ids: list, max_tokens: int, arrival_time: float,
-                 shared_prefix_tokens: int = 0):
+    def __init__(self, request_id: int, prompt_token_ids: list, max_tokens: int, arrival_time: float):
         self.request_id = request_id
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
@@ -38,7 +37,6 @@ class Request:
         self.num_preemptions = 0
         self.num_cached_prompt_tokens = 0  # prompt tokens served from the prefix cache at admission
         self.unused_slots = 0  # allocated slots not yet holding a token (internal fragmentation)
-        self.shared_prefix_tokens = shared_prefix_tokens
         self.num_registered_blocks = 0  # leading full blocks already entered in the prefix cache
 
     @property
@@ -49,11 +47,6 @@ class Request:
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
 
-    @property
-    def is_decoding(self) -> bool:
-        """One new token to compute after a complete prompt; anything else (a prompt chunk, or
-        recomputing prompt and outputs after a preemption) is prefill work."""
-        return self.num_computed_tokens >= self.num_prompt_tokens and self.num_computed_tokens == len(self.token_ids) - 1
 
     @property
     def total_tokens(self) -> int:

@@ -10,7 +10,6 @@ BLOCK_FREE = 0  # holds nothing reusable
 BLOCK_CACHED = 1  # free, but still holds a prefix a new request may reuse
 BLOCK_USED = 2  # holds tokens of one or more running requests
 BLOCK_RESERVED = 3  # held by a request but no token in it yet (contiguous reservation)
-BLOCK_STATE_NAMES = ("free", "cached", "used", "reserved")
 
 REQUEST_DTYPE = np.dtype([
     ("request_id", np.int64),

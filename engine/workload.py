@@ -43,12 +43,6 @@ class LengthDist:
             out = np.rint(rng.lognormal(math.log(self.median), self.sigma, size=n)).astype(np.int64)
         return np.clip(out, self.min, self.max)
 
-    def describe(self) -> str:
-        if self.dist == "constant":
-            return f"{self.value} tokens"
-        if self.dist == "uniform":
-            return f"uniform {self.min}-{self.max} tokens"
-        return f"lognormal median {self.median:g} tokens, sigma {self.sigma:g}, {self.min}-{self.max}"
 
 
 def dist_from_dict(data, label: str) -> LengthDist:

@@ -67,10 +67,6 @@ class RealRunner:
         # For parity checks: the logits behind every sampled token, per request id.
         self.recorded_logits: dict[int, list] | None = None
 
-    def _synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def execute(self, batch: ScheduledBatch) -> ExecuteResult:
         started = time.perf_counter()
         meta = build_step_metadata(batch, self.block_size, self.device)
