@@ -20,6 +20,11 @@ from kvscope.widgets.palette import DARK, Theme
 TIME_LABEL = "engine clock (s)"
 LOG_FLOOR_S = 1e-3  # on the log latency axis, shorter times (a zero queue time) are drawn here
 LOG_ON_SPAN, LOG_OFF_SPAN = 100.0, 30.0  # latency spread (max / 5th percentile) to switch log y on / off
+# Ranges move in steps, not every frame: a new range makes pyqtgraph regenerate the tick labels of
+# every axis and re-lay-out the panel (a second repaint) -- most of a frame's cost when they moved
+# with each new point. The view leaves this much headroom and only moves when the data leaves it.
+RANGE_HEADROOM = 0.25
+RANGE_SLACK = 2.5  # shrink back once the data spans less than 1/RANGE_SLACK of the shown range
 
 # curve name -> (plot, legend name, theme colour attribute, style)
 CURVES = {
@@ -109,6 +114,17 @@ def thin_indices(n: int, max_points: int, keep: np.ndarray | None = None) -> np.
     return np.unique(idx)
 
 
+def sticky_range(shown: tuple | None, lo: float, hi: float) -> tuple:
+    """The range to show for data in [lo, hi]: ``shown`` while it still holds the data without
+    leaving most of itself empty, else a new one with RANGE_HEADROOM of room above hi."""
+    span = hi - lo if hi > lo else max(abs(hi), 1.0)
+    if shown is not None:
+        s_lo, s_hi = shown
+        if s_lo <= lo and hi <= s_hi and (s_hi - s_lo) <= RANGE_SLACK * span * (1 + RANGE_HEADROOM):
+            return shown
+    return (lo, lo + span * (1 + RANGE_HEADROOM))
+
+
 def _hex(rgb) -> str:
     return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
 
@@ -136,7 +152,9 @@ class LivePlots(QWidget):
             self.plots[name] = self._view.addPlot(row=row, col=0)
             self._view.ci.layout.setRowStretchFactor(row, 3 if name == "kv" else 2)
 
-        self._follow_x = True  # x follows the data until the user pans or zooms; a double-click resumes
+        self._follow_x = True  # x and y follow the data until the user pans or zooms; a double-click resumes
+        self._shown_x: tuple | None = None
+        self._shown_y: dict[str, tuple] = {}
         self._syncing = False
         for name, plot in self.plots.items():
             plot.setLabel("bottom", TIME_LABEL)
@@ -147,7 +165,7 @@ class LivePlots(QWidget):
             # No grid: pyqtgraph's grid lines cost ~13 ms a repaint of this panel (measured), most
             # of a 60 Hz frame; the tick labels and the KV wall line carry the scale.
             plot.setMenuEnabled(False)
-            plot.enableAutoRange(x=False)
+            plot.enableAutoRange(x=False, y=False)  # sticky ranges instead (see RANGE_HEADROOM)
             # Shared x by value (setXLink would map by screen position, and the plots differ in width).
             plot.vb.sigXRangeChanged.connect(self._sync_x)
             plot.vb.sigRangeChangedManually.connect(self._stop_following)
@@ -253,10 +271,10 @@ class LivePlots(QWidget):
 
     def _resume_following(self, *_):
         self._follow_x = True
-        for name, plot in self.plots.items():
-            if name != "kv":  # a pan turned y autorange off; the KV plot keeps its fixed 0-100 %
-                plot.enableAutoRange(axis="y")
+        self._shown_x = None
+        self._shown_y = {}
         self._apply_x_range()
+        self._apply_y_ranges()
 
     def _sync_x(self, vb, rng) -> None:
         if self._syncing:
@@ -273,10 +291,33 @@ class LivePlots(QWidget):
         if not self._follow_x or self._x_bounds is None:
             return
         lo, hi = self._x_bounds
-        if hi <= lo:
-            hi = lo + 1.0
-        pad = 0.01 * (hi - lo)
-        self.plots["kv"].setXRange(lo - pad, hi + pad, padding=0)
+        shown = sticky_range(self._shown_x, lo, hi)
+        if shown != self._shown_x:
+            self._shown_x = shown
+            self.plots["kv"].setXRange(*shown, padding=0)
+
+    def _apply_y_ranges(self) -> None:
+        """Each plot but the fixed 0-100 % KV one: from zero (or the smallest latency) to above
+        the largest value drawn, moving only when the data leaves the shown range."""
+        if not self._follow_x:
+            return
+        for name, plot in self.plots.items():
+            if name == "kv":
+                continue
+            ys = [item.yData for item in plot.listDataItems() if item.yData is not None and len(item.yData)]
+            bounds = _bounds(*ys)
+            if bounds is None:
+                continue
+            lo, hi = bounds
+            if name == "latency" and self.latency_log_y:
+                lo, hi = np.log10(max(lo, LOG_FLOOR_S)), np.log10(max(hi, LOG_FLOOR_S))
+                lo = np.floor(lo)
+            else:
+                lo = 0.0 if lo >= 0 else lo
+            shown = sticky_range(self._shown_y.get(name), lo, hi)
+            if shown != self._shown_y.get(name):
+                self._shown_y[name] = shown
+                plot.setYRange(*shown, padding=0)
 
     def x_range(self, name: str = "kv") -> tuple:
         return tuple(self.plots[name].vb.viewRange()[0])
@@ -289,6 +330,8 @@ class LivePlots(QWidget):
         self.latency_shown = self.latency_total = 0
         self._x_bounds = None
         self._follow_x = True
+        self._shown_x = None
+        self._shown_y = {}
         self._set_latency_log(False)
         self._update_title("latency")
 
@@ -312,6 +355,7 @@ class LivePlots(QWidget):
         self._set_latency(series)
         self._x_bounds = _bounds(t, _array(series, "finish_time_s"))
         self._apply_x_range()
+        self._apply_y_ranges()
 
     def _set_latency(self, series: dict) -> None:
         ft = _array(series, "finish_time_s")
@@ -358,6 +402,7 @@ class LivePlots(QWidget):
         if on == self.latency_log_y and plot.ctrl.logYCheck.isChecked() == on:
             return
         self.latency_log_y = on
+        self._shown_y.pop("latency", None)  # log units: the shown range means something else now
         plot.setLogMode(x=False, y=on)
         plot.setLabel("left", "s (log)" if on else Y_LABELS["latency"])
         self._update_title("latency")

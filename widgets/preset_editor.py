@@ -64,6 +64,7 @@ class PresetEditor(QScrollArea):
         self.setWidget(body)
         outer = QVBoxLayout(body)
         self.model_boxes: dict[str, QSpinBox] = {}
+        self._exact_hardware: dict[str, tuple] = {}  # field -> (the value its box shows, the exact value)
 
         model_group = QGroupBox("Model")
         form = QFormLayout(model_group)
@@ -135,11 +136,21 @@ class PresetEditor(QScrollArea):
     def set_hardware(self, name: str, memory_bytes: float, bandwidth_bytes_per_s: float, flops_16bit: float,
                      gpu_count: int) -> None:
         self.hardware_name.setText(name)
-        for box, value in ((self.memory_gib, memory_bytes / 1024**3), (self.bandwidth, bandwidth_bytes_per_s / 1e9),
-                           (self.flops, flops_16bit / 1e12), (self.gpu_count, gpu_count)):
+        # The boxes show rounded values (79.6 GiB for 79.65); until the user changes one, the exact
+        # preset value is what they stand for -- else every preset would count as "edited".
+        values = {"memory_bytes": memory_bytes, "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s,
+                  "flops_16bit": flops_16bit, "gpu_count": gpu_count}
+        self._exact_hardware = {}
+        for key, (box, scale) in self._hardware_boxes().items():
             box.blockSignals(True)
-            box.setValue(value)
+            box.setValue(values[key] / scale)
             box.blockSignals(False)
+            self._exact_hardware[key] = (box.value(), values[key])
+
+    def _hardware_boxes(self) -> dict:
+        """field -> (its box, the box's unit in the field's unit)"""
+        return {"memory_bytes": (self.memory_gib, 1024**3), "memory_bandwidth_bytes_per_s": (self.bandwidth, 1e9),
+                "flops_16bit": (self.flops, 1e12), "gpu_count": (self.gpu_count, 1)}
 
     def set_user_presets(self, names: list[tuple[str, str]]) -> None:
         """(kind, name) pairs."""
@@ -154,9 +165,12 @@ class PresetEditor(QScrollArea):
         return fields
 
     def hardware_fields(self) -> dict:
-        return {"memory_bytes": int(self.memory_gib.value() * 1024**3),
-                "memory_bandwidth_bytes_per_s": self.bandwidth.value() * 1e9,
-                "flops_16bit": self.flops.value() * 1e12, "gpu_count": self.gpu_count.value()}
+        fields = {}
+        for key, (box, scale) in self._hardware_boxes().items():
+            shown, exact = self._exact_hardware.get(key, (None, None))
+            fields[key] = exact if box.value() == shown else box.value() * scale
+        fields["memory_bytes"] = int(fields["memory_bytes"])
+        return fields
 
     def _ask_name(self, kind: str) -> None:
         current = self.model_name.text() if kind == "models" else self.hardware_name.text()
