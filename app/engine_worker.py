@@ -1,17 +1,18 @@
-"""The engine, run off the GUI thread.
+"""The engine's side of the window: what runs where the engine lives.
 
-A plain Python thread owns the Engine: it builds it (loading a real model can take seconds),
-steps it while playing — pacing the simulated clock to a multiple of real time — and collects
-what happened since the GUI last looked. The GUI's frame timer calls take_frame() at its own
-rate and gets one FrameDelta: the latest snapshot (taken here, where the engine lives) and the
-steps, events and finished-request metrics since the previous frame. The engine never waits for
-the GUI; what the GUI had no time to draw is dropped or summarised.
+An EngineSession owns the Engine: it builds it (loading a real model can take seconds), steps it
+while playing -- pacing the simulated clock to a multiple of real time -- and gathers what the
+window needs. When the window asks (at most once per frame) take_frame() hands over one
+FrameDelta: a fresh snapshot and the steps, events and finished-request metrics since the previous
+frame, bounded so a frame costs the same however fast the engine runs. The engine never waits for
+the window; what the window had no time to draw is dropped or summarised.
+
+The session runs in the engine process (app/engine_process.py); it is plain single-threaded
+code, so tests and benchmarks can also drive it directly.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 import traceback
 from collections import deque
@@ -25,8 +26,8 @@ from kvscope.engine.workload import WorkloadSpec, generate_requests
 STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
 EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
-SNAPSHOT_INTERVAL_S = 1 / 60
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
+MAX_PACING_WAIT_S = 0.01  # a paced engine ahead of the wall clock waits at most this long at a time
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,25 @@ class SeriesPoint(NamedTuple):
     preemptions: int  # since the previous point
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the window knows of the engine it shows, reported by the engine itself once built."""
+
+    label: str
+    backend: str  # the runner's name: simulated | real
+    plan: object  # MemoryPlan
+    resolved: object  # ResolvedArgs
+    args: EngineArgs
+    model: ModelConfig
+    hardware: HardwareSpec
+    workload: WorkloadSpec
+    allocation: str  # the KV manager in use: paged | contiguous
+    kv_tensor_bytes: int | None = None  # real backend: bytes of the paged K/V tensors actually allocated
+
+    def __getitem__(self, key: str):  # the window reads it like the dict it used to be
+        return getattr(self, key)
+
+
 @dataclass
 class FrameDelta:
     snapshot: object | None = None  # engine Snapshot, None if unchanged
@@ -64,111 +84,90 @@ class FrameDelta:
     summary: dict | None = None
     status: str = ""
     error: str | None = None  # an exception inside the engine, with its traceback
-    engine_info: dict | None = None  # set when a new engine was built
+    engine_info: EngineInfo | None = None  # set when a new engine was built
     playing: bool = False
     done: bool = False
+    build_cost_s: float = 0.0  # engine-side time spent building and sending the previous frame
 
 
-class EngineWorker:
+class EngineSession:
     def __init__(self):
-        self._commands: queue.Queue = queue.Queue()
-        self._lock = threading.Lock()
-        self._pending = FrameDelta()
-        self._thread: threading.Thread | None = None
         self.engine: Engine | None = None
         self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as possible
-        self._playing = False
-        self._want_snapshot = True
-        self._last_snapshot = 0.0
+        self.playing = False
+        self._pending = FrameDelta()
+        self._stepped = True  # the engine changed since the last snapshot
         self._last_summary = 0.0
         self._last_point = 0.0
-        self._since_point = [0, 0.0, 0.0, 0]  # output tokens, compute time, step time, preemptions
+        self._point_base = (0, 0.0, 0.0, 0)  # output tokens, compute time, busy time, preemptions at the last point
+        self._output_tokens = 0  # sampled since the engine was built
         self._pace_origin: tuple[float, float] | None = None  # (wall, engine clock) when pacing began
         self._finished_seen = 0
 
-    # -- commands, from the GUI thread ----------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="kvscope-engine", daemon=True)
-        self._thread.start()
-
-    def apply(self, config: RunConfig, play: bool = True) -> None:
-        self._commands.put(("apply", (config, play)))
-
-    def play(self) -> None:
-        self._commands.put(("play", None))
-
-    def pause(self) -> None:
-        self._commands.put(("pause", None))
-
-    def step_once(self) -> None:
-        self._commands.put(("step", None))
-
-    def set_speed(self, speed: float) -> None:
-        self._commands.put(("speed", speed))
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._commands.put(("stop", None))
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def take_frame(self) -> FrameDelta:
-        """Everything since the last call; also asks for a fresh snapshot for the next frame."""
-        with self._lock:
-            frame, self._pending = self._pending, FrameDelta()
-            frame.playing = self._playing
-            self._want_snapshot = True
-        return frame
-
-    # -- the engine thread ----------------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            if self._playing and self.engine is not None and self._commands.empty():
-                self._advance()  # the hot path: no exception per step from an empty queue
-                continue
-            try:
-                command, arg = self._commands.get(timeout=0.05) if not self._playing else self._commands.get_nowait()
-            except queue.Empty:
-                command = None
-            if command == "stop":
-                return
-            if command is not None:
-                self._handle(command, arg)
-                continue
-            if self._playing and self.engine is not None:
-                self._advance()
-
-    def _handle(self, command: str, arg) -> None:
+    # -- commands -------------------------------------------------------------------------------
+    def handle(self, command: str, arg) -> None:
         if command == "apply":
             config, play = arg
             self._build(config)
-            self._playing = play and self.engine is not None
+            self.playing = play and self.engine is not None
             self._pace_origin = None
         elif command == "play" and self.engine is not None:
-            self._playing = True
+            self.playing = True
             self._pace_origin = None
         elif command == "pause":
-            self._playing = False
+            self.playing = False
         elif command == "step" and self.engine is not None:
-            self._playing = False
-            self._run_one_step(force_snapshot=True)
+            self.playing = False
+            self._run_one_step()
         elif command == "speed":
             self.speed = arg
             self._pace_origin = None
+        elif command == "fail":  # the self-test and tests check that an engine error reaches the window
+            def broken_step():
+                raise RuntimeError(arg)
+            if self.engine is not None:
+                self.engine.step = broken_step
 
-    def _publish(self, **fields) -> None:
-        with self._lock:
-            for key, value in fields.items():
-                setattr(self._pending, key, value)
+    def take_frame(self) -> FrameDelta:
+        """Everything since the last call, with a snapshot if the engine changed meanwhile."""
+        frame, self._pending = self._pending, FrameDelta()
+        frame.playing = self.playing
+        if self.engine is not None and self._stepped:
+            frame.snapshot = self.engine.snapshot()
+            self._stepped = False
+            now = time.perf_counter()
+            if frame.summary is None and now - self._last_summary >= SUMMARY_INTERVAL_S:
+                frame.summary = self.engine.summary()
+                self._last_summary = now
+        return frame
+
+    # -- running --------------------------------------------------------------------------------
+    @property
+    def flat_out(self) -> bool:
+        """Playing with nothing to wait for: every moment spent elsewhere is a step not taken."""
+        return self.playing and self.engine is not None and (self.speed == 0 or self.engine.runner.name != "simulated")
+
+    def advance(self) -> float:
+        """One engine step, or -- when a paced engine is ahead of the wall clock -- the seconds
+        to wait before the next one."""
+        engine = self.engine
+        if self.speed > 0 and engine.runner.name == "simulated":
+            now = time.perf_counter()
+            if self._pace_origin is None:
+                self._pace_origin = (now, engine.clock)
+            wall0, clock0 = self._pace_origin
+            ahead = (engine.clock - clock0) - self.speed * (now - wall0)
+            if ahead > 0:
+                return min(ahead / self.speed, MAX_PACING_WAIT_S)
+        self._run_one_step()
+        return 0.0
 
     def _build(self, config: RunConfig) -> None:
         self.engine = None
         self._finished_seen = 0
-        self._since_point = [0, 0.0, 0.0, 0]
-        self._publish(status=f"building the {config.backend} engine ...")
+        self._output_tokens = 0
+        self._point_base = (0, 0.0, 0.0, 0)
+        self._pending = FrameDelta(status=f"building the {config.backend} engine ...")
         try:
             if config.backend == "real":
                 from kvscope.engine.runners.real import create_real_engine, load_for_real_backend
@@ -182,96 +181,67 @@ class EngineWorker:
                 label = f"{config.model.name} (simulated on {config.hardware.name})"
             engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed))
         except ConfigError as exc:
-            self._publish(error=str(exc), status="could not build the engine")
+            self._pending = FrameDelta(error=str(exc), status="could not build the engine")
             return
         except Exception:  # noqa: BLE001 - shown to the user; the window keeps working
-            self._publish(error=traceback.format_exc(), status="could not build the engine")
+            self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
             return
         self.engine = engine
-        info = {"label": label, "plan": engine.plan, "resolved": engine.resolved, "backend": engine.runner.name,
-                "model": engine.model, "hardware": engine.hardware, "workload": config.workload}
-        with self._lock:
-            self._pending = FrameDelta(engine_info=info, snapshot=engine.snapshot(), status=f"ready: {label}")
-            self._want_snapshot = False
+        cache = getattr(engine.runner, "cache", None)
+        info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
+                          args=engine.args, model=engine.model, hardware=engine.hardware, workload=config.workload,
+                          allocation=engine.kv.kind, kv_tensor_bytes=getattr(cache, "nbytes", None))
+        self._pending = FrameDelta(engine_info=info, status=f"ready: {label}")
+        self._stepped = True
 
-    def _advance(self) -> None:
-        engine = self.engine
-        if self.speed > 0 and engine.runner.name == "simulated":
-            now = time.perf_counter()
-            if self._pace_origin is None:
-                self._pace_origin = (now, engine.clock)
-            wall0, clock0 = self._pace_origin
-            ahead = (engine.clock - clock0) - self.speed * (now - wall0)
-            if ahead > 0:
-                time.sleep(min(ahead / self.speed, 0.01))
-                self._maybe_snapshot()
-                return
-        self._run_one_step()
-
-    def _run_one_step(self, force_snapshot: bool = False) -> None:
+    def _run_one_step(self) -> None:
         engine = self.engine
         try:
             result = engine.step()
-        except Exception:  # noqa: BLE001 - the engine stops; the GUI shows the error and stays usable
-            self._playing = False
-            self._publish(error=traceback.format_exc(), status="the engine stopped with an error")
+        except Exception:  # noqa: BLE001 - the engine stops; the window shows the error and stays usable
+            self.playing = False
+            self._pending.error = traceback.format_exc()
+            self._pending.status = "the engine stopped with an error"
             return
+        self._stepped = True
         if result is None:
-            self._playing = False
-            with self._lock:
-                self._pending.done = True
-                self._pending.summary = engine.summary()
-                self._pending.status = "workload complete"
-            self._maybe_snapshot(force=True)
+            self.playing = False
+            self._collect_finished()
+            self._pending.done = True
+            self._pending.summary = engine.summary()
+            self._pending.status = "workload complete"
             return
-        self._record(result)
-        self._maybe_snapshot(force=force_snapshot)
+        self.record(result)
 
-    def _record(self, result) -> None:
-        """Constant work per step, however fast steps come: the GUI gets the newest steps and
-        events, and plot points thinned to one per SERIES_INTERVAL_S of wall time."""
-        acc = self._since_point
-        acc[0] += result.num_output_tokens
-        acc[1] += result.compute_time_s
-        acc[2] += result.duration_s
-        acc[3] += result.num_preemptions
+    def record(self, result) -> None:
+        """The per-step work, kept to a few attribute updates (at maximum speed a simulated step
+        takes ~15 us): the newest steps and events, and a plot point per SERIES_INTERVAL_S."""
+        pending = self._pending
+        pending.steps.append(result)
+        if result.events:
+            pending.events.extend(result.events)
+        self._output_tokens += result.num_output_tokens
         now = time.perf_counter()
-        point = None
         if now - self._last_point >= SERIES_INTERVAL_S:
-            point = SeriesPoint(result.start_time_s + result.duration_s, result.kv_usage, result.num_running,
-                                result.num_waiting, acc[0], acc[1] / acc[2] if acc[2] > 0 else 0.0, acc[3])
-            self._since_point = [0, 0.0, 0.0, 0]
             self._last_point = now
+            self._add_point(result)
+
+    def _add_point(self, result) -> None:
         metrics = self.engine.metrics
-        new_finished = None
+        tokens0, compute0, busy0, preempt0 = self._point_base
+        busy = metrics.busy_time - busy0
+        pending = self._pending
+        pending.points.append(SeriesPoint(
+            result.start_time_s + result.duration_s, result.kv_usage, result.num_running, result.num_waiting,
+            self._output_tokens - tokens0, (metrics.compute_time - compute0) / busy if busy > 0 else 0.0,
+            metrics.preemptions - preempt0))
+        self._point_base = (self._output_tokens, metrics.compute_time, metrics.busy_time, metrics.preemptions)
+        self._collect_finished()
+
+    def _collect_finished(self) -> None:
+        metrics = self.engine.metrics
         if len(metrics.ttft) > self._finished_seen:
             seen = self._finished_seen
-            new_finished = list(zip(metrics.finish_times[seen:], metrics.ttft[seen:], metrics.queue_time[seen:]))
+            self._pending.finished.extend(zip(metrics.finish_times[seen:], metrics.ttft[seen:],
+                                              metrics.queue_time[seen:]))
             self._finished_seen = len(metrics.ttft)
-        with self._lock:
-            frame = self._pending
-            frame.steps.append(result)
-            frame.events.extend(result.events)
-            if point is not None:
-                frame.points.append(point)
-            if new_finished:
-                frame.finished.extend(new_finished)
-
-    def _maybe_snapshot(self, force: bool = False) -> None:
-        now = time.perf_counter()
-        with self._lock:
-            wanted = self._want_snapshot
-        if not force and (not wanted or now - self._last_snapshot < SNAPSHOT_INTERVAL_S):
-            return
-        snapshot = self.engine.snapshot()
-        self._last_snapshot = now
-        summary = None
-        if force or now - self._last_summary >= SUMMARY_INTERVAL_S:
-            summary = self.engine.summary()
-            self._last_summary = now
-        with self._lock:
-            self._pending.snapshot = snapshot
-            if summary is not None:
-                self._pending.summary = summary
-            self._want_snapshot = False
-

@@ -1,9 +1,8 @@
-"""The explorer window: the engine runs in a worker thread; a frame timer hands its latest
+"""The explorer window: the engine runs in its own process; a frame timer hands its latest
 snapshot and the steps since the last frame to the views, which only draw plain data."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import deque
 
@@ -38,16 +37,14 @@ from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.requests_table import RequestsTable
 from kvscope.widgets.settings_panel import SettingsPanel
 
-from .engine_worker import EngineWorker, FrameDelta, RunConfig
+from .engine_process import EngineProcess
+from .engine_worker import FrameDelta, RunConfig
 from .event_text import EVENT_KINDS, event_line
 from .run_settings import SettingsError, build_run_config, memory_preview, values_from_model
 from .series import RunSeries
 from .units import format_percent
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
-GIL_SWITCH_INTERVAL_S = 0.0005
-FRAME_BUDGET_FACTOR = 10  # drawing gets at most ~1/10 of wall time
-MAX_FRAME_GAP_S = 0.5  # but the window never looks frozen
 TABLE_INTERVAL_S = 0.25  # a table of 1,000 rows is not worth redrawing 60 times a second
 SPEEDS = [("0.1x", 0.1), ("0.25x", 0.25), ("0.5x", 0.5), ("1x", 1.0), ("2x", 2.0), ("5x", 5.0), ("10x", 10.0),
           ("30x", 30.0), ("100x", 100.0), ("max", 0.0)]
@@ -97,12 +94,8 @@ class MainWindow(QMainWindow):
     def __init__(self, initial: dict, theme: str = "dark", autoplay: bool = True):
         super().__init__()
         self.setWindowTitle("kvscope")
-        # The engine thread is CPU-bound; each time the GUI thread gives up the interpreter lock in
-        # a Qt call it waits up to the switch interval to get it back, and a frame makes hundreds of
-        # such calls: at the default 5 ms a frame took seconds while the engine ran flat out.
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.theme = THEMES[theme]
-        self.worker = EngineWorker()
+        self.worker = EngineProcess()
         self.worker.start()
         self.series = RunSeries()
         self.plan = None
@@ -111,11 +104,11 @@ class MainWindow(QMainWindow):
         self.selected_request = -1
         self.last_table_update = 0.0
         self.frame_times_ms: deque[float] = deque(maxlen=600)
+        self.frames_rendered = 0
         self.errors_shown: list[str] = []
         self.latest_summary: dict = {}
         self.latest_snapshot = None
         self.done = False
-        self._next_frame_at = 0.0
         self._build_views()
         self._build_actions()
         self.settings.set_choices(preset_names("models"), preset_names("hardware"), preset_names("workloads"))
@@ -329,7 +322,7 @@ class MainWindow(QMainWindow):
             self.worker.pause()
             self.play_action.setText("Play")
         else:
-            if self.done or self.worker.engine is None:
+            if self.done or self.engine_info is None:
                 self.apply_settings(play=True)
             else:
                 self.worker.play()
@@ -363,14 +356,9 @@ class MainWindow(QMainWindow):
 
     # -- frames ---------------------------------------------------------------------------------
     def on_frame(self) -> None:
-        # The window shares the interpreter with the engine: after a frame of X ms, wait at least
-        # FRAME_BUDGET_FACTOR x X before the next, so drawing takes a bounded share of the time.
-        now = time.perf_counter()
-        if now < self._next_frame_at:
-            return
-        self.render_frame(self.worker.take_frame())
-        spent = time.perf_counter() - now
-        self._next_frame_at = now + min(spent * FRAME_BUDGET_FACTOR, MAX_FRAME_GAP_S)
+        frame = self.worker.take_frame()
+        if frame is not None:  # None: the engine has not answered the last frame request yet
+            self.render_frame(frame)
 
     def render_frame(self, frame: FrameDelta) -> None:
         """Hand one frame's data to every view (the frame timer's work; benchmarks call it directly)."""
@@ -408,6 +396,7 @@ class MainWindow(QMainWindow):
             self.play_action.setText("Pause")
         self._update_status(frame)
         self.frame_times_ms.append((time.perf_counter() - started) * 1000)
+        self.frames_rendered += 1
 
     def _new_engine(self, info: dict) -> None:
         self.engine_info = info

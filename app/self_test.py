@@ -124,7 +124,7 @@ def open_window(values: dict, timeout_s: float, size=(1600, 960), min_step: int 
         check_image(window.grab().toImage())
         times["snapshot"] = time.perf_counter() - started
     except BaseException:
-        close_window(window, app)  # stops the engine thread too
+        close_window(window, app)  # stops the engine process too
         raise
     return window, app, times
 

@@ -14,6 +14,11 @@ import sys  # noqa: E402
 
 
 def main() -> int:
+    # The window runs the engine in a spawned process: in a frozen bundle that child is this
+    # executable again, and freeze_support() turns it into the engine process before anything else.
+    import multiprocessing
+
+    multiprocessing.freeze_support()
     os.environ["KVSCOPE_ENTRY_TIME"] = repr(ENTRY_WALL_TIME)  # this process's, not a parent's
     argv = sys.argv[1:]
     if argv[:1] == ["--self-test"]:

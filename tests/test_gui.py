@@ -45,9 +45,14 @@ def window(qtbot, tmp_path, monkeypatch):
 
 
 def engine_of(win, qtbot, predicate=lambda e: True, timeout=20000):
-    """Wait for the worker's engine to exist and satisfy predicate (rebuilds happen off the GUI thread)."""
-    qtbot.waitUntil(lambda: win.worker.engine is not None and predicate(win.worker.engine), timeout=timeout)
-    return win.worker.engine
+    """Wait until the engine process reports an engine (its EngineInfo: what it actually built) that
+    satisfies predicate; rebuilds happen in the engine process."""
+    qtbot.waitUntil(lambda: win.engine_info is not None and predicate(win.engine_info), timeout=timeout)
+    return win.engine_info
+
+
+def step_of(win) -> int:
+    return win.latest_snapshot.step if win.latest_snapshot is not None else -1
 
 
 def test_the_window_runs_the_engine_off_the_gui_thread_and_draws_it(window, qtbot):
@@ -69,7 +74,7 @@ def test_the_window_runs_the_engine_off_the_gui_thread_and_draws_it(window, qtbo
     ("enable_prefix_caching", False, lambda e: not e.args.enable_prefix_caching),
     ("enable_chunked_prefill", False, lambda e: not e.args.enable_chunked_prefill),
     ("scheduling", "static", lambda e: e.args.scheduling == "static"),
-    ("allocation", "contiguous", lambda e: e.kv.kind == "contiguous"),
+    ("allocation", "contiguous", lambda e: e.allocation == "contiguous"),
     ("kv_cache_memory_bytes", 2 * 1024**3, lambda e: e.plan.kv_pool_bytes == 2 * 1024**3),
     ("hardware", "a100-40gb", lambda e: e.hardware.name == "a100-40gb"),
     ("model", "mistral-7b", lambda e: e.model.name == "mistral-7b"),
@@ -98,8 +103,8 @@ def test_the_real_backend_is_one_setting(window, qtbot):
     window.settings.set_values({"backend": "real", "model": "tiny-llama", "hardware": "this-machine",
                                 "kv_cache_memory_bytes": 32 * 1024**2, "num_requests": 5})
     assert window.apply_settings()
-    engine = engine_of(window, qtbot, lambda e: e.runner.name == "real", timeout=60000)
-    assert engine.runner.cache.nbytes == engine.plan.num_blocks * engine.plan.block_bytes
+    engine = engine_of(window, qtbot, lambda e: e.backend == "real", timeout=60000)
+    assert engine.kv_tensor_bytes == engine.plan.num_blocks * engine.plan.block_bytes
     qtbot.waitUntil(lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 0, timeout=60000)
 
 
@@ -148,15 +153,17 @@ def press(window, qtbot, key, modifier=Qt.NoModifier):
 
 def test_run_controls_and_their_shortcuts(window, qtbot):
     engine = engine_of(window, qtbot)
-    qtbot.waitUntil(lambda: window.play_action.text() == "Pause", timeout=10000)
+    qtbot.waitUntil(lambda: window.play_action.text() == "Pause" and step_of(window) > 0, timeout=10000)
     press(window, qtbot, Qt.Key_Space)  # pause
     assert window.play_action.text() == "Play"
-    qtbot.wait(200)
-    paused_at = engine.step_count
+    qtbot.wait(300)  # steps already under way, and their frames, arrive
+    paused_at = step_of(window)
     qtbot.wait(300)
-    assert engine.step_count == paused_at
+    assert step_of(window) == paused_at
     press(window, qtbot, Qt.Key_Right)  # exactly one step
-    qtbot.waitUntil(lambda: engine.step_count == paused_at + 1, timeout=5000)
+    qtbot.waitUntil(lambda: step_of(window) == paused_at + 1, timeout=5000)
+    qtbot.wait(200)
+    assert step_of(window) == paused_at + 1
     index = window.speed.currentIndex()
     press(window, qtbot, Qt.Key_Minus)
     assert window.speed.currentIndex() == index - 1
@@ -186,17 +193,29 @@ def test_the_block_map_shows_a_known_allocation(qtbot, tmp_path, monkeypatch):
 
 def test_an_engine_exception_shows_a_dialog_and_the_window_keeps_working(window, qtbot):
     engine = engine_of(window, qtbot)
-
-    def broken_step():
-        raise RuntimeError("injected failure inside the engine")
-
-    engine.step = broken_step
+    window.worker.inject_failure("injected failure inside the engine")
     qtbot.waitUntil(lambda: bool(window.errors_shown), timeout=10000)
     assert "injected failure" in window.errors_shown[0]
     assert window.play_action.text() == "Play"
     assert window.apply_settings()  # a new engine: the window recovered
-    fresh = engine_of(window, qtbot, lambda e: e is not engine)
-    qtbot.waitUntil(lambda: fresh.step_count > 5, timeout=10000)
+    engine_of(window, qtbot, lambda e: e is not engine)
+    qtbot.waitUntil(lambda: step_of(window) > 5, timeout=10000)
+
+
+def test_a_crashed_engine_process_is_reported_and_replaced(window, qtbot):
+    import os
+    import signal
+
+    engine = engine_of(window, qtbot)
+    qtbot.waitUntil(lambda: step_of(window) > 0, timeout=10000)
+    before = window.latest_snapshot
+    os.kill(window.worker._process.pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    qtbot.waitUntil(lambda: any("exited unexpectedly" in e for e in window.errors_shown), timeout=10000)
+    assert window.play_action.text() == "Play"
+    assert window.apply_settings()  # a fresh engine process
+    engine_of(window, qtbot, lambda e: e is not engine, timeout=30000)
+    qtbot.waitUntil(lambda: window.latest_snapshot is not before and step_of(window) > 0, timeout=10000)
+    assert window.worker.alive
 
 
 def test_closing_the_window_stops_the_worker(qtbot, tmp_path, monkeypatch):
@@ -231,3 +250,15 @@ def test_gui_command_takes_a_screenshot_and_quits(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "kvscope.app", "gui", "--model", "nope", "--quit-after", "1"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 2 and "unknown model preset" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_preset_shown_in_the_editor_is_not_counted_as_edited(qtbot, tmp_path, monkeypatch):
+    """The editor's boxes round (79.6 GiB for the H100's 79.65): that alone must not make an edit."""
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))
+    win = MainWindow(simulated_values(), autoplay=False)
+    qtbot.addWidget(win)
+    assert win.config.hardware.name == "h100-80gb" and win.config.model.name == "llama-3-8b"
+    win.editor.memory_gib.setValue(40.0)  # a real edit still is one
+    assert win.apply_settings()
+    assert win.config.hardware.name == "h100-80gb (edited)" and win.config.hardware.memory_bytes == 40 * 1024**3
+    win.close()

@@ -1,0 +1,187 @@
+"""The engine in its own process, so drawing never takes time from it.
+
+In one process the window and a CPU-bound engine share one interpreter lock: the window's frames
+cost the engine ~45 % of its speed however little they drew. Here the engine process runs an
+EngineSession flat out on its own core; the window sends it commands over a pipe and asks for one
+frame at a time. The engine process checks the pipe about once a millisecond of its own time and
+answers a frame request with the FrameDelta pickled, its numpy arrays sent as raw buffers beside
+the pickle (a 500,000-block snapshot is 11 MB: copying it into one pickle cost 12 ms). One request is in flight at a time, and the window asks again no sooner than
+FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/20 of the
+engine's time however big the batch or the pool.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import queue
+import signal
+import threading
+import time
+
+from .engine_worker import EngineSession, FrameDelta, RunConfig
+
+COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
+IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
+FRAME_COST_FACTOR = 20  # the next frame request waits >= 20x the engine-side cost of the last one
+STOP_TIMEOUT_S = 5.0
+
+
+def encode_frame(frame: FrameDelta) -> list:
+    """The messages that carry a frame: a count and the pickle, then each array's memory as is."""
+    buffers = []
+    head = pickle.dumps(frame, protocol=5, buffer_callback=buffers.append)
+    return [len(buffers).to_bytes(4, "little") + head] + [b.raw() for b in buffers]
+
+
+def decode_frame(first: bytes, receive_buffer) -> FrameDelta:
+    count = int.from_bytes(first[:4], "little")
+    return pickle.loads(memoryview(first)[4:], buffers=[receive_buffer() for _ in range(count)])
+
+
+def _send_frames(conn, outbox: queue.Queue) -> None:
+    """Writes frames to the pipe. A frame of megabytes fills the pipe's buffer and the write waits
+    until the window reads it, up to a frame interval: a thread waits here, not the engine."""
+    while (messages := outbox.get()) is not None:
+        try:
+            for message in messages:
+                conn.send_bytes(message)
+        except OSError:
+            return
+
+
+def serve(conn) -> None:
+    """The engine process: commands in, frames out, until told to stop or the window is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
+    outbox: queue.Queue = queue.Queue()
+    sender = threading.Thread(target=_send_frames, args=(conn, outbox), name="kvscope-frames", daemon=True)
+    sender.start()
+    try:
+        _serve_commands(conn, outbox)
+    finally:
+        outbox.put(None)
+        sender.join(0.2)  # a frame the window will never read must not hold up the exit
+
+
+def _serve_commands(conn, outbox: queue.Queue) -> None:
+    session = EngineSession()
+    last_poll = 0.0
+    frame_cost = 0.0
+    try:
+        while True:
+            wait = IDLE_POLL_S
+            if session.playing and session.engine is not None:
+                wait = session.advance()
+                now = time.perf_counter()
+                if wait == 0.0 and now - last_poll < COMMAND_POLL_S:
+                    continue
+                last_poll = now
+            if not conn.poll(wait):
+                continue
+            command, arg = conn.recv()
+            if command == "stop":
+                return
+            if command == "frame":
+                started = time.perf_counter()
+                frame = session.take_frame()
+                # Only an engine running flat out loses time to frames; a paced one waits anyway.
+                frame.build_cost_s = frame_cost if session.flat_out else 0.0
+                outbox.put(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
+                # smoothed: the summary's percentiles make one frame in thirty ten times dearer
+                frame_cost = 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
+            else:
+                session.handle(command, arg)
+    except (EOFError, OSError):  # the window went away without saying goodbye
+        return
+
+
+class EngineProcess:
+    """The window's handle on the engine process; every method returns at once."""
+
+    def __init__(self):
+        self._context = multiprocessing.get_context("spawn")  # fork is unsafe in a Qt (threaded) process
+        self._process = None
+        self._conn = None
+        self._awaiting_frame = False
+        self._next_request_at = 0.0
+        self._reported_exit = False
+        self._stopped = False
+
+    def start(self) -> None:
+        parent_conn, child_conn = self._context.Pipe()
+        self._process = self._context.Process(target=serve, args=(child_conn,), name="kvscope-engine", daemon=True)
+        self._process.start()
+        child_conn.close()
+        self._conn = parent_conn
+        self._awaiting_frame = False
+        self._reported_exit = False
+
+    def _send(self, command: str, arg=None) -> None:
+        if self._stopped:
+            return
+        if not self.alive:
+            self.start()  # after a crash of the engine process the next command starts a fresh one
+        try:
+            self._conn.send((command, arg))
+        except (BrokenPipeError, OSError):
+            pass  # the process died just now; take_frame reports it
+
+    def apply(self, config: RunConfig, play: bool = True) -> None:
+        self._send("apply", (config, play))
+
+    def play(self) -> None:
+        self._send("play")
+
+    def pause(self) -> None:
+        self._send("pause")
+
+    def step_once(self) -> None:
+        self._send("step")
+
+    def set_speed(self, speed: float) -> None:
+        self._send("speed", speed)
+
+    def inject_failure(self, message: str) -> None:
+        """Make the engine's next step raise: how the self-test and tests check error handling."""
+        self._send("fail", message)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        self._stopped = True
+        if self._process is None:
+            return
+        try:
+            self._conn.send(("stop", None))
+        except (BrokenPipeError, OSError):
+            pass
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(1.0)
+        self._conn.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def take_frame(self) -> FrameDelta | None:
+        """The newest frame if one has arrived (else None), and the request for the next."""
+        frame = None
+        if self._process is None:
+            return None
+        if not self.alive:
+            if self._reported_exit:
+                return None
+            self._reported_exit = True
+            return FrameDelta(error=f"The engine process exited unexpectedly (exit code {self._process.exitcode}); "
+                                    "apply the settings to start a new one.", status="the engine process stopped")
+        try:
+            if self._awaiting_frame and self._conn.poll():
+                frame = decode_frame(self._conn.recv_bytes(), self._conn.recv_bytes)
+                self._awaiting_frame = False
+                self._next_request_at = time.perf_counter() + FRAME_COST_FACTOR * frame.build_cost_s
+            if not self._awaiting_frame and time.perf_counter() >= self._next_request_at:
+                self._conn.send(("frame", None))
+                self._awaiting_frame = True
+        except (EOFError, OSError):
+            pass  # reported on the next call, once the process is seen to be gone
+        return frame
