@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--seed", type=options.whole, default=0, help="random seed (default 0): same seed, same run")
     p_run.add_argument("--json", metavar="OUT", help="write the summary as JSON to OUT ('-' for stdout)")
     p_run.add_argument("--quiet", action="store_true", help="no progress line")
+    p_run.add_argument("--record", metavar="FILE",
+                       help="record the run (steps, events, block-map deltas) to FILE (.kvrec) for `kvscope gui --replay`")
     p_run.set_defaults(func=lambda a: _lazy("run_command", "cmd_run")(a))
 
     p_gui = sub.add_parser("gui", help="the explorer window")
@@ -116,7 +118,30 @@ def build_parser() -> argparse.ArgumentParser:
     p_gui.add_argument("--size", type=_size, default=(1600, 960), metavar="WxH", help="window size (default 1600x960)")
     p_gui.add_argument("--quit-after", type=options.number, metavar="SECONDS", help="close after this many seconds")
     p_gui.add_argument("--screenshot", metavar="PNG", help="with --quit-after: save the window as a PNG first")
+    p_gui.add_argument("--demo", action="store_true",
+                       help="demo mode for talks: fullscreen, large fonts, high contrast, settings hidden (F11 toggles)")
+    p_gui.add_argument("--replay", metavar="FILE", help="replay a recorded run (.kvrec): no model, no GPU needed")
+    p_gui.add_argument("--scenario", metavar="NAME", help="open a guided scenario (see `kvscope scenarios`)")
     p_gui.set_defaults(func=lambda a: _lazy("gui", "cmd_gui")(a))
+
+    p_scenarios = sub.add_parser("scenarios", help="list the guided scenarios (each a question, a comparison, a reveal)")
+    p_scenarios.add_argument("--json", action="store_true", help="print them as JSON")
+    p_scenarios.set_defaults(func=lambda a: _lazy("compare_command", "cmd_scenarios")(a))
+
+    p_compare = sub.add_parser("compare", help="run a scenario's configurations on the identical workload, side by side")
+    p_compare.add_argument("--scenario", metavar="NAME", required=True, help="a scenario name (`kvscope scenarios`)")
+    p_compare.add_argument("--requests", type=options.whole, help="override the scenario's number of requests")
+    p_compare.add_argument("--seed", type=options.whole, help="override the scenario's random seed")
+    p_compare.add_argument("--json", metavar="OUT", help="write one object per configuration as JSON to OUT ('-' for stdout)")
+    p_compare.add_argument("--csv", metavar="OUT", help="write the results table as CSV to OUT")
+    p_compare.add_argument("--quiet", action="store_true", help="no progress line")
+    p_compare.set_defaults(func=lambda a: _lazy("compare_command", "cmd_compare")(a))
+
+    p_export = sub.add_parser("export", help="convert a recorded run (.kvrec) for other tools")
+    p_export.add_argument("file", metavar="FILE", help="a recording written by `kvscope run --record`")
+    p_export.add_argument("--perfetto", metavar="OUT", help="a Chrome/Perfetto trace JSON (open it at ui.perfetto.dev)")
+    p_export.add_argument("--csv", metavar="OUT", help="the per-step series as CSV")
+    p_export.set_defaults(func=lambda a: _lazy("export_command", "cmd_export")(a))
 
     p_verify = sub.add_parser("verify", help="check the real paged engine against transformers' generate()")
     source = p_verify.add_mutually_exclusive_group()

@@ -14,7 +14,7 @@ from kvscope.engine.workload import WorkloadSpec, generate_requests
 
 from . import options
 from .cli import math_rows
-from .units import format_percent, format_seconds, table
+from .units import format_bytes, format_percent, format_seconds, table
 
 ALL_ROWS = 10**9
 REAL_DEFAULT_MODEL = "tiny-llama"
@@ -83,18 +83,26 @@ class Progress:
         self.last = self.started
 
     def __call__(self, engine: Engine, step, force: bool = False) -> None:
+        if self.due(force):
+            m = engine.metrics
+            self.show(f"step {engine.step_count:,}  engine clock {engine.clock:,.1f} s  completed {m.completed:,}  "
+                      f"rejected {m.rejected:,}  running {len(engine.scheduler.running)}  "
+                      f"waiting {len(engine.scheduler.waiting)}  KV {format_percent(engine.kv.usage)}")
+
+    def due(self, force: bool) -> bool:
+        """Whether a line is wanted now (at most one per interval, unless forced)."""
         if not self.enabled:
-            return
+            return False
         now = time.monotonic()
         if not force and now - self.last < self.interval:
-            return
+            return False
         self.last = now
-        m = engine.metrics
-        line = (f"step {engine.step_count:,}  engine clock {engine.clock:,.1f} s  completed {m.completed:,}  "
-                f"rejected {m.rejected:,}  running {len(engine.scheduler.running)}  waiting {len(engine.scheduler.waiting)}  "
-                f"KV {format_percent(engine.kv.usage)}  wall {now - self.started:.1f} s")
+        return True
+
+    def show(self, text: str) -> None:
+        line = f"{text}  wall {self.last - self.started:.1f} s"
         if self.tty:
-            print("\r" + line.ljust(120), end="", file=sys.stderr, flush=True)
+            print("\r" + line[:160].ljust(120), end="", file=sys.stderr, flush=True)
         else:
             print(line, file=sys.stderr, flush=True)
 
@@ -154,6 +162,34 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
     }
 
 
+def check_record_path(path: str) -> None:
+    """A recording path that cannot be written fails now, in one line, not after the run."""
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"--record {path}: is a folder; give a file name")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"--record {path}: the folder {folder} does not exist")
+    existed = out.exists()
+    try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
+        with open(out, "ab"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--record {path}: cannot write it: {exc.strerror or exc}") from None
+    if not existed:
+        out.unlink()
+
+
+def start_recording(engine: Engine, spec: WorkloadSpec, args):
+    from kvscope.engine.recording import RunRecorder
+
+    label = engine.runner.loaded.label if engine.runner.name == "real" else \
+        f"{engine.model.name} (simulated on {engine.hardware.name})"
+    arguments = {k: v for k, v in vars(args).items() if k not in ("func", "command") and v is not None}
+    return RunRecorder(engine, args.record, {"label": label, "workload": spec, "seed": args.seed,
+                                             "arguments": arguments})
+
+
 def cmd_run(args) -> int:
     # Say what is wrong with the output path before a long run, not after it.
     if args.json and args.json != "-":
@@ -162,15 +198,30 @@ def cmd_run(args) -> int:
             raise ConfigError(f"--json {args.json}: is a folder; give a file name")
         if not out.resolve().parent.is_dir():
             raise ConfigError(f"--json {args.json}: the folder does not exist")
+    if args.record:
+        check_record_path(args.record)
     if args.seed < 0:
         raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
     engine, spec = build_engine(args)
     progress = Progress(enabled=not args.quiet)
+    recorder = start_recording(engine, spec, args) if args.record else None
     started = time.monotonic()
-    summary = engine.run(on_step=lambda step: progress(engine, step))
+    if recorder is None:
+        summary = engine.run(on_step=lambda step: progress(engine, step))
+    else:
+        def on_step(step):
+            recorder.record_step(step)
+            progress(engine, step)
+
+        try:
+            summary = engine.run(on_step=on_step)
+        except BaseException as exc:  # the steps so far stay readable, and the file says why it stops there
+            recorder.close(engine.summary(), note=f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": "))
+            raise
     progress(engine, None, force=True)
     progress.done()
     wall = time.monotonic() - started
+    recording_size = recorder.close(summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
     if args.json != "-":
         print(table(math_rows(engine.plan, engine.model, engine.hardware), title="Memory"))
@@ -192,4 +243,9 @@ def cmd_run(args) -> int:
                 Path(args.json).write_text(text + "\n", encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+    if recording_size is not None:
+        # stdout may hold the JSON summary (--json -): the note goes to stderr then
+        print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} steps); "
+              f"replay it with `kvscope gui --replay {args.record}`",
+              file=sys.stderr if args.json == "-" else sys.stdout)
     return 0

@@ -21,9 +21,9 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-from kvscope.app.cli import main
 from kvscope.engine.config import ConfigError
 from kvscope.engine.presets import load_workload_file, read_toml
+from cli_helper import cli
 
 GiB = 1024**3
 H100_MEMORY = 85520809984  # h100-80gb preset, per device
@@ -49,16 +49,6 @@ TRACE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def cli(capsys, *argv):
-    """main(argv) in-process: (exit code, stdout, stderr); argparse's SystemExit becomes a code."""
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def math_json(capsys, *argv) -> dict:
