@@ -220,7 +220,7 @@ class Engine:
                 req.block_hashes = []
         metrics.preemptions = scheduler.num_preemptions
         metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running,
-                        unused_slots, self._allocated_slots())
+                        unused_slots, self._allocated_slots(), batch.num_tokens - batch.num_prefill_tokens)
         self.clock = end
         step = StepResult(
             self.step_count, start, result.duration_s,

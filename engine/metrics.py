@@ -33,14 +33,20 @@ class MetricsCollector:
         self.peak_running = 0
         self.kv_usage_time = 0.0  # integral of usage over busy time, for the mean
         self.fragmentation_time = 0.0  # integral of unused/allocated slots over busy time
+        # A request already generating gets its next token at the end of each step it is in, so
+        # the longest step that carried decode tokens is the longest wait between two of a
+        # request's consecutive tokens: the stall a long unchunked prompt causes.
+        self.itl_max: float | None = None
 
     def on_arrival(self, time_s: float) -> None:
         if self.first_arrival is None:
             self.first_arrival = time_s
 
     def on_step(self, duration: float, compute: float, kv_usage: float, running: int,
-                unused_slots: int, allocated_slots: int) -> None:
+                unused_slots: int, allocated_slots: int, decode_tokens: int = 0) -> None:
         self.steps += 1
+        if decode_tokens and (self.itl_max is None or duration > self.itl_max):
+            self.itl_max = duration
         self.busy_time += duration
         self.compute_time += compute
         if kv_usage > self.peak_kv_usage:
@@ -84,6 +90,7 @@ class MetricsCollector:
             "ttft_p99_s": _percentile(self.ttft, 99),
             "tpot_p50_s": _percentile(self.tpot, 50),
             "tpot_p99_s": _percentile(self.tpot, 99),
+            "itl_max_s": self.itl_max,
             "e2e_latency_p50_s": _percentile(self.e2e, 50),
             "e2e_latency_p99_s": _percentile(self.e2e, 99),
             "queue_time_p50_s": _percentile(self.queue_time, 50),

@@ -1,0 +1,291 @@
+"""Guided scenarios: every file loads, every comparison runs, and each one's claim holds in the
+measured result — three of them on the real backend (the tiny model on this machine).
+
+Scenarios run at their smallest request count (min_requests) to keep the suite fast; the claims
+are the seeds' (see each TOML's comments for why its sizes show them).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+from kvscope.engine.compare import run_comparison
+from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import GiB
+from kvscope.engine.scenarios import load_scenario, scenario_names, scenarios_root
+
+SEED_CLAIMS = {  # every seed claim the brief names, and the scenario that teaches it
+    "the cache is the ceiling": "cache-ceiling",
+    "the benchmark trap": "benchmark-trap",
+    "static vs continuous batching": "static-vs-continuous",
+    "contiguous reservation vs paged blocks": "paged-vs-contiguous",
+    "prefix caching with a shared system prompt": "prefix-caching",
+    "GQA and fp8 KV": "gqa-and-fp8",
+    "fp8 KV on the real backend": "fp8-kv-real",
+    "chunked prefill": "chunked-prefill",
+    "Qwen3.6-27B-FP8 on an H100 NVL": "qwen-h100-nvl",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def run_small(name: str):
+    scenario = load_scenario(name)
+    return scenario, run_comparison(scenario, requests=scenario.min_requests)
+
+
+@pytest.fixture(scope="module")
+def real_runs():
+    """The three real-backend scenarios, each run once (a few seconds each on a 2-core CPU)."""
+    return {name: run_small(name) for name in ("static-vs-continuous", "paged-vs-contiguous", "fp8-kv-real")}
+
+
+# -- the files ---------------------------------------------------------------------------------------
+
+
+def test_every_scenario_file_loads_and_is_complete():
+    files = sorted(p.name[:-5] for p in scenarios_root().iterdir() if p.name.endswith(".toml"))
+    assert sorted(scenario_names()) == files
+    assert set(SEED_CLAIMS.values()) <= set(files)
+    for name in files:
+        s = load_scenario(name)
+        assert s.name == name
+        assert 2 <= len(s.configs) <= 4 and len(set(s.labels)) == len(s.labels)
+        assert s.question.endswith("?") and s.caption.count(". ") >= 1 and s.seed_lesson.startswith("seed 00")
+        assert 1 <= s.min_requests <= s.num_requests
+        assert s.answer.kind in ("number", "choice")
+
+
+def test_scenarios_have_distinct_orders_for_keys_1_to_9():
+    orders = [load_scenario(n).order for n in scenario_names()]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
+    assert orders[:9] == list(range(1, 10))
+
+
+def test_answers_are_revealed_from_the_run_never_written_in_the_file():
+    for name in scenario_names():
+        text = Path(load_scenario(name).path).read_text()
+        reveal = text.split("[reveal]", 1)[1].split("[", 1)[0]
+        assert not re.search(r"=\s*[\d.]+\s*$", reveal, re.M), f"{name}: a number in [reveal]"
+
+
+# -- each claim, measured ----------------------------------------------------------------------------
+
+
+def test_cache_ceiling_33_sequences_and_max_num_seqs_does_not_move_it():
+    scenario, result = run_small("cache-ceiling")
+    value, text = scenario.reveal(result)
+    base = result["max_num_seqs 64"]
+    assert base.memory["kv_bytes_per_token"] == 512 * 1024  # 0.5 MiB per token
+    assert base.memory["kv_bytes_per_sequence"] == 2 * GiB  # 2 GiB per 4K sequence
+    assert value == pytest.approx(33.72, abs=0.01) and text == "33.7 sequences"  # "~33" in seed 004
+    raised = result["max_num_seqs 256"]
+    assert raised.metrics["peak_running"] == base.metrics["peak_running"]  # the flag is not the ceiling
+    assert 33 <= base.metrics["peak_running"] <= 36 and base.metrics["peak_kv_usage"] == pytest.approx(1.0, abs=0.01)
+    assert base.metrics["compute_utilization"] < 0.6  # compute had headroom; memory did not
+    assert 1.8 <= result.ratio("peak_running", "fp8 KV, max_num_seqs 256", "max_num_seqs 64") <= 2.2
+
+
+def test_benchmark_trap_short_outputs_hide_the_ceiling():
+    scenario, result = run_small("benchmark-trap")
+    bench, real = result["benchmark: 32-token answers"], result["real traffic: agent-length answers"]
+    assert bench.metrics["peak_kv_usage"] < 0.05 and bench.metrics["preemptions"] == 0
+    assert real.metrics["peak_kv_usage"] > 0.99 and real.metrics["preemptions"] > 0
+    value, text = scenario.reveal(result)
+    assert value > 99 and text.endswith(" %")
+
+
+def test_prefix_caching_on_hits_the_shared_prompt_and_cuts_ttft():
+    scenario, result = run_small("prefix-caching")
+    off, on = result["prefix caching off"], result["prefix caching on"]
+    assert off.metrics["prefix_cache_hit_rate"] == 0
+    assert on.metrics["prefix_cache_hit_rate"] > 0.5
+    assert on.metrics["ttft_p50_s"] < 0.7 * off.metrics["ttft_p50_s"]
+    assert scenario.reveal(result)[0] == pytest.approx(on.metrics["prefix_cache_hit_rate"] * 100)
+
+
+def test_gqa_admits_4x_and_fp8_2x():
+    scenario, result = run_small("gqa-and-fp8")
+    mha, gqa = "Llama 2 7B (MHA), fp16 KV", "Llama 3 8B (GQA), fp16 KV"
+    assert result[gqa].memory["kv_bytes_per_token"] * 4 == result[mha].memory["kv_bytes_per_token"]
+    assert 3.5 <= result.ratio("peak_running", gqa, mha) <= 4.2  # 4x per token, less Llama 3's larger weights
+    assert 1.8 <= result.ratio("peak_running", "Llama 2 7B, fp8 KV", mha) <= 2.2
+    assert 1.8 <= result.ratio("peak_running", "Llama 3 8B (GQA), fp8 KV", gqa) <= 2.2
+    value, text = scenario.reveal(result)
+    assert value == gqa and "115" in text
+
+
+def test_chunked_prefill_removes_the_decode_stall():
+    scenario, result = run_small("chunked-prefill")
+    off, on = result["chunked prefill off"], result["chunked prefill on, 512-token steps"]
+    assert off.metrics["itl_max_s"] > 5 * on.metrics["itl_max_s"]
+    assert off.metrics["tpot_p99_s"] > on.metrics["tpot_p99_s"]
+    value, text = scenario.reveal(result)
+    assert value == pytest.approx(off.metrics["itl_max_s"] * 1000) and text.endswith(" ms")
+
+
+def test_qwen_on_h100_nvl_is_the_seeds_2_7_requests():
+    scenario, result = run_small("qwen-h100-nvl")
+    fp8, bf16 = result["fp8 KV (the deployment)"], result["bf16 KV"]
+    assert fp8.memory["kv_bytes_per_token"] == 128 * 1024 and bf16.memory["kv_bytes_per_token"] == 256 * 1024
+    assert fp8.memory["kv_bytes_per_sequence"] == 16 * GiB  # a 128K-token request
+    value, text = scenario.reveal(result)
+    assert round(value, 2) == 2.70 and text == "2.70 sequences"  # seed 004: "≈ 2.7 full-128K requests"
+    assert bf16.memory["max_concurrent_sequences"] == pytest.approx(value / 2)
+    assert fp8.metrics["peak_kv_usage"] < 0.25  # RAG prompts use a sliver of a 128K budget
+
+
+# -- the three real-backend claims -------------------------------------------------------------------
+
+
+def test_real_continuous_batching_beats_static_batches(real_runs):
+    scenario, result = real_runs["static-vs-continuous"]
+    static, same_size = result["static batches of 8"], result["continuous, 8 at a time"]
+    grown = result["continuous, up to 32"]
+    assert {c.settings["backend"] for c in (static, same_size, grown)} == {"real"}
+    assert static.metrics["output_tokens"] == same_size.metrics["output_tokens"] == grown.metrics["output_tokens"]
+    # A static batch runs for its longest answer: ~1.7x the steps on these Azure lengths (the
+    # schedule is deterministic, so this holds however busy the machine is).
+    assert static.metrics["steps"] >= 1.5 * same_size.metrics["steps"]
+    assert grown.metrics["peak_running"] > 8 == static.metrics["peak_running"]
+    # Throughput is timed on this machine: quiet, the grown batch measures 3.2-3.3x and the same-size
+    # one 1.6-1.8x. Other processes on the two cores squeeze both, so the bar is the claim's 2x.
+    assert same_size.metrics["throughput_tokens_per_s"] > static.metrics["throughput_tokens_per_s"]
+    assert result.ratio("throughput_tokens_per_s", "continuous, up to 32", "static batches of 8") >= 2.0
+    assert scenario.reveal(result)[0] == pytest.approx(result.ratio("throughput_tokens_per_s", "continuous, up to 32",
+                                                                    "static batches of 8"))
+
+
+def test_real_paged_admits_3x_the_requests_of_contiguous_reservation(real_runs):
+    scenario, result = real_runs["paged-vs-contiguous"]
+    contiguous, paged = result["contiguous reservation"], result["paged"]
+    assert contiguous.settings["max_model_len"] == 4096
+    assert contiguous.metrics["peak_running"] == 2  # the budget holds two 4,096-token reservations
+    assert paged.metrics["peak_running"] >= 3 * contiguous.metrics["peak_running"]
+    assert contiguous.metrics["mean_fragmentation"] > 0.5 > paged.metrics["mean_fragmentation"]
+    assert scenario.reveal(result)[0] >= 3
+
+
+def test_real_fp8_kv_admits_about_twice_fp16_and_its_cost_is_measured(real_runs):
+    scenario, result = real_runs["fp8-kv-real"]
+    fp16, fp8 = result["fp16 KV"], result["fp8_e4m3 KV"]
+    assert fp16.memory["kv_pool_bytes"] == fp8.memory["kv_pool_bytes"]
+    assert fp8.memory["num_blocks"] == 2 * fp16.memory["num_blocks"]
+    value, text = scenario.reveal(result)
+    assert 1.6 <= value <= 2.4 and text.endswith("x")
+    # the quality cost is measured against transformers' generate(), never a constant
+    assert fp8.kv_quality_note.startswith("measured") and 0 < fp8.kv_quality_cost < 0.5
+    # 16-bit KV under fp32 weights (CPU) is reported as exact; under fp16 weights (CUDA) it is exact
+    assert fp16.kv_quality_cost == 0 and fp16.kv_quality_note.startswith(("reported as exact", "exact"))
+
+
+# -- reveal and guesses ------------------------------------------------------------------------------
+
+
+def test_check_guess_says_how_close_a_guess_came():
+    scenario, result = run_small("qwen-h100-nvl")
+    assert "close" in scenario.check_guess(2.6, result)
+    assert "63 % low" in scenario.check_guess("1 sequence", result)
+    far = scenario.check_guess("8", result)
+    assert "196 % high" in far and "3 times the answer" in far
+    with pytest.raises(ConfigError, match="a number"):
+        scenario.check_guess("lots", result)
+
+
+def test_check_guess_on_a_choice():
+    scenario, result = run_small("gqa-and-fp8")
+    assert scenario.check_guess("Llama 3 8B (GQA), fp16 KV", result).startswith("Right")
+    assert scenario.check_guess("1", result).startswith("Not this time")  # the first choice, by number
+    with pytest.raises(ConfigError, match="choose one of"):
+        scenario.check_guess("Llama 4", result)
+
+
+# -- validation: clear errors that name the file and the field ----------------------------------------
+
+VALID = """
+name = "tiny"
+order = 1
+title = "A title"
+seed_lesson = "seed 000"
+claim = "A claim"
+caption = "One. Two."
+question = "How many?"
+
+[answer]
+kind = "number"
+unit = "requests"
+
+[reveal]
+metric = "peak_running"
+config = "a"
+
+[base]
+backend = "simulated"
+model = "llama-3-8b"
+hardware = "h100-80gb"
+num_requests = 10
+
+[base.workload]
+preset = "chat"
+
+[[configs]]
+label = "a"
+
+[[configs]]
+label = "b"
+engine = { kv_cache_dtype = "fp8" }
+"""
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_valid_file_loads_by_path_and_runs(tmp_path):
+    scenario = load_scenario(write(tmp_path, VALID))
+    result = run_comparison(scenario)
+    assert result.labels == ["a", "b"] and result["a"].metrics["completed"] + result["a"].metrics["rejected"] == 10
+
+
+@pytest.mark.parametrize("old, new, fragments", [
+    ('question = "How many?"\n', "", ["question", "missing"]),
+    ('order = 1', 'order = 1\ncolour = "red"', ["unknown field(s) colour"]),
+    ('engine = { kv_cache_dtype = "fp8" }', 'engine = { kv_cache_dtype = "fp7" }',
+     ["configs[2] (b)", "kv_cache_dtype", "fp7"]),
+    ('engine = { kv_cache_dtype = "fp8" }', 'engine = { max_num_seqs = 0 }', ["configs[2] (b)", "max_num_seqs"]),
+    ('engine = { kv_cache_dtype = "fp8" }', 'engine = { block_sise = 16 }', ["configs[2] (b).engine", "block_sise"]),
+    ('config = "a"', 'config = "c"', ["reveal.config", "no configuration labelled 'c'", "a, b"]),
+    ('metric = "peak_running"', 'metric = "peak_runing"', ["reveal.metric", "unknown quantity"]),
+    ('unit = "requests"', 'unit = "ms"', ["answer.unit", "peak_running", "requests"]),
+    ('unit = "requests"', 'unit = "parsecs"', ["answer.unit", "parsecs"]),
+    ('kind = "number"', 'kind = "essay"', ["answer.kind", "essay"]),
+    ('backend = "simulated"', 'backend = "real"', ["configs[1] (a).hardware", "real backend runs on this machine"]),
+    ('model = "llama-3-8b"', 'model = "llama-9"', ["configs[1] (a).model", "unknown model preset 'llama-9'"]),
+    ('preset = "chat"', 'preset = "chat"\nprompt_scale = 3', ["base.workload", "prompt_scale"]),
+    ('preset = "chat"', 'preset = "chat"\nprompt_tokens = { dist = "gamma" }', ["base.workload", "prompt_tokens", "gamma"]),
+    ('num_requests = 10', 'num_requests = 10\nmin_requests = 20', ["base.min_requests", "more than num_requests"]),
+    ('[[configs]]\nlabel = "b"\nengine = { kv_cache_dtype = "fp8" }', "", ["configs", "2 to 4", "got 1"]),
+    ('label = "b"', 'label = "a"', ["labels must differ"]),
+    ('name = "tiny"', 'name = "tiny', ["malformed TOML"]),
+])
+def test_an_invalid_file_names_the_file_and_the_field(tmp_path, old, new, fragments):
+    assert old in VALID
+    path = write(tmp_path, VALID.replace(old, new, 1))
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    message = str(err.value)
+    assert message.startswith(f"scenario file {path}"), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_unknown_name_and_too_few_requests():
+    with pytest.raises(ConfigError, match="unknown scenario 'nope'; known: cache-ceiling"):
+        load_scenario("nope")
+    with pytest.raises(ConfigError, match="at least 14 requests"):
+        load_scenario("paged-vs-contiguous").comparison_spec(requests=5)
