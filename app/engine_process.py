@@ -80,6 +80,7 @@ def _serve_commands(conn, outbox: queue.Queue) -> None:
                 continue
             command, arg = conn.recv()
             if command == "stop":
+                session.handle("stop_recording", None)  # a recording in progress is finished, not lost
                 return
             if command == "frame":
                 started = time.perf_counter()
@@ -140,6 +141,14 @@ class EngineProcess:
 
     def set_speed(self, speed: float) -> None:
         self._send("speed", speed)
+
+    def start_recording(self, path: str) -> None:
+        """Record the run from its current step to path (.kvrec) until stop_recording, a rebuild
+        or the end of the workload."""
+        self._send("record", str(path))
+
+    def stop_recording(self) -> None:
+        self._send("stop_recording")
 
     def inject_failure(self, message: str) -> None:
         """Make the engine's next step raise: how the self-test and tests check error handling."""

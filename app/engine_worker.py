@@ -88,6 +88,7 @@ class FrameDelta:
     playing: bool = False
     done: bool = False
     build_cost_s: float = 0.0  # engine-side time spent building and sending the previous frame
+    recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
 
 
 class EngineSession:
@@ -103,6 +104,9 @@ class EngineSession:
         self._output_tokens = 0  # sampled since the engine was built
         self._pace_origin: tuple[float, float] | None = None  # (wall, engine clock) when pacing began
         self._finished_seen = 0
+        self._config: RunConfig | None = None
+        self._label = ""
+        self._recorder = None  # a RunRecorder while the window records the run
 
     # -- commands -------------------------------------------------------------------------------
     def handle(self, command: str, arg) -> None:
@@ -122,6 +126,10 @@ class EngineSession:
         elif command == "speed":
             self.speed = arg
             self._pace_origin = None
+        elif command == "record":
+            self._start_recording(arg)
+        elif command == "stop_recording":
+            self._stop_recording("recording stopped")
         elif command == "fail":  # the self-test and tests check that an engine error reaches the window
             def broken_step():
                 raise RuntimeError(arg)
@@ -132,6 +140,8 @@ class EngineSession:
         """Everything since the last call, with a snapshot if the engine changed meanwhile."""
         frame, self._pending = self._pending, FrameDelta()
         frame.playing = self.playing
+        if self._recorder is not None:
+            frame.recording_steps = self._recorder.num_steps
         if self.engine is not None and self._stepped:
             frame.snapshot = self.engine.snapshot()
             self._stepped = False
@@ -162,7 +172,37 @@ class EngineSession:
         self._run_one_step()
         return 0.0
 
+    # -- recording ------------------------------------------------------------------------------
+    def _start_recording(self, path: str) -> None:
+        from kvscope.engine.recording import RunRecorder
+
+        if self.engine is None:
+            self._pending.error = "Nothing to record: no engine is built (apply the settings first)."
+            return
+        self._stop_recording("a new recording started")
+        try:
+            self._recorder = RunRecorder(self.engine, path, {"label": self._label, "workload": self._config.workload,
+                                                             "seed": self._config.seed})
+        except (OSError, ConfigError) as exc:
+            self._pending.error = f"Cannot record to {path}: {exc}"
+            return
+        self._pending.status = f"recording to {path}"
+
+    def _stop_recording(self, note: str) -> None:
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        try:
+            size = recorder.close(self.engine.summary() if self.engine is not None else None, note=note)
+        except OSError as exc:
+            self._pending.error = f"The recording {recorder.path} could not be finished: {exc}"
+            return
+        self._pending.status = (f"recording written to {recorder.path} ({size / 2**20:,.1f} MiB, "
+                                f"{recorder.num_steps:,} steps); open it with File > Open recording")
+
     def _build(self, config: RunConfig) -> None:
+        self._stop_recording("the engine was rebuilt")
+        self._config = config
         self.engine = None
         self._finished_seen = 0
         self._output_tokens = 0
@@ -187,6 +227,7 @@ class EngineSession:
             self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
             return
         self.engine = engine
+        self._label = label
         cache = getattr(engine.runner, "cache", None)
         info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
                           args=engine.args, model=engine.model, hardware=engine.hardware, workload=config.workload,
@@ -210,7 +251,10 @@ class EngineSession:
             self._pending.done = True
             self._pending.summary = engine.summary()
             self._pending.status = "workload complete"
+            self._stop_recording("the workload completed")
             return
+        if self._recorder is not None:
+            self._recorder.record_step(result)
         self.record(result)
 
     def record(self, result) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 from kvscope.engine.config import ConfigError
 from kvscope.engine.presets import load_hardware, load_model, load_workload
 
-GUI_CPU_KV_BUDGET = 64 * 1024**2  # small enough that the tiny model fills it with the real trace
+# Small enough that the tiny model fills it with the real trace. A big GPU would give the tiny model
+# millions of blocks it never fills, so its default run keeps this budget there too.
+GUI_CPU_KV_BUDGET = 64 * 1024**2
 
 
 def initial_values(args) -> dict:
@@ -22,11 +24,11 @@ def initial_values(args) -> dict:
     load_model(model)  # unknown names fail here, with the list of known ones
     load_hardware(hardware)
     workload = load_workload(args.workload or "azure-conv")
-    on_cpu = backend == "real" and not torch.cuda.is_available()
+    budgeted = backend == "real" and (not torch.cuda.is_available() or (model == "tiny-llama" and not args.model_path))
     return {
         "backend": backend, "model": model, "hardware": hardware, "workload": workload.name,
         "model_path": args.model_path, "max_model_len": None, "kv_cache_dtype": "auto", "block_size": 16,
-        "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": GUI_CPU_KV_BUDGET if on_cpu else None,
+        "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": GUI_CPU_KV_BUDGET if budgeted else None,
         "max_num_seqs": 256, "max_num_batched_tokens": None, "enable_prefix_caching": True,
         "enable_chunked_prefill": True, "scheduling": "continuous", "allocation": "paged",
         "num_requests": min(workload.num_requests, 100_000), "arrival_rate_per_s": None, "trace_speedup": 1.0,
@@ -37,6 +39,13 @@ def initial_values(args) -> dict:
 def cmd_gui(args) -> int:
     if args.screenshot and not Path(args.screenshot).resolve().parent.is_dir():
         raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
+    replay, scenario = getattr(args, "replay", None), getattr(args, "scenario", None)
+    if replay and not Path(replay).is_file():
+        raise ConfigError(f"--replay {replay}: no such file")
+    if scenario:
+        from kvscope.engine.scenarios import load_scenario
+
+        load_scenario(scenario)  # an unknown name fails here, with the list of known ones
     values = initial_values(args)
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
@@ -45,11 +54,13 @@ def cmd_gui(args) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
-    window = MainWindow(values, theme=args.theme)
+    window = MainWindow(values, theme=args.theme, replay=replay, scenario=scenario)
     width, height = args.size
     window.resize(width, height)
     window.show()
     window.arrange_docks()
+    if getattr(args, "demo", False):
+        window.toggle_demo()
     if args.quit_after is not None:
         def finish():
             if args.screenshot:

@@ -262,3 +262,29 @@ def test_a_preset_shown_in_the_editor_is_not_counted_as_edited(qtbot, tmp_path, 
     assert win.apply_settings()
     assert win.config.hardware.name == "h100-80gb (edited)" and win.config.hardware.memory_bytes == 40 * 1024**3
     win.close()
+
+
+def test_the_live_run_is_recorded_and_opens_as_a_replay(window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    from kvscope.engine.recording import Recording
+
+    warnings = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: warnings.append(text))
+    engine_of(window, qtbot)
+    path = tmp_path / "live.kvrec"
+    assert not window.start_recording(tmp_path / "no-such-folder" / "x.kvrec")  # refused up front
+    assert "does not exist" in warnings[0] and not window.record_action.isChecked()
+    assert window.start_recording(path)
+    assert window.record_action.isChecked()
+    qtbot.waitUntil(lambda: (window.recording_steps or 0) > 20, timeout=20000)
+    assert "recording (" in window.status.text()
+    window.record_action.trigger()  # unchecked: the engine closes the file
+    qtbot.waitUntil(lambda: window.recording_steps is None, timeout=10000)
+    recording = Recording.open(path)
+    assert recording.closed and recording.num_steps > 20 and recording.warning is None
+    assert recording.header["backend"] == "simulated"
+    assert window.open_recording(path)
+    assert not window.record_action.isEnabled()  # a replay cannot be recorded again
+    window.close_recording()
+    assert window.record_action.isEnabled() and not window.record_action.isChecked()

@@ -462,6 +462,7 @@ class BlockMapView(QtWidgets.QWidget):
         lay.addWidget(self._glw, 1)
         lay.addWidget(legend_box)
         lay.addWidget(self._status)
+        self._legend_box = legend_box
 
         self._flash_timer = QtCore.QTimer(self)
         self._flash_timer.setInterval(40)
@@ -473,6 +474,12 @@ class BlockMapView(QtWidgets.QWidget):
         self._refresh_status()
 
     # --- public API ------------------------------------------------------------------------------
+    def set_legend_visible(self, visible: bool) -> None:
+        """Show or hide the legend and the status line under the map (a page of several maps
+        shows one legend for all; hovering a block still gives its details)."""
+        self._legend_box.setVisible(visible)
+        self._status.setVisible(visible)
+
     def update_snapshot(self, snapshot: Snapshot, changed: dict | None = None) -> None:
         """Draw a snapshot; flash the blocks listed in ``changed`` (block id arrays by event)."""
         t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Colours every view shares: one stable colour per request, and the light and dark themes.
+"""Colours every view shares: one stable colour per request, and the light, dark and
+high-contrast (demo mode) themes.
 
 A request keeps its colour in every panel (block map, batch timeline, requests table), so the
 eye can follow it: the colour is a function of the request id alone.
@@ -68,4 +69,11 @@ LIGHT = Theme(
     free_block=(226, 229, 234), prefill=(214, 120, 30), decode=(40, 110, 190), accent=(200, 150, 0),
     warning=(200, 40, 40), good=(40, 150, 70), flash=(20, 20, 20),
 )
-THEMES = {"dark": DARK, "light": LIGHT}
+# For a projector in a lit room: pure black and white, every colour at full saturation and
+# well apart in lightness, so the washed-out image still separates free, prefill and decode.
+HIGH_CONTRAST = Theme(
+    name="contrast", background=(0, 0, 0), foreground=(255, 255, 255), grid=(110, 110, 110),
+    free_block=(58, 58, 58), prefill=(255, 150, 0), decode=(0, 170, 255), accent=(255, 235, 0),
+    warning=(255, 60, 60), good=(0, 230, 90), flash=(255, 255, 255),
+)
+THEMES = {"dark": DARK, "light": LIGHT, "contrast": HIGH_CONTRAST}

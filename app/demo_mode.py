@@ -1,0 +1,182 @@
+"""Demo mode, for talks: fullscreen, large fonts, a high-contrast theme, the settings docks out of
+the way; leaving it puts every one of those back as it was.
+
+Qt widgets follow the application font, but pyqtgraph's scenes do not: tick labels, axis labels
+and plot titles carry their own sizes (and some views fix an axis width for a given font). So
+the mode also walks every pyqtgraph scene in the window and scales those, remembering the
+originals on the items themselves (QGraphicsItem.setData), so that leaving restores them exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QApplication, QMainWindow
+
+DEMO_FONT_SCALE = 1.5  # a 9 pt desktop font becomes 13.5 pt (18 px): readable from the back of a room at 1280x720
+DEMO_THEME = "contrast"
+
+# QGraphicsItem.setData keys for what the item looked like before demo mode touched it
+_BASE_WIDTH, _BASE_HEIGHT, _BASE_LABEL_SIZE, _BASE_TITLE_SIZE, _BASE_FONT = range(7301, 7306)
+DEFAULT_POINT_SIZE = 9.0  # what pyqtgraph draws with when an item names no size
+
+
+def _points(size: str | None, default: float) -> float:
+    match = re.fullmatch(r"\s*([\d.]+)\s*pt\s*", size or "")
+    return float(match.group(1)) if match else default
+
+
+@dataclass
+class _Saved:
+    font: QFont
+    theme: str
+    window_state: object
+    geometry: object
+    menu_bar: bool = True
+
+
+class GraphicsFontScaler:
+    """Scales the text of every pyqtgraph scene under a widget by one factor (1.0 restores)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.scale = 1.0
+        self._base_pt = QApplication.font().pointSizeF() or DEFAULT_POINT_SIZE
+
+    def views(self) -> list:
+        return self.root.findChildren(pg.GraphicsView)
+
+    def apply(self, scale: float) -> None:
+        self.scale = scale
+        for view in self.views():
+            for item in view.scene().items():
+                self._scale_item(item)
+
+    def _scale_item(self, item) -> None:
+        if isinstance(item, pg.AxisItem):
+            self._scale_axis(item)
+        elif isinstance(item, pg.LabelItem):
+            self._scale_label(item)
+        elif isinstance(item, pg.TextItem):
+            base = item.data(_BASE_FONT)
+            if base is None:
+                base = QFont(item.textItem.font())
+                item.setData(_BASE_FONT, base)
+            font = QFont(base)
+            font.setPointSizeF((base.pointSizeF() if base.pointSizeF() > 0 else self._base_pt) * self.scale)
+            item.setFont(font)
+
+    def _scale_axis(self, axis: pg.AxisItem) -> None:
+        s = self.scale
+        if axis.data(_BASE_LABEL_SIZE) is None:
+            axis.setData(_BASE_LABEL_SIZE, _points(axis.labelStyle.get("font-size"), self._base_pt))
+            axis.setData(_BASE_WIDTH, axis.fixedWidth if axis.fixedWidth is not None else -1)
+            axis.setData(_BASE_HEIGHT, axis.fixedHeight if axis.fixedHeight is not None else -1)
+        if s == 1.0:
+            axis.setTickFont(None)
+            style = {k: v for k, v in axis.labelStyle.items() if k != "font-size"}
+        else:
+            font = QFont(QApplication.font())
+            font.setPointSizeF(self._base_pt * s)
+            axis.setTickFont(font)
+            style = {**axis.labelStyle, "font-size": f"{axis.data(_BASE_LABEL_SIZE) * s:.1f}pt"}
+        if axis.labelText or axis.labelUnits:
+            axis.setLabel(axis.labelText, axis.labelUnits, axis.labelUnitPrefix, **style)
+        else:
+            axis.labelStyle = style
+        width, height = axis.data(_BASE_WIDTH), axis.data(_BASE_HEIGHT)
+        if width >= 0:  # a view fixed this width for its own font: widen it with the text
+            axis.setWidth(round(width * s))
+        if height >= 0:
+            axis.setHeight(round(height * s))
+
+    def _scale_label(self, label: pg.LabelItem) -> None:
+        if label.data(_BASE_TITLE_SIZE) is None:
+            label.setData(_BASE_TITLE_SIZE, _points(label.opts.get("size"), self._base_pt))
+            self._guard_size(label)
+        label.setText(label.text)
+
+    def _guard_size(self, label: pg.LabelItem) -> None:
+        """Views re-title their plots as data arrives, each time naming their own size: this
+        label's setText keeps that size as the base and draws it scaled. (A wrapper on the
+        instance, so no view needs a hook and no frame pays for a check.)"""
+        original = label.setText
+        scaler = self
+
+        def set_text(text, **args):
+            if "size" in args:
+                label.setData(_BASE_TITLE_SIZE, _points(args["size"], scaler._base_pt))
+            args["size"] = f"{label.data(_BASE_TITLE_SIZE) * scaler.scale:.1f}pt"
+            original(text, **args)
+            scaler._fit_title_row(label)
+
+        label.setText = set_text
+
+    def _fit_title_row(self, label: pg.LabelItem) -> None:
+        # PlotItem.setTitle fixes the title row at 30 px, which cuts a scaled two-line title in half.
+        parent = label.parentItem()
+        if isinstance(parent, pg.PlotItem) and parent.titleLabel is label and label.isVisible():
+            height = max(30, int(label.item.boundingRect().height()) + 2) if self.scale != 1.0 else 30
+            label.setMaximumHeight(height)
+            parent.layout.setRowFixedHeight(0, height)
+
+
+class DemoMode:
+    """Enter / leave demo mode on a main window that offers ``set_theme(name)``, ``theme``,
+    ``update_docks()`` (which hides the settings docks while ``active``) and
+    ``arrange_for_demo(on)`` (its own layout at demo font sizes)."""
+
+    def __init__(self, window: QMainWindow, font_scale: float = DEMO_FONT_SCALE, theme: str = DEMO_THEME):
+        self.window = window
+        self.font_scale = font_scale
+        self.theme = theme
+        self.active = False
+        self.fonts = GraphicsFontScaler(window)
+        self._saved: _Saved | None = None
+
+    def toggle(self) -> None:
+        if self.active:
+            self.leave()
+        else:
+            self.enter()
+
+    def enter(self) -> None:
+        if self.active:
+            return
+        w, app = self.window, QApplication.instance()
+        self._saved = _Saved(font=QFont(app.font()), theme=w.theme.name, window_state=w.windowState(),
+                             geometry=w.saveGeometry(), menu_bar=w.menuBar().isVisible())
+        self.active = True
+        w.update_docks()
+        w.menuBar().hide()  # every menu action keeps its key; the bar is only room taken
+        font = QFont(self._saved.font)
+        font.setPointSizeF((font.pointSizeF() if font.pointSizeF() > 0 else DEFAULT_POINT_SIZE) * self.font_scale)
+        app.setFont(font)
+        w.set_theme(self.theme)
+        self.fonts.apply(self.font_scale)
+        w.showFullScreen()
+        w.arrange_for_demo(True)
+
+    def leave(self) -> None:
+        if not self.active:
+            return
+        w, app, saved = self.window, QApplication.instance(), self._saved
+        self.active = False
+        app.setFont(saved.font)
+        self.fonts.apply(1.0)
+        w.set_theme(saved.theme)
+        if saved.window_state & Qt.WindowFullScreen:
+            w.showFullScreen()
+        elif saved.window_state & Qt.WindowMaximized:
+            w.showMaximized()
+        else:
+            w.showNormal()
+            w.restoreGeometry(saved.geometry)
+        w.menuBar().setVisible(saved.menu_bar)
+        w.update_docks()
+        w.arrange_for_demo(False)
+        self._saved = None

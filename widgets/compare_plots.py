@@ -1,0 +1,133 @@
+"""The configurations of a comparison on shared axes: one curve per configuration, in its colour,
+on each of KV cache usage, running requests and output tokens generated, against the one clock
+they all run on. Differences read directly: the same y scale, the same moment.
+
+``set_series`` takes plain numpy arrays per configuration; nothing here knows an engine.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from .palette import DARK, Theme
+
+# plot key -> (title, y axis label)
+PLOTS = {
+    "kv_usage": ("KV cache usage", "%"),
+    "num_running": ("Running requests (batch size)", "requests"),
+    "output_tokens": ("Output tokens generated", "tokens"),
+}
+TIME_LABEL = "engine clock (s)"
+MAX_POINTS = 4000
+
+
+def configuration_colors(theme: Theme) -> list[tuple]:
+    """Up to four configurations, told apart by hue and lightness in every theme."""
+    return [theme.decode, theme.prefill, theme.good, theme.warning]
+
+
+def _hex(rgb) -> str:
+    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
+
+
+class ComparePlots(QWidget):
+    def __init__(self, parent: QWidget | None = None, theme: Theme = DARK):
+        super().__init__(parent)
+        self._theme = theme
+        self.labels: list[str] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        # One legend for the three plots: repeated in each title, long configuration labels would
+        # set the plots' minimum width wider than a projector's screen.
+        self.legend = QLabel()
+        self.legend.setTextFormat(Qt.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.setAlignment(Qt.AlignCenter)
+        self._view = pg.GraphicsLayoutWidget()
+        layout.addWidget(self.legend)
+        layout.addWidget(self._view, 1)
+        self.plots: dict[str, pg.PlotItem] = {}
+        for col, key in enumerate(PLOTS):
+            plot = self._view.addPlot(row=0, col=col)
+            plot.setLabel("bottom", TIME_LABEL)
+            plot.setLabel("left", PLOTS[key][1])
+            plot.getAxis("left").enableAutoSIPrefix(False)
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            plot.setMenuEnabled(False)
+            plot.hideButtons()
+            plot.setLimits(yMin=0)
+            plot.titleLabel.setMinimumWidth(0)
+            plot.titleLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+            self.plots[key] = plot
+        self.plots["kv_usage"].setYRange(0, 105, padding=0)
+        self.plots["kv_usage"].enableAutoRange(axis="y", enable=False)
+        self.curves: list[dict[str, pg.PlotDataItem]] = []
+        self.set_theme(theme)
+
+    def set_configurations(self, labels: list[str]) -> None:
+        for per_config in self.curves:
+            for key, item in per_config.items():
+                self.plots[key].removeItem(item)
+        self.labels = list(labels)
+        self.curves = []
+        for _ in labels:
+            per_config = {}
+            for key, plot in self.plots.items():
+                item = plot.plot([], [])
+                item.setClipToView(True)
+                item.setDownsampling(auto=True, method="peak")
+                per_config[key] = item
+            self.curves.append(per_config)
+        self.set_theme(self._theme)
+
+    def set_series(self, index: int, time_s: np.ndarray, kv_usage: np.ndarray, num_running: np.ndarray,
+                   output_tokens: np.ndarray) -> None:
+        """One configuration's run so far: per step, the clock (s), KV usage (0..1), running
+        requests, and output tokens generated since the start."""
+        if index >= len(self.curves):
+            return
+        step = max(1, len(time_s) // MAX_POINTS)
+        x = np.asarray(time_s, dtype=np.float64)[::step]
+        values = {"kv_usage": np.asarray(kv_usage)[::step] * 100.0, "num_running": np.asarray(num_running)[::step],
+                  "output_tokens": np.asarray(output_tokens)[::step]}
+        for key, y in values.items():
+            self.curves[index][key].setData(x, np.asarray(y, dtype=np.float64))
+
+    def clear(self) -> None:
+        for per_config in self.curves:
+            for item in per_config.values():
+                item.setData([], [])
+
+    def curve_data(self, index: int, key: str) -> tuple:
+        return self.curves[index][key].getData()
+
+    def set_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        fg = theme.foreground
+        self._view.setBackground(theme.background)
+        colors = configuration_colors(theme)
+        for per_config, color in zip(self.curves, colors):
+            for item in per_config.values():
+                item.setPen(pg.mkPen(color, width=2))
+        self.legend.setText(f"<span style='color:{_hex(fg)}'>"
+                            + " &nbsp;&nbsp; ".join(f"<span style='color:{_hex(c)}'>\u2501\u2501</span>&nbsp;{escape(label)}"
+                                                  for label, c in zip(self.labels, colors)) + "</span>")
+        self.legend.setStyleSheet(f"background: {_hex(theme.background)};")
+        for key, plot in self.plots.items():
+            for side in ("left", "bottom"):
+                ax = plot.getAxis(side)
+                ax.setPen(pg.mkPen(fg))
+                ax.setTextPen(pg.mkPen(fg))
+                ax.label.setDefaultTextColor(QColor(*fg))
+            plot.setTitle(f"<b>{PLOTS[key][0]}</b>", color=_hex(fg), size="9pt")
+
+    @property
+    def theme(self) -> Theme:
+        return self._theme

@@ -1,0 +1,76 @@
+"""The scrubber of a replayed recording: a slider over its steps and where the replay stands, in
+steps and on the recorded engine clock. Dragging asks for a seek; the app moves the replay."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
+
+SEEK_DELAY_MS = 80  # a drag asks for one seek per pause in the motion, not one per pixel
+
+
+class ReplayScrubber(QWidget):
+    seek_requested = Signal(int)  # a position: steps replayed, 0 .. num_steps
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.num_steps = 0
+        self._end_times = np.zeros(0)
+        self.slider = QSlider(Qt.Horizontal)
+        self.slider.setToolTip("drag to any step of the recording; the block map, timeline and plots show the "
+                               "run as it was right after that step")
+        self.slider.setFocusPolicy(Qt.NoFocus)  # the arrow keys stay the window's (Right: one step)
+        self.label = QLabel()
+        self.label.setToolTip("steps replayed of the recording, and the recorded engine clock at that point")
+        self.slider.setMinimumWidth(200)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)  # a toolbar then gives it the width
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 0, 6, 0)
+        layout.addWidget(QLabel("Replay"))
+        layout.addWidget(self.slider, 1)
+        layout.addWidget(self.label)
+        self._pending: int | None = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(SEEK_DELAY_MS)
+        self._timer.timeout.connect(self._emit_seek)
+        self.slider.valueChanged.connect(self._moved)
+
+    def set_recording(self, num_steps: int, end_times_s) -> None:
+        """num_steps: steps in the recording; end_times_s: the engine clock at the end of each."""
+        self.num_steps = int(num_steps)
+        self._end_times = np.asarray(end_times_s, dtype=np.float64)
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, self.num_steps)
+        self.slider.setPageStep(max(1, self.num_steps // 20))
+        self.slider.setValue(0)
+        self.slider.blockSignals(False)
+        self._show(0)
+
+    def clock_at(self, position: int) -> float:
+        return float(self._end_times[position - 1]) if 0 < position <= len(self._end_times) else 0.0
+
+    def set_position(self, position: int) -> None:
+        """Where the replay is now (the slider follows unless the user is dragging it)."""
+        if self.slider.isSliderDown() or self._timer.isActive():
+            return
+        self.slider.blockSignals(True)
+        self.slider.setValue(position)
+        self.slider.blockSignals(False)
+        self._show(position)
+
+    def _show(self, position: int) -> None:
+        total = self._end_times[-1] if len(self._end_times) else 0.0
+        self.label.setText(f"{position:,} of {self.num_steps:,} steps replayed \u00b7 engine clock "
+                           f"{self.clock_at(position):,.2f} s of {total:,.2f} s")
+
+    def _moved(self, value: int) -> None:
+        self._pending = value
+        self._show(value)
+        self._timer.start()
+
+    def _emit_seek(self) -> None:
+        if self._pending is not None:
+            self.seek_requested.emit(self._pending)
+            self._pending = None

@@ -1,0 +1,170 @@
+"""The results of a comparison: one row per metric, a column per configuration, and after each
+configuration but the first its ratio to the first (the baseline).
+
+Rows come in as plain data, already in the unit their row names; the table formats them, colours
+a ratio by whether the change is an improvement, and writes exactly what it shows as CSV (the
+numbers unformatted, so a spreadsheet can use them).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+
+from .palette import DARK, Theme
+
+RATIO_SIGN = "\u00f7"  # B ÷ A
+NEWLINE = "\n"
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    name: str  # what is measured, e.g. "TTFT p99"
+    unit: str  # the unit of every value in the row, e.g. "ms"; "" for a pure number
+    values: tuple  # per configuration: a number, or None where it does not apply
+    better: str = ""  # "higher" or "lower": which way a ratio is an improvement; "" for neither
+    decimals: int = 1
+    tooltip: str = ""
+    notes: tuple = ()  # per configuration: a tooltip for its cell (e.g. how a value was measured)
+
+
+def _wrapped(label: str, width: int = 18) -> str:
+    """A long configuration label over lines of about `width` characters, broken at spaces."""
+    return NEWLINE.join(textwrap.wrap(label, width)) if len(label) > width else label
+
+
+def row_title(row: ResultRow) -> str:
+    return f"{row.name} ({row.unit})" if row.unit else row.name
+
+
+def ratio(value, base) -> float | None:
+    if value is None or base is None:
+        return None
+    if not (math.isfinite(value) and math.isfinite(base)) or base == 0:
+        return None
+    return value / base
+
+
+def format_value(value, decimals: int) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "\u2013"  # an en dash: not measured / does not apply
+    if isinstance(value, int) or float(value).is_integer() and decimals == 0:
+        return f"{int(value):,}"
+    return f"{value:,.{decimals}f}"
+
+
+def format_ratio(r: float | None) -> str:
+    return "\u2013" if r is None else f"\u00d7{r:.2f}"
+
+
+class ResultsTable(QTableWidget):
+    def __init__(self, parent=None, theme: Theme = DARK):
+        super().__init__(parent)
+        self._theme = theme
+        self.labels: list[str] = []
+        self.rows: list[ResultRow] = []
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.setSelectionMode(QAbstractItemView.NoSelection)
+        self.setFocusPolicy(Qt.NoFocus)  # the window's keys (space, arrows) stay the window's
+        self.verticalHeader().setVisible(False)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.horizontalHeader().setStretchLastSection(False)  # a ratio stays next to its value
+        self.setAlternatingRowColors(True)
+        self.setWordWrap(False)
+
+    # -- data -------------------------------------------------------------------------------------
+    def header(self, for_csv: bool = False) -> list[str]:
+        """Column titles. On screen long ones break over lines (four configurations side by side
+        must fit beside the plots); in CSV each is one line."""
+        cols = ["metric (unit)"]
+        for i, label in enumerate(self.labels):
+            if for_csv:
+                cols.append(f"{label} (baseline)" if i == 0 else label)
+                if i > 0:
+                    cols.append(f"{label} {RATIO_SIGN} baseline")
+                continue
+            shown = _wrapped(label)
+            cols.append(f"{shown}{NEWLINE}(baseline)" if i == 0 else shown)
+            if i > 0:  # right after its configuration's column: the label would only repeat
+                cols.append(f"{RATIO_SIGN} baseline")
+        return cols
+
+    def set_results(self, labels: list[str], rows: list[ResultRow]) -> None:
+        self.labels, self.rows = list(labels), list(rows)
+        header = self.header()
+        self.setColumnCount(len(header))
+        self.setRowCount(len(rows))
+        self.setHorizontalHeaderLabels(header)
+        base_name = labels[0] if labels else ""
+        for col, text in enumerate(header):
+            item = self.horizontalHeaderItem(col)
+            if RATIO_SIGN in text:
+                item.setToolTip(f"{labels[(col - 1) // 2]} {RATIO_SIGN} baseline: this configuration's value divided "
+                                f"by the baseline's ({base_name}); green: better, red: worse")
+            elif col == 1:
+                item.setToolTip(f"{base_name}: the baseline, the configuration the others are compared with")
+            elif col > 1:
+                item.setToolTip(f"configuration {labels[col // 2]}")
+        for r, row in enumerate(rows):
+            self._set(r, 0, row_title(row), row.tooltip, align=Qt.AlignLeft)
+            col = 1
+            base = row.values[0] if row.values else None
+            for i, value in enumerate(row.values):
+                note = row.notes[i] if i < len(row.notes) else ""
+                self._set(r, col, format_value(value, row.decimals), note)
+                col += 1
+                if i > 0:
+                    rt = ratio(value, base)
+                    item = self._set(r, col, format_ratio(rt), f"{labels[i]} {RATIO_SIGN} {base_name}")
+                    color = self._ratio_color(rt, row.better)
+                    if color is not None:
+                        item.setForeground(QColor(*color))
+                    col += 1
+
+    def _set(self, row: int, col: int, text: str, tooltip: str = "", align=Qt.AlignRight) -> QTableWidgetItem:
+        item = QTableWidgetItem(text)
+        item.setTextAlignment(align | Qt.AlignVCenter)
+        if tooltip:
+            item.setToolTip(tooltip)
+        self.setItem(row, col, item)
+        return item
+
+    def _ratio_color(self, r: float | None, better: str):
+        if r is None or not better or abs(r - 1.0) < 0.005:
+            return None
+        improved = (r > 1.0) == (better == "higher")
+        return self._theme.good if improved else self._theme.warning
+
+    def set_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        if self.labels:
+            self.set_results(self.labels, self.rows)
+
+    # -- what it shows, as data (the CSV export) -----------------------------------------------------
+    def csv_rows(self) -> list[list]:
+        """The table's rows, cell for cell, with the numbers unformatted (None for an empty cell)."""
+        out = []
+        for row in self.rows:
+            base = row.values[0] if row.values else None
+            cells: list = [row_title(row)]
+            for i, value in enumerate(row.values):
+                cells.append(value)
+                if i > 0:
+                    rt = ratio(value, base)
+                    cells.append(None if rt is None else round(rt, 6))
+            out.append(cells)
+        return out
+
+    def full_width(self) -> int:
+        """The width that shows every column without scrolling."""
+        return (self.horizontalHeader().length() + self.verticalScrollBar().sizeHint().width()
+                + 2 * self.frameWidth())
+
+    def shown_text(self, row: int, col: int) -> str:
+        item = self.item(row, col)
+        return item.text() if item is not None else ""
