@@ -97,8 +97,10 @@ def bench_cost(seconds: float = 12.0) -> dict:
     from kvscope.engine.workload import generate_requests
 
     from .main_window import MainWindow
+    from .process_tuning import tune_for_engine
 
     app = _app()
+    tune_for_engine()  # as the window's engine process does, so both sides run the same interpreter
     model, hardware = load_model("llama-3-8b"), load_hardware("h100-80gb")
     # A workload no run of this length can finish, on both sides: an idle engine measures nothing.
     workload = load_workload("chat").with_overrides(num_requests=ENDLESS_REQUESTS)

@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_gui.add_argument("--hardware", metavar="PRESET", help="hardware preset; a GPU preset selects the simulated backend")
     p_gui.add_argument("--workload", metavar="PRESET", help="workload preset (default azure-conv)")
     p_gui.add_argument("--backend", choices=("simulated", "real"), help="default: real on this machine")
-    p_gui.add_argument("--theme", choices=("dark", "light"), default="dark")
+    p_gui.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark",
+                       help="colours: dark (default), light, or contrast (high contrast, as demo mode uses)")
     p_gui.add_argument("--size", type=_size, default=(1600, 960), metavar="WxH", help="window size (default 1600x960)")
     p_gui.add_argument("--quit-after", type=options.number, metavar="SECONDS", help="close after this many seconds")
     p_gui.add_argument("--screenshot", metavar="PNG", help="with --quit-after: save the window as a PNG first")

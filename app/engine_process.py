@@ -16,12 +16,15 @@ import multiprocessing
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 
 from .engine_worker import EngineSession, FrameDelta, RunConfig
+from .process_tuning import tune_for_engine
 
 COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
+SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
 FRAME_COST_FACTOR = 20  # the next frame request waits >= 20x the engine-side cost of the last one
 STOP_TIMEOUT_S = 5.0
@@ -53,6 +56,11 @@ def _send_frames(conn, outbox: queue.Queue) -> None:
 def serve(conn) -> None:
     """The engine process: commands in, frames out, until told to stop or the window is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
+    tune_for_engine()
+    # Between two writes of a frame the sender thread waits for the interpreter lock: at the
+    # default 5 ms a frame of a few hundred KB took tens of ms to cross. Only a waiting thread makes the engine let
+    # go, so a shorter interval costs nothing while no frame is being sent.
+    sys.setswitchinterval(SENDER_SWITCH_INTERVAL_S)
     outbox: queue.Queue = queue.Queue()
     sender = threading.Thread(target=_send_frames, args=(conn, outbox), name="kvscope-frames", daemon=True)
     sender.start()

@@ -15,6 +15,7 @@ from kvscope.engine.workload import WorkloadSpec, generate_requests
 from . import options
 from .cli import math_rows
 from .units import format_bytes, format_percent, format_seconds, table
+from .process_tuning import tune_for_engine
 
 ALL_ROWS = 10**9
 REAL_DEFAULT_MODEL = "tiny-llama"
@@ -191,6 +192,7 @@ def start_recording(engine: Engine, spec: WorkloadSpec, args):
 
 
 def cmd_run(args) -> int:
+    tune_for_engine()
     # Say what is wrong with the output path before a long run, not after it.
     if args.json and args.json != "-":
         out = Path(args.json)
