@@ -182,7 +182,7 @@ class LivePlots(QWidget):
         kv.setLimits(yMin=-10, yMax=200)
         kv.getAxis("left").setTicks([[(v, f"{v}") for v in (0, 25, 50, 75, 100)]])
         self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False, label="KV pool full",
-                                         labelOpts={"position": 0.99, "anchors": [(1, 1), (1, 1)]})
+                                         labelOpts={"position": 0.99, "anchors": [(1, 0), (1, 0)]})  # under the line: above it a small plot cuts it off
         self.wall_line.setZValue(-5)
         kv.addItem(self.wall_line, ignoreBounds=True)
 
