@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need CUDA, in one run (a lent GPU machine, or a CUDA workstation):
 # the real engine against generate() at 16-bit weights with every KV precision, the real
-# benchmark, a headless real run, and bitsandbytes int8/nf4 where it is installed.
+# benchmark, a headless real run, the window's engine process (spawned, recording), and
+# bitsandbytes int8/nf4 where it is installed.
 # Usage: scripts/gpu_check.sh OUTDIR   (uses the python on PATH; kvscope need not be installed)
 set -u
 OUT=${1:-gpu-check}
@@ -30,6 +31,7 @@ step verify_bf16 60 $KV verify --device cuda --dtype bf16 --kv-cache-dtype bf16 
 step math_this_machine 60 $KV math --model llama-3-8b --hardware this-machine
 step run_real 90 $KV run --backend real --device cuda --model tiny-llama --workload azure-conv --requests 300 --quiet --json "$OUT/run_real.json"
 step bench_real 150 $KV bench real --device cuda --requests 64 --json "$OUT/bench_real.json"
+step engine_process 150 $PY "$ROOT/scripts/engine_process_check.py" "$OUT/engine-process"
 if $PY -c "import bitsandbytes" 2>/dev/null; then
   step run_int8 45 $KV run --backend real --device cuda --model tiny-llama --quantization int8 --requests 50 --quiet
   step run_nf4 45 $KV run --backend real --device cuda --model tiny-llama --quantization nf4 --requests 50 --quiet
