@@ -173,7 +173,8 @@ def cmd_bench(args) -> int:
             ("headless", f"{r['headless_steps_per_s']:,.0f} engine steps/s"),
             ("with the window", f"{r['window_steps_per_s']:,.0f} engine steps/s ({r['frames_drawn']} frames drawn)"),
             ("cost of the window", f"{r['cost'] * 100:.1f} % (target <= 10 %)"),
-        ], title=f"What the window costs the engine (chat workload at maximum speed, {r['seconds']:.0f} s each)"))
+        ], title=f"What the window costs the engine (chat workload at maximum speed, {r['seconds']:.0f} s each "
+                 f"in {r['rounds']} alternating rounds)"))
         print()
         r = results["gui_frame"] = bench_frame()
         print(table([

@@ -91,7 +91,9 @@ def bench_frame(frames: int = 120) -> dict:
             "target_median_ms": 16.0}
 
 
-def bench_cost(seconds: float = 12.0) -> dict:
+def bench_cost(seconds: float = 12.0, rounds: int = 4) -> dict:
+    """Alternates headless and window segments (seconds / rounds each, the idle side paused), so
+    that a drift in this machine's speed -- +-5 % between minutes here -- hits both sides alike."""
     from kvscope.engine import Engine, EngineArgs
     from kvscope.engine.presets import load_hardware, load_model, load_workload
     from kvscope.engine.workload import generate_requests
@@ -106,30 +108,57 @@ def bench_cost(seconds: float = 12.0) -> dict:
     workload = load_workload("chat").with_overrides(num_requests=ENDLESS_REQUESTS)
     engine = Engine(model, hardware, EngineArgs())
     engine.add_workload(generate_requests(workload, model.vocab_size, seed=0))
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        engine.step()
-    headless = engine.step_count / (time.perf_counter() - started)
 
     window = MainWindow(_values(workload="chat", num_requests=ENDLESS_REQUESTS), autoplay=False)
     window.resize(1920, 1080)
     window.show()
     window.speed.setCurrentText("max")
     window.apply_settings(play=True)
+
     def engine_step() -> int:
         return window.latest_snapshot.step if window.latest_snapshot is not None else 0
 
+    def settle_paused() -> int:
+        """The exact step count once the paused engine's last frame has arrived."""
+        window.worker.pause()
+        before = -1
+        while engine_step() != before:  # frames until two in a row show the same step
+            before = engine_step()
+            deadline = time.perf_counter() + 0.2
+            while time.perf_counter() < deadline:
+                app.processEvents()
+                time.sleep(0.005)
+        return engine_step()
+
     _wait(app, lambda: engine_step() > 1000, 60)  # built, and past its first steps
+    while engine.step_count < 1000:
+        engine.step()
     live = window.engine_info
-    first, started, frames_before = engine_step(), time.perf_counter(), window.frames_rendered
-    while time.perf_counter() - started < seconds:
-        app.processEvents()
-        time.sleep(0.002)
-    # The step count the window last saw: at most one frame old, a few hundred steps of a million.
-    with_window = (engine_step() - first) / (time.perf_counter() - started)
+    segment = seconds / rounds
+    headless_steps = window_steps = 0
+    headless_time = window_time = 0.0
+    frames = 0
+    for _ in range(rounds):
+        first = settle_paused()
+        frames_before = window.frames_rendered
+        window.worker.play()
+        started = time.perf_counter()
+        while time.perf_counter() - started < segment:
+            app.processEvents()
+            time.sleep(0.002)
+        window.worker.pause()
+        window_time += time.perf_counter() - started
+        frames += window.frames_rendered - frames_before
+        window_steps += settle_paused() - first
+        first, started = engine.step_count, time.perf_counter()
+        while time.perf_counter() - started < segment:
+            engine.step()
+        headless_time += time.perf_counter() - started
+        headless_steps += engine.step_count - first
     if window.done or window.engine_info is not live or window.errors_shown:
         raise RuntimeError("the engine stopped during the measurement; the figure would be meaningless")
-    frames = window.frames_rendered - frames_before
     window.close()
-    return {"seconds": seconds, "headless_steps_per_s": headless, "window_steps_per_s": with_window,
-            "cost": 1 - with_window / headless, "frames_drawn": frames, "target_cost": 0.10}
+    headless, with_window = headless_steps / headless_time, window_steps / window_time
+    return {"seconds": seconds, "rounds": rounds, "headless_steps_per_s": headless,
+            "window_steps_per_s": with_window, "cost": 1 - with_window / headless,
+            "frames_drawn": frames, "target_cost": 0.10}

@@ -20,13 +20,14 @@ import sys
 import threading
 import time
 
-from .engine_worker import EngineSession, FrameDelta, RunConfig
+from .engine_worker import STEPS_KEPT, STEPS_KEPT_BETWEEN_FRAMES, EngineSession, FrameDelta, RunConfig
 from .process_tuning import tune_for_engine
 
 COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
 FRAME_COST_FACTOR = 20  # the next frame request waits >= 20x the engine-side cost of the last one
+FULL_HISTORY_LEAD_S = 0.010  # keep all STEPS_KEPT steps from this long before a request can come
 STOP_TIMEOUT_S = 5.0
 
 
@@ -73,17 +74,16 @@ def serve(conn) -> None:
 
 def _serve_commands(conn, outbox: queue.Queue) -> None:
     session = EngineSession()
-    last_poll = 0.0
     frame_cost = 0.0
+    full_history_at = 0.0  # when the window may ask for the next frame, less FULL_HISTORY_LEAD_S
     try:
         while True:
             wait = IDLE_POLL_S
             if session.playing and session.engine is not None:
-                wait = session.advance()
-                now = time.perf_counter()
-                if wait == 0.0 and now - last_poll < COMMAND_POLL_S:
-                    continue
-                last_poll = now
+                wait = session.advance(COMMAND_POLL_S)
+                if full_history_at and time.perf_counter() >= full_history_at:
+                    session.keep_steps_for_next_frame()
+                    full_history_at = 0.0
             if not conn.poll(wait):
                 continue
             command, arg = conn.recv()
@@ -92,12 +92,17 @@ def _serve_commands(conn, outbox: queue.Queue) -> None:
                 return
             if command == "frame":
                 started = time.perf_counter()
-                frame = session.take_frame()
                 # Only an engine running flat out loses time to frames; a paced one waits anyway.
-                frame.build_cost_s = frame_cost if session.flat_out else 0.0
+                # The window asks again no sooner than FRAME_COST_FACTOR x the cost it is told.
+                flat_out = session.flat_out
+                holdoff = FRAME_COST_FACTOR * frame_cost if flat_out else 0.0
+                short = holdoff > 2 * FULL_HISTORY_LEAD_S
+                frame = session.take_frame(STEPS_KEPT_BETWEEN_FRAMES if short else STEPS_KEPT)
+                frame.build_cost_s = frame_cost if flat_out else 0.0
                 outbox.put(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
                 # smoothed: the summary's percentiles make one frame in thirty ten times dearer
                 frame_cost = 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
+                full_history_at = started + holdoff - FULL_HISTORY_LEAD_S if short else 0.0
             else:
                 session.handle(command, arg)
     except (EOFError, OSError):  # the window went away without saying goodbye
