@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError
 from kvscope.engine.scenarios import load_scenario, scenario_names
 
+from . import options
 from .run_command import Progress, status
 from .units import format_bytes, format_percent, format_seconds, table
 
@@ -46,20 +46,6 @@ class ComparisonProgress(Progress):
             done = "  ".join(f"{label}: {engine.metrics.completed:,}/{total:,}"
                              for label, engine in zip(comparison.labels, comparison.engines))
             self.show(f"engine clock {comparison.clock:,.2f} s  completed {done}")
-
-
-def _check_output_path(flag: str, path: str | None) -> None:
-    """Refuse an output that cannot be written before the run, not after it."""
-    if not path or path == "-":
-        return
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder does not exist")
-    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise ConfigError(f"{flag} {path}: not writable")
 
 
 def _write(flag: str, path: str, text: str) -> None:
@@ -181,8 +167,8 @@ def compare_report(scenario, result, answer) -> dict:
 
 def cmd_compare(args) -> int:
     scenario = load_scenario(args.scenario)
-    _check_output_path("--json", args.json)
-    _check_output_path("--csv", args.csv)
+    options.check_output_path("--json", args.json)
+    options.check_output_path("--csv", args.csv)
     if args.json == "-" and args.csv == "-":
         raise ConfigError("--json - and --csv - would both write to stdout; send one to a file")
     if args.seed is not None and args.seed < 0:

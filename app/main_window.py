@@ -350,10 +350,10 @@ class MainWindow(QMainWindow):
         """Record the live run from its current step; a path that cannot be written is refused here."""
         from kvscope.engine.config import ConfigError
 
-        from .run_command import check_record_path
+        from .options import check_output_path
 
         try:
-            check_record_path(str(path))
+            check_output_path("--record", str(path))
         except ConfigError as exc:
             QMessageBox.warning(self, "Cannot record there", str(exc).replace("--record ", ""))
             return False

@@ -6,6 +6,7 @@ A preset gives the starting point; any explicit flag overrides the field it name
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import math
 
 from kvscope.engine.config import (
@@ -188,3 +189,24 @@ def engine_args_from_args(args, **extra) -> EngineArgs:
         seed=getattr(args, "seed", 0),
         **extra,
     )
+
+
+def check_output_path(flag: str, path: str | None) -> None:
+    """An output that cannot be written fails now, in one line naming the flag, not after a long
+    run. '-' (stdout) and no path pass."""
+    if not path or path == "-":
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder does not exist ({folder})")
+    existed = out.exists()
+    try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
+        with open(out, "ab"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
+    if not existed:
+        out.unlink()

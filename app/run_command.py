@@ -14,8 +14,8 @@ from kvscope.engine.workload import WorkloadSpec, generate_requests
 
 from . import options
 from .cli import math_rows
-from .units import format_bytes, format_percent, format_seconds, table
 from .process_tuning import tune_for_engine
+from .units import format_bytes, format_percent, format_seconds, table
 
 ALL_ROWS = 10**9
 REAL_DEFAULT_MODEL = "tiny-llama"
@@ -163,24 +163,6 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
     }
 
 
-def check_record_path(path: str) -> None:
-    """A recording path that cannot be written fails now, in one line, not after the run."""
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(f"--record {path}: is a folder; give a file name")
-    folder = out.resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(f"--record {path}: the folder {folder} does not exist")
-    existed = out.exists()
-    try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
-        with open(out, "ab"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"--record {path}: cannot write it: {exc.strerror or exc}") from None
-    if not existed:
-        out.unlink()
-
-
 def start_recording(engine: Engine, spec: WorkloadSpec, args):
     from kvscope.engine.recording import RunRecorder
 
@@ -193,15 +175,9 @@ def start_recording(engine: Engine, spec: WorkloadSpec, args):
 
 def cmd_run(args) -> int:
     tune_for_engine()
-    # Say what is wrong with the output path before a long run, not after it.
-    if args.json and args.json != "-":
-        out = Path(args.json)
-        if out.is_dir():
-            raise ConfigError(f"--json {args.json}: is a folder; give a file name")
-        if not out.resolve().parent.is_dir():
-            raise ConfigError(f"--json {args.json}: the folder does not exist")
-    if args.record:
-        check_record_path(args.record)
+    # Say what is wrong with an output path before a long run, not after it.
+    options.check_output_path("--json", args.json)
+    options.check_output_path("--record", args.record)
     if args.seed < 0:
         raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
     engine, spec = build_engine(args)
