@@ -171,8 +171,6 @@ def cmd_compare(args) -> int:
     options.check_output_path("--csv", args.csv)
     if args.json == "-" and args.csv == "-":
         raise ConfigError("--json - and --csv - would both write to stdout; send one to a file")
-    if args.seed is not None and args.seed < 0:
-        raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
     to_stdout = "-" in (args.json, args.csv)
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if to_stdout else print
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading

@@ -50,7 +50,7 @@ class CompareFrame:
 
 
 class CompareWorker:
-    """Same commands as the live EngineWorker: play, pause, step_once, set_speed, stop, take_frame;
+    """Same commands as the live engine's EngineProcess: play, pause, step_once, set_speed, stop, take_frame;
     plus restart (build the comparison again from the factory)."""
 
     def __init__(self, build: Callable[[], object]):

@@ -23,6 +23,8 @@ from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 from kvscope.engine.workload import WorkloadSpec, generate_requests
 
+from .units import format_bytes
+
 STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
 # Until shortly before the next frame can be asked for, a flat-out engine keeps only this many:
 # holding 400 steps' objects alive all the time cost ~8 % of a simulated step (cache misses).
@@ -92,6 +94,13 @@ class FrameDelta:
     done: bool = False
     build_cost_s: float = 0.0  # engine-side time spent building and sending the previous frame
     recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing happened and nothing runs: what a paused engine answers 60 times a second."""
+        return not (self.playing or self.done or self.snapshot is not None or self.steps or self.events
+                    or self.points or self.finished or self.summary is not None or self.status or self.error
+                    or self.engine_info is not None or self.recording_steps is not None)
 
 
 class EngineSession:
@@ -210,10 +219,10 @@ class EngineSession:
             return
         try:
             size = recorder.close(self.engine.summary() if self.engine is not None else None, note=note)
-        except OSError as exc:
+        except (OSError, ConfigError) as exc:  # RecordingError (a ConfigError) wraps a failed write
             self._pending.error = f"The recording {recorder.path} could not be finished: {exc}"
             return
-        self._pending.status = (f"recording written to {recorder.path} ({size / 2**20:,.1f} MiB, "
+        self._pending.status = (f"recording written to {recorder.path} ({format_bytes(size)}, "
                                 f"{recorder.num_steps:,} steps); open it with File > Open recording")
 
     def _build(self, config: RunConfig) -> None:
@@ -271,7 +280,11 @@ class EngineSession:
             self._stop_recording("the workload completed")
             return None
         if self._recorder is not None:
-            self._recorder.record_step(result)
+            try:
+                self._recorder.record_step(result)
+            except (OSError, ConfigError) as exc:  # a full disk: the run goes on, the recording stops
+                path, self._recorder = self._recorder.path, None
+                self._pending.error = f"Recording to {path} stopped: {exc}"
         return self.record(result)
 
     def record(self, result) -> float:

@@ -18,6 +18,8 @@ import numpy as np
 from kvscope.engine.config import ConfigError
 from kvscope.engine.recording import Recording
 
+from . import options
+from .run_command import ALL_ROWS
 from .units import format_bytes, format_percent, format_seconds
 
 # (CSV column, series key): the unit is in the column's name
@@ -38,14 +40,6 @@ CSV_COLUMNS = (
     ("preemptions", "preemptions"),
     ("unused_slots_tokens", "unused_slots"),
 )
-
-
-def _check_output(flag: str, path: str) -> None:
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
-    if not out.resolve().parent.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder does not exist")
 
 
 def write_series_csv(recording: Recording, path) -> int:
@@ -71,7 +65,7 @@ def describe(recording: Recording) -> str:
     preemptions = summary.get("preemptions", int(series["preemptions"].sum()))
     peak_kv = float(series["kv_usage"].max()) if recording.num_steps else 0.0
     requests = f" ({workload['num_requests']:,} requests)" if isinstance(workload.get("num_requests"), int) and \
-        workload["num_requests"] < 10**9 else ""
+        workload["num_requests"] < ALL_ROWS else ""  # a whole trace has no count to print
     text = (
         f"{recording.path.name}: the {workload.get('name', '?')} workload{requests} through "
         f"{h.get('label') or model.get('name', '?') + ' on ' + hardware.get('name', '?')} ({h.get('backend', '?')} "
@@ -94,7 +88,7 @@ def describe(recording: Recording) -> str:
 def cmd_export(args) -> int:
     outputs = [(flag, path) for flag, path in (("--perfetto", args.perfetto), ("--csv", args.csv)) if path]
     for flag, path in outputs:
-        _check_output(flag, path)
+        options.check_output_path(flag, path)
     with Recording.open(args.file) as recording:
         if recording.warning:
             print(f"kvscope: warning: {recording.warning}", file=sys.stderr)

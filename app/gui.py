@@ -40,12 +40,17 @@ def cmd_gui(args) -> int:
     if args.screenshot and not Path(args.screenshot).resolve().parent.is_dir():
         raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
     replay, scenario = getattr(args, "replay", None), getattr(args, "scenario", None)
-    if replay and not Path(replay).is_file():
-        raise ConfigError(f"--replay {replay}: no such file")
+    # Checked before the window exists: a dialog at start-up would hold a scripted run (--quit-after) forever.
+    if replay:
+        from kvscope.engine.recording import Recording
+
+        if not Path(replay).is_file():
+            raise ConfigError(f"--replay {replay}: no such file")
+        Recording.open(replay, allow_truncated=True).close()  # corrupt or unreadable: one line, exit 2
     if scenario:
         from kvscope.engine.scenarios import load_scenario
 
-        load_scenario(scenario)  # an unknown name fails here, with the list of known ones
+        load_scenario(scenario).comparison_spec()  # an unknown name or a bad file fails here, with the reason
     values = initial_values(args)
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication

@@ -31,6 +31,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.events import EventKind
 from kvscope.engine.presets import load_model, preset_names, user_preset_names
 from kvscope.engine.scenarios import load_scenario, scenario_names
+from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_RESERVED, BLOCK_USED
 from kvscope.widgets.batch_timeline import BatchTimelineView, TimelineStep
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
@@ -51,7 +52,16 @@ from .event_text import EVENT_KINDS, event_line
 from .run_settings import SettingsError, build_run_config, memory_preview, values_from_model
 from .series import RunSeries
 from .units import format_percent
-from .view_export import CSV_FORMAT, PLOT_FORMATS, PNG_FORMAT, ExportError, default_name, export_plot, export_widget_png
+from .view_export import (
+    CSV_FORMAT,
+    PLOT_FORMATS,
+    PNG_FORMAT,
+    ExportError,
+    default_name,
+    export_plot,
+    export_widget_png,
+    writable,
+)
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
 DEMO_HIDDEN_PLOTS = ("latency", "preemptions")  # demo mode: the plots left out at large font sizes
@@ -348,8 +358,6 @@ class MainWindow(QMainWindow):
 
     def start_recording(self, path) -> bool:
         """Record the live run from its current step; a path that cannot be written is refused here."""
-        from kvscope.engine.config import ConfigError
-
         from .options import check_output_path
 
         try:
@@ -436,8 +444,7 @@ class MainWindow(QMainWindow):
             return False
 
         def work(target):
-            if not Path(target).parent.is_dir():
-                raise ExportError(f"{target}: the folder {Path(target).parent} does not exist")
+            writable(target)
             try:
                 # its own reader: the replay thread is reading the file through the other one
                 with Recording.open(self.replay_path) as recording:
@@ -777,7 +784,6 @@ class MainWindow(QMainWindow):
         return True
 
     def save_user_preset(self, kind: str, name: str) -> None:
-        from kvscope.engine.config import ConfigError
         from kvscope.engine.presets import load_hardware, save_user_preset
 
         values = self.settings.values()
@@ -890,7 +896,8 @@ class MainWindow(QMainWindow):
     # -- frames ---------------------------------------------------------------------------------
     def on_frame(self) -> None:
         frame = self.worker.take_frame()
-        if frame is not None:  # None: the engine has not answered the last frame request yet
+        # None: the engine has not answered the last request yet; an idle frame: a paused engine
+        if frame is not None and not frame.idle:
             self.render_frame(frame)
 
     def render_frame(self, frame: FrameDelta) -> None:
@@ -954,8 +961,9 @@ class MainWindow(QMainWindow):
             return
         block_bytes = plan.block_bytes
         if snap is not None and snap.num_blocks == plan.num_blocks:
-            used = snap.count(2) + snap.count(3)
-            cached = snap.count(1)
+            counts = np.bincount(snap.block_state, minlength=4)  # one pass over the pool, not three
+            used = int(counts[BLOCK_USED] + counts[BLOCK_RESERVED])
+            cached = int(counts[BLOCK_CACHED])
         else:
             used = cached = 0
         free = plan.num_blocks - used - cached

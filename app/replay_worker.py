@@ -1,10 +1,10 @@
-"""A recorded run as the window's engine source: EngineWorker's API, a recording instead of an engine.
+"""A recorded run as the window's engine source: EngineProcess's API, a recording instead of an engine.
 
 ReplayWorker reads a recording (`kvscope run --record`) on a thread of its own and hands the GUI
-the same FrameDeltas EngineWorker does: the snapshot as it was after the newest step replayed, and
+the same FrameDeltas the engine process does: the snapshot as it was after the newest step replayed, and
 the steps, events, plot points and finished requests since the previous frame. No model, no GPU.
 
-Playing paces the recorded engine clock at `speed` x real time, as EngineWorker paces the
+Playing paces the recorded engine clock at `speed` x real time, as the engine session paces the
 simulated clock; speed 0 replays as fast as frames allow: each frame gets one timeline's worth of
 new steps (STEPS_KEPT), so nothing is dropped. seek(position) jumps anywhere, backwards too: the
 next frame carries engine_info again, so the window clears its views, and then the history up to
@@ -27,14 +27,22 @@ import numpy as np
 from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, ResolvedArgs
 from kvscope.engine.events import EventKind
 from kvscope.engine.memory_math import MemoryPlan
+from kvscope.engine.metrics import percentile
 from kvscope.engine.recording import Recording
 from kvscope.engine.workload import LengthDist, WorkloadSpec
 
-from .engine_worker import EVENTS_KEPT, SERIES_INTERVAL_S, STEPS_KEPT, EngineInfo, FrameDelta, SeriesPoint
+from .engine_worker import (
+    EVENTS_KEPT,
+    SERIES_INTERVAL_S,
+    STEPS_KEPT,
+    SUMMARY_INTERVAL_S,
+    EngineInfo,
+    FrameDelta,
+    SeriesPoint,
+)
 
 HISTORY_POINTS = 2_000  # plot points a seek sends for the history before it: the plots' resolution
 SNAPSHOT_INTERVAL_S = 1 / 60  # a new snapshot at most this often: the window draws at most 60 a second
-SUMMARY_INTERVAL_S = 0.5
 
 
 def _known_fields(cls, values: dict) -> dict:
@@ -104,11 +112,6 @@ class ReplayWorker:
         self._pending = self._history_frame(0)
         if recording.warning:
             self._pending.status = recording.warning
-
-    @property
-    def engine(self):
-        """What EngineWorker calls its engine: here the recording, so code that checks for one works."""
-        return self.recording
 
     # -- commands, from the GUI thread ----------------------------------------------------------
     def start(self) -> None:
@@ -309,9 +312,6 @@ class ReplayWorker:
         f = self._finished
         done = int(np.searchsorted(f["step"], position, side="left"))
         ttft, queue_time = f["ttft_s"][:done], f["queue_time_s"][:done]
-
-        def percentile(values, q):
-            return float(np.percentile(values, q)) if len(values) else None
 
         return {
             "completed": done,

@@ -27,11 +27,17 @@ def default_name(title: str, suffix: str) -> str:
     return f"kvscope-{slug}{suffix}"
 
 
-def _writable(path) -> Path:
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise ExportError(f"{path}: the folder {path.parent} does not exist")
-    return path
+def writable(path) -> Path:
+    """path, if a file can be written there; else ExportError with the reason."""
+    from kvscope.engine.config import ConfigError
+
+    from .options import check_output_path
+
+    try:
+        check_output_path("export to", str(path))
+    except ConfigError as exc:
+        raise ExportError(str(exc).removeprefix("export to ")) from None
+    return Path(path)
 
 
 _CLOSE_SENTINEL = re.compile(r"Z[-+0-9.eE]+,[-+0-9.eE]+")
@@ -65,7 +71,7 @@ def _accept_closed_svg_paths() -> None:
 
 def export_plot(plot_item: pg.PlotItem, path) -> Path:
     """One plot (with its title, axes and legend) as .png or .svg, chosen by the file's suffix."""
-    path = _writable(path)
+    path = writable(path)
     suffix = path.suffix.lower()
     if suffix == ".png":
         exporter = pg.exporters.ImageExporter(plot_item)
@@ -87,7 +93,7 @@ def export_plot(plot_item: pg.PlotItem, path) -> Path:
 
 def export_widget_png(widget, path) -> Path:
     """A whole view as it is on screen (with its legend and status line) as a PNG."""
-    path = _writable(path)
+    path = writable(path)
     if path.suffix.lower() != ".png":
         raise ExportError(f"{path.name}: this view is saved as a .png image")
     if not widget.grab().save(str(path), "PNG"):
@@ -96,7 +102,7 @@ def export_widget_png(widget, path) -> Path:
 
 
 def export_csv(header: list[str], rows: list[list], path) -> Path:
-    path = _writable(path)
+    path = writable(path)
     if path.suffix.lower() != ".csv":
         raise ExportError(f"{path.name}: a table is saved as .csv")
     try:

@@ -77,9 +77,6 @@ class Variant:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"configuration {self.label!r}: {name} must be a whole number >= 1, got {value!r}")
 
-    def replace(self, **changes) -> "Variant":
-        return dataclasses.replace(self, **changes)
-
     def model_config(self) -> ModelConfig:
         return load_model(self.model)
 

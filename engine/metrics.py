@@ -8,8 +8,9 @@ import numpy as np
 from .request import Request
 
 
-def _percentile(values: list, q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+def percentile(values, q: float) -> float | None:
+    """The q-th percentile of a list or array; None when there is nothing to take it of."""
+    return float(np.percentile(values, q)) if len(values) else None
 
 
 class MetricsCollector:
@@ -86,15 +87,15 @@ class MetricsCollector:
             "throughput_tokens_per_s": self.output_tokens / span if span > 0 else 0.0,
             "total_throughput_tokens_per_s": (self.prompt_tokens + self.output_tokens) / span if span > 0 else 0.0,
             "requests_per_s": self.completed / span if span > 0 else 0.0,
-            "ttft_p50_s": _percentile(self.ttft, 50),
-            "ttft_p99_s": _percentile(self.ttft, 99),
-            "tpot_p50_s": _percentile(self.tpot, 50),
-            "tpot_p99_s": _percentile(self.tpot, 99),
+            "ttft_p50_s": percentile(self.ttft, 50),
+            "ttft_p99_s": percentile(self.ttft, 99),
+            "tpot_p50_s": percentile(self.tpot, 50),
+            "tpot_p99_s": percentile(self.tpot, 99),
             "itl_max_s": self.itl_max,
-            "e2e_latency_p50_s": _percentile(self.e2e, 50),
-            "e2e_latency_p99_s": _percentile(self.e2e, 99),
-            "queue_time_p50_s": _percentile(self.queue_time, 50),
-            "queue_time_p99_s": _percentile(self.queue_time, 99),
+            "e2e_latency_p50_s": percentile(self.e2e, 50),
+            "e2e_latency_p99_s": percentile(self.e2e, 99),
+            "queue_time_p50_s": percentile(self.queue_time, 50),
+            "queue_time_p99_s": percentile(self.queue_time, 99),
             "peak_kv_usage": self.peak_kv_usage,
             "mean_kv_usage": self.kv_usage_time / busy if self.busy_time else 0.0,
             "peak_running": self.peak_running,

@@ -567,13 +567,6 @@ class RunRecorder:
         self._writer.write_last(index + trailer_head + struct.pack("<I", zlib.crc32(trailer_head)))
         return self._writer.offset
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close(self.engine.summary(), note=None if exc is None else f"stopped early: {exc_type.__name__}")
-        return False
-
 
 class _RecordWriter:
     """Appends records to the file in order. Compressing and writing run on a thread of their own

@@ -20,7 +20,6 @@ from .compare import (
     MAX_CONFIGURATIONS,
     MEMORY_FIELDS,
     MIN_CONFIGURATIONS,
-    Comparison,
     ComparisonResult,
     ComparisonSpec,
     ComparisonWorkload,
@@ -148,10 +147,6 @@ class Scenario:
             for c in self.configs
         ]
         return ComparisonSpec(variants, self.workload, title=self.title).with_overrides(requests, seed)
-
-    def comparison(self, requests: int | None = None, seed: int | None = None) -> Comparison:
-        """The engines, built and fed, ready to step (for a window that shows them side by side)."""
-        return Comparison(self.comparison_spec(requests, seed))
 
     def reveal(self, result: ComparisonResult) -> tuple:
         """(the answer, the answer as text with its unit), read from the run."""

@@ -288,3 +288,16 @@ def test_the_live_run_is_recorded_and_opens_as_a_replay(window, qtbot, tmp_path,
     assert not window.record_action.isEnabled()  # a replay cannot be recorded again
     window.close_recording()
     assert window.record_action.isEnabled() and not window.record_action.isChecked()
+
+
+def test_gui_refuses_a_corrupt_recording_before_opening_a_window(tmp_path):
+    import os
+
+    bad = tmp_path / "bad.kvrec"
+    bad.write_bytes(b"not a recording at all")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "KVSCOPE_CONFIG_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "kvscope.app", "gui", "--replay", str(bad), "--quit-after", "1"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and "bad.kvrec" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
