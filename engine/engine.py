@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -60,6 +61,14 @@ class StepResult:
     unused_slots: int = 0  # allocated but empty token slots (fragmentation)
     num_preemptions: int = 0
     num_output_tokens: int = 0  # tokens sampled this step
+
+    def __reduce__(self):
+        # A slots dataclass pickles through dataclasses' generic __getstate__, which looks its
+        # fields up again for every object; the window receives hundreds of steps a frame.
+        return StepResult, _step_result_fields(self)
+
+
+_step_result_fields = operator.attrgetter(*(f.name for f in fields(StepResult)))
 
 
 class Engine:
@@ -220,7 +229,7 @@ class Engine:
                 req.block_hashes = []
         metrics.preemptions = scheduler.num_preemptions
         metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running,
-                        unused_slots, self._allocated_slots(), batch.num_tokens - batch.num_prefill_tokens)
+                        unused_slots, self._allocated_slots(), batch.num_tokens - batch.num_prefill_tokens, sampled)
         self.clock = end
         step = StepResult(
             self.step_count, start, result.duration_s,

@@ -27,6 +27,9 @@ class Event:
     value: float = 0.0
     detail: str = ""
 
+    def __reduce__(self):  # as StepResult's: a frame carries hundreds of events
+        return Event, (self.kind, self.request_id, self.time_s, self.blocks, self.value, self.detail)
+
 
 class EventSink:
     """Collects one step's events; the engine sets `now` (the virtual clock) before each step."""

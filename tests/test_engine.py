@@ -249,3 +249,26 @@ def test_kv_cache_is_the_ceiling_long_outputs_fill_it_short_ones_do_not():
     assert short["peak_kv_usage"] < 0.5 and short["preemptions"] == 0
     assert long["peak_kv_usage"] > 0.9
     assert long["compute_utilization"] < 0.5  # the cache is full while compute has headroom
+
+
+def test_summaries_taken_while_running_agree_with_percentiles_of_everything_so_far():
+    """The summary converts only the latencies new since the last one (the window asks twice a
+    second): every summary along the way must equal one computed from scratch."""
+    e = engine()
+    spec = load_workload("chat").with_overrides(num_requests=150)
+    e.add_workload(generate_requests(spec, MODEL.vocab_size, seed=3))
+    checked = 0
+    sampled = 0
+    while (result := e.step()) is not None:
+        sampled += result.num_output_tokens
+        if result.step % 97 == 0 or e.metrics.completed == 150:
+            summary = e.summary()
+            m = e.metrics
+            for key, values in (("ttft", m.ttft), ("tpot", m.tpot), ("e2e_latency", m.e2e),
+                                ("queue_time", m.queue_time)):
+                for q in (50, 99):
+                    expected = float(np.percentile(values, q)) if values else None
+                    assert summary[f"{key}_p{q}_s"] == expected
+            checked += 1
+    assert checked > 5 and e.metrics.completed == 150
+    assert e.metrics.sampled_tokens == sampled == e.metrics.output_tokens
