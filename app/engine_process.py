@@ -5,9 +5,12 @@ cost the engine ~45 % of its speed however little they drew. Here the engine pro
 EngineSession flat out on its own core; the window sends it commands over a pipe and asks for one
 frame at a time. The engine process checks the pipe about once a millisecond of its own time and
 answers a frame request with the FrameDelta pickled, its numpy arrays sent as raw buffers beside
-the pickle (a 500,000-block snapshot is 11 MB: copying it into one pickle cost 12 ms). One request is in flight at a time, and the window asks again no sooner than
-FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/20 of the
-engine's time however big the batch or the pool.
+the pickle (a 500,000-block snapshot is 11 MB: copying it into one pickle cost 12 ms), written by
+a thread (FrameSender). One request is in flight at a time, and the window asks again no sooner
+than FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/20
+of the engine's time however big the batch or the pool. An engine of cheap steps (simulated, at
+maximum speed) keeps no steps between frames: asked for a frame, it keeps the next STEPS_KEPT
+and then answers.
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ import sys
 import threading
 import time
 
-from .engine_worker import STEPS_KEPT, STEPS_KEPT_BETWEEN_FRAMES, EngineSession, FrameDelta, RunConfig
+from .engine_worker import STEPS_KEPT, EngineSession, FrameDelta, RunConfig
 from .process_tuning import tune_for_engine
 
 COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
 FRAME_COST_FACTOR = 20  # the next frame request waits >= 20x the engine-side cost of the last one
-FULL_HISTORY_LEAD_S = 0.010  # keep all STEPS_KEPT steps from this long before a request can come
 STOP_TIMEOUT_S = 5.0
 
 
@@ -43,70 +45,102 @@ def decode_frame(first: bytes, receive_buffer) -> FrameDelta:
     return pickle.loads(memoryview(first)[4:], buffers=[receive_buffer() for _ in range(count)])
 
 
-def _send_frames(conn, outbox: queue.Queue) -> None:
-    """Writes frames to the pipe. A frame of megabytes fills the pipe's buffer and the write waits
-    until the window reads it, up to a frame interval: a thread waits here, not the engine."""
-    while (messages := outbox.get()) is not None:
-        try:
-            for message in messages:
-                conn.send_bytes(message)
-        except OSError:
-            return
+class FrameSender:
+    """Writes frames to the pipe from a thread. A frame of megabytes fills the pipe's buffer and
+    the write waits until the window reads it, up to a frame interval: the thread waits, not the
+    engine. While it sends, the engine must not look at the pipe: each look lets go of the
+    interpreter lock and takes it straight back, which resets the sender's claim on the lock --
+    polling once a millisecond, a 800 KB frame took 150-500 ms to cross instead of ~10 ms."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._outbox: queue.Queue = queue.Queue()
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvscope-frames", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def send(self, messages: list) -> None:
+        self._busy.set()
+        self._outbox.put(messages)
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self._thread.join(0.2)  # a frame the window will never read must not hold up the exit
+
+    def _run(self) -> None:
+        while (messages := self._outbox.get()) is not None:
+            try:
+                for message in messages:
+                    self._conn.send_bytes(message)
+            except OSError:
+                return
+            finally:
+                self._busy.clear()
 
 
 def serve(conn) -> None:
     """The engine process: commands in, frames out, until told to stop or the window is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the window's to handle
     tune_for_engine()
-    # Between two writes of a frame the sender thread waits for the interpreter lock: at the
-    # default 5 ms a frame of a few hundred KB took tens of ms to cross. Only a waiting thread makes the engine let
-    # go, so a shorter interval costs nothing while no frame is being sent.
+    # Between two writes of a frame the sender thread waits for the interpreter lock, up to this
+    # long (the default is 5 ms). Only a waiting thread makes the engine let go, so a shorter
+    # interval costs nothing while no frame is being sent.
     sys.setswitchinterval(SENDER_SWITCH_INTERVAL_S)
-    outbox: queue.Queue = queue.Queue()
-    sender = threading.Thread(target=_send_frames, args=(conn, outbox), name="kvscope-frames", daemon=True)
-    sender.start()
+    sender = FrameSender(conn)
     try:
-        _serve_commands(conn, outbox)
+        _serve_commands(conn, sender)
     finally:
-        outbox.put(None)
-        sender.join(0.2)  # a frame the window will never read must not hold up the exit
+        sender.close()
 
 
-def _serve_commands(conn, outbox: queue.Queue) -> None:
+def _serve_commands(conn, sender: FrameSender) -> None:
     session = EngineSession()
-    frame_cost = 0.0
-    full_history_at = 0.0  # when the window may ask for the next frame, less FULL_HISTORY_LEAD_S
+    frame_cost = 0.0  # smoothed engine-side seconds per frame
+    frame_due_at_step = None  # a frame asked for, going out once the engine has kept the steps it shows
     try:
         while True:
             wait = IDLE_POLL_S
             if session.playing and session.engine is not None:
                 wait = session.advance(COMMAND_POLL_S)
-                if full_history_at and time.perf_counter() >= full_history_at:
-                    session.keep_steps_for_next_frame()
-                    full_history_at = 0.0
+            if frame_due_at_step is not None and not (session.flat_out and session.engine.step_count < frame_due_at_step):
+                frame_cost = _send_frame(session, sender, frame_cost)
+                frame_due_at_step = None
+            if wait == 0 and sender.busy:
+                continue  # see FrameSender; commands wait the few ms until the frame is out
             if not conn.poll(wait):
                 continue
             command, arg = conn.recv()
             if command == "stop":
                 session.handle("stop_recording", None)  # a recording in progress is finished, not lost
                 return
-            if command == "frame":
-                started = time.perf_counter()
-                # Only an engine running flat out loses time to frames; a paced one waits anyway.
-                # The window asks again no sooner than FRAME_COST_FACTOR x the cost it is told.
-                flat_out = session.flat_out
-                holdoff = FRAME_COST_FACTOR * frame_cost if flat_out else 0.0
-                short = holdoff > 2 * FULL_HISTORY_LEAD_S
-                frame = session.take_frame(STEPS_KEPT_BETWEEN_FRAMES if short else STEPS_KEPT)
-                frame.build_cost_s = frame_cost if flat_out else 0.0
-                outbox.put(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
-                # smoothed: the summary's percentiles make one frame in thirty ten times dearer
-                frame_cost = 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
-                full_history_at = started + holdoff - FULL_HISTORY_LEAD_S if short else 0.0
-            else:
+            if command != "frame":
                 session.handle(command, arg)
+            elif session.flat_out and session.cheap_steps:
+                # Steps this cheap are kept only when asked for (holding the newest STEPS_KEPT all
+                # the time cost ~10 % of the engine's speed): the frame goes out after the next ones.
+                session.keep_history_for_next_frame()
+                frame_due_at_step = session.engine.step_count + STEPS_KEPT
+            else:
+                frame_cost = _send_frame(session, sender, frame_cost)
     except (EOFError, OSError):  # the window went away without saying goodbye
         return
+
+
+def _send_frame(session: EngineSession, sender: FrameSender, frame_cost: float) -> float:
+    """Hands the frame to the sender thread; returns the smoothed cost of frames so far."""
+    started = time.perf_counter()
+    # Only an engine running flat out loses time to frames; a paced one waits anyway. The window
+    # asks again no sooner than FRAME_COST_FACTOR x the cost it is told.
+    flat_out = session.flat_out
+    frame = session.take_frame(keep_history=not (flat_out and session.cheap_steps))
+    frame.build_cost_s = frame_cost if flat_out else 0.0
+    sender.send(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
+    # smoothed: the summary's percentiles make one frame in thirty several times dearer
+    return 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
 
 
 class EngineProcess:

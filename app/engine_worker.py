@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -26,12 +27,16 @@ from kvscope.engine.workload import WorkloadSpec, generate_requests
 from .units import format_bytes
 
 STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
-# Until shortly before the next frame can be asked for, a flat-out engine keeps only this many:
-# holding 400 steps' objects alive all the time cost ~8 % of a simulated step (cache misses).
-STEPS_KEPT_BETWEEN_FRAMES = 64
 EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
+# Holding the newest 400 steps alive costs ~1.5 us a step in cache misses: ~10 % of a 15 us
+# simulated step, nothing next to a real forward. Engines whose steps are this cheap keep no
+# steps or events between frames, only from shortly before the next frame can be asked for.
+CHEAP_STEP_S = 0.0001
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
+SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
+CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
+MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
 MAX_PACING_WAIT_S = 0.01  # a paced engine ahead of the wall clock waits at most this long at a time
 
 
@@ -112,8 +117,13 @@ class EngineSession:
         self._stepped = True  # the engine changed since the last snapshot
         self._last_summary = 0.0
         self._last_point = 0.0
+        self._point_steps = 0  # engine steps at the last point
+        self._last_result = None  # the newest step's result (as of the last advance() on the flat-out path)
         self._point_base = (0, 0.0, 0.0, 0)  # output tokens, compute time, busy time, preemptions at the last point
-        self._output_tokens = 0  # sampled since the engine was built
+        self._summary_interval = SUMMARY_INTERVAL_S
+        self._event_lists: deque = deque(maxlen=EVENTS_KEPT)  # the newest steps' event lists, for the next frame
+        self._steps_per_clock_check = 1
+        self.mean_step_s = float("inf")  # wall time of a flat-out step, measured over the last advance()
         self._pace_origin: tuple[float, float] | None = None  # (wall, engine clock) when pacing began
         self._finished_seen = 0
         self._config: RunConfig | None = None
@@ -148,27 +158,37 @@ class EngineSession:
             if self.engine is not None:
                 self.engine.step = broken_step
 
-    def keep_steps_for_next_frame(self) -> None:
-        """From now on keep the newest STEPS_KEPT steps: a frame may be asked for soon."""
-        steps = self._pending.steps
-        if steps.maxlen != STEPS_KEPT:
-            self._pending.steps = deque(steps, maxlen=STEPS_KEPT)
+    @property
+    def cheap_steps(self) -> bool:
+        """Steps so cheap that keeping them between frames would cost the engine (CHEAP_STEP_S)."""
+        return self.mean_step_s < CHEAP_STEP_S
 
-    def take_frame(self, steps_kept_until_next: int = STEPS_KEPT) -> FrameDelta:
+    def keep_history_for_next_frame(self) -> None:
+        """From now on keep the newest STEPS_KEPT steps and their events: a frame may be asked for soon."""
+        if self._pending.steps.maxlen != STEPS_KEPT:
+            self._pending.steps = deque(maxlen=STEPS_KEPT)
+            self._event_lists = deque(maxlen=EVENTS_KEPT)
+
+    def take_frame(self, keep_history: bool = True) -> FrameDelta:
         """Everything since the last call, with a snapshot if the engine changed meanwhile. The
-        engine process passes STEPS_KEPT_BETWEEN_FRAMES when no frame can come for a while, and
-        calls keep_steps_for_next_frame() in time for the next."""
-        frame, self._pending = self._pending, FrameDelta(steps=deque(maxlen=steps_kept_until_next))
+        engine process passes keep_history=False when no frame can come for a while, and calls
+        keep_history_for_next_frame() in time for the next."""
+        frame = self._pending
+        self._pending = FrameDelta(steps=deque(maxlen=STEPS_KEPT if keep_history else 0))
         frame.playing = self.playing
+        if self._event_lists:  # lists, not events, are kept per step: flattened once per frame here
+            frame.events.extend(chain.from_iterable(self._event_lists))
+        self._event_lists = deque(maxlen=EVENTS_KEPT if keep_history else 0)
         if self._recorder is not None:
             frame.recording_steps = self._recorder.num_steps
         if self.engine is not None and self._stepped:
             frame.snapshot = self.engine.snapshot()
             self._stepped = False
             now = time.perf_counter()
-            if frame.summary is None and now - self._last_summary >= SUMMARY_INTERVAL_S:
+            if frame.summary is None and now - self._last_summary >= self._summary_interval:
                 frame.summary = self.engine.summary()
-                self._last_summary = now
+                self._last_summary = time.perf_counter()
+                self._summary_interval = max(SUMMARY_INTERVAL_S, SUMMARY_COST_FACTOR * (self._last_summary - now))
         return frame
 
     # -- running --------------------------------------------------------------------------------
@@ -183,6 +203,8 @@ class EngineSession:
         keeps the caller's own checks (the engine process polls its pipe) off the per-step path."""
         engine = self.engine
         paced = self.speed > 0 and engine.runner.name == "simulated"
+        if not paced and self._recorder is None:
+            return self._advance_flat_out(budget_s)
         deadline = time.perf_counter() + budget_s
         while True:
             if paced:
@@ -196,6 +218,46 @@ class EngineSession:
             now = self._run_one_step()
             if now is None or now >= deadline:
                 return 0.0
+
+    def _advance_flat_out(self, budget_s: float) -> float:
+        """advance() with nothing to pace and nothing to record: the loop the window's cost is
+        measured on. A simulated step takes ~15 us at maximum speed, and reading the clock, two
+        calls and copying the events after each step cost ~10 % of that; here a step costs an
+        append or two, and the clock is read every few steps (about every CLOCK_CHECK_INTERVAL_S)."""
+        step = self.engine.step
+        keep_step = self._pending.steps.append
+        keep_events = self._event_lists.append
+        per_check = self._steps_per_clock_check
+        clock = time.perf_counter
+        started = now = clock()
+        deadline = started + budget_s
+        steps = 0
+        self._stepped = True
+        result = self._last_result
+        try:
+            while now < deadline or not steps:
+                for _ in range(per_check):
+                    stepped = step()
+                    if stepped is None:
+                        self._workload_complete(result)
+                        return 0.0
+                    result = stepped
+                    keep_step(result)
+                    if result.events:
+                        keep_events(result.events)
+                steps += per_check
+                now = clock()
+                if now - self._last_point >= SERIES_INTERVAL_S:
+                    self._last_point = now
+                    self._add_point(result)
+        except Exception:  # noqa: BLE001 - the engine stops; the window shows the error and stays usable
+            self._engine_failed()
+            return 0.0
+        self._last_result = result
+        self.mean_step_s = (now - started) / steps
+        self._steps_per_clock_check = max(1, min(MAX_STEPS_PER_CLOCK_CHECK,
+                                                 int(CLOCK_CHECK_INTERVAL_S / max(self.mean_step_s, 1e-9))))
+        return 0.0
 
     # -- recording ------------------------------------------------------------------------------
     def _start_recording(self, path: str) -> None:
@@ -230,8 +292,13 @@ class EngineSession:
         self._config = config
         self.engine = None
         self._finished_seen = 0
-        self._output_tokens = 0
         self._point_base = (0, 0.0, 0.0, 0)
+        self._point_steps = 0
+        self._last_result = None
+        self._event_lists = deque(maxlen=EVENTS_KEPT)
+        self._steps_per_clock_check = 1
+        self.mean_step_s = float("inf")
+        self._summary_interval = SUMMARY_INTERVAL_S
         self._pending = FrameDelta(status=f"building the {config.backend} engine ...")
         try:
             if config.backend == "real":
@@ -262,56 +329,56 @@ class EngineSession:
 
     def _run_one_step(self) -> float | None:
         """One step and its bookkeeping; the wall time after it, or None if the engine stopped."""
-        engine = self.engine
         try:
-            result = engine.step()
+            result = self.engine.step()
         except Exception:  # noqa: BLE001 - the engine stops; the window shows the error and stays usable
-            self.playing = False
-            self._pending.error = traceback.format_exc()
-            self._pending.status = "the engine stopped with an error"
+            self._engine_failed()
             return None
         self._stepped = True
         if result is None:
-            self.playing = False
-            self._collect_finished()
-            self._pending.done = True
-            self._pending.summary = engine.summary()
-            self._pending.status = "workload complete"
-            self._stop_recording("the workload completed")
+            self._workload_complete(self._last_result)
             return None
+        self._last_result = result
         if self._recorder is not None:
             try:
                 self._recorder.record_step(result)
             except (OSError, ConfigError) as exc:  # a full disk: the run goes on, the recording stops
                 path, self._recorder = self._recorder.path, None
                 self._pending.error = f"Recording to {path} stopped: {exc}"
-        return self.record(result)
-
-    def record(self, result) -> float:
-        """The per-step work, kept to a few attribute updates (at maximum speed a simulated step
-        takes ~15 us): the newest steps and events, and a plot point per SERIES_INTERVAL_S.
-        Returns the wall time it looked at."""
-        pending = self._pending
-        pending.steps.append(result)
+        self._pending.steps.append(result)
         if result.events:
-            pending.events.extend(result.events)
-        self._output_tokens += result.num_output_tokens
+            self._event_lists.append(result.events)
         now = time.perf_counter()
         if now - self._last_point >= SERIES_INTERVAL_S:
             self._last_point = now
             self._add_point(result)
         return now
 
+    def _engine_failed(self) -> None:
+        self.playing = False
+        self._pending.error = traceback.format_exc()
+        self._pending.status = "the engine stopped with an error"
+
+    def _workload_complete(self, last_result) -> None:
+        self.playing = False
+        if last_result is not None and self.engine.metrics.steps > self._point_steps:
+            self._add_point(last_result)  # the last tokens count too
+        self._collect_finished()
+        self._pending.done = True
+        self._pending.summary = self.engine.summary()
+        self._pending.status = "workload complete"
+        self._stop_recording("the workload completed")
+
     def _add_point(self, result) -> None:
         metrics = self.engine.metrics
         tokens0, compute0, busy0, preempt0 = self._point_base
         busy = metrics.busy_time - busy0
-        pending = self._pending
-        pending.points.append(SeriesPoint(
+        self._pending.points.append(SeriesPoint(
             result.start_time_s + result.duration_s, result.kv_usage, result.num_running, result.num_waiting,
-            self._output_tokens - tokens0, (metrics.compute_time - compute0) / busy if busy > 0 else 0.0,
+            metrics.sampled_tokens - tokens0, (metrics.compute_time - compute0) / busy if busy > 0 else 0.0,
             metrics.preemptions - preempt0))
-        self._point_base = (self._output_tokens, metrics.compute_time, metrics.busy_time, metrics.preemptions)
+        self._point_base = (metrics.sampled_tokens, metrics.compute_time, metrics.busy_time, metrics.preemptions)
+        self._point_steps = metrics.steps
         self._collect_finished()
 
     def _collect_finished(self) -> None:

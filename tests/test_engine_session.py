@@ -1,7 +1,7 @@
 """The engine's side of the window, driven directly: a recording that fails mid-run (a full disk)
 stops the recording with a message and the engine keeps running."""
 
-from kvscope.app.engine_worker import EngineSession, RunConfig
+from kvscope.app.engine_worker import EVENTS_KEPT, STEPS_KEPT, EngineSession, RunConfig
 from kvscope.engine import EngineArgs
 from kvscope.engine.presets import load_hardware, load_model, load_workload
 from kvscope.engine.recording import RecordingError
@@ -40,3 +40,51 @@ def test_a_paused_engine_answers_idle_frames():
     assert session.take_frame().idle
     session.handle("step", None)
     assert not session.take_frame().idle
+
+
+def flat_out_session(num_requests: int = 100_000) -> EngineSession:
+    model, hardware = load_model("llama-3-8b"), load_hardware("h100-80gb")
+    session = EngineSession()
+    session.handle("apply", (RunConfig("simulated", model, hardware, EngineArgs(),
+                                       load_workload("chat").with_overrides(num_requests=num_requests)), True))
+    session.speed = 0.0
+    session.take_frame()  # the build
+    return session
+
+
+def run_steps(session: EngineSession, n: int) -> None:
+    target = session.engine.step_count + n
+    while session.engine.step_count < target:
+        session.advance(0.001)
+
+
+def test_between_frames_a_flat_out_engine_keeps_no_steps_then_the_newest_when_asked():
+    session = flat_out_session()
+    run_steps(session, 200)
+    assert session.cheap_steps  # simulated steps at maximum speed
+    session.take_frame(keep_history=False)
+    run_steps(session, 500)
+    frame = session.take_frame(keep_history=False)
+    assert not frame.steps and not frame.events and frame.points  # the plots still get their points
+    session.keep_history_for_next_frame()
+    run_steps(session, STEPS_KEPT + 50)
+    frame = session.take_frame(keep_history=False)
+    numbers = [s.step for s in frame.steps]
+    assert len(numbers) == STEPS_KEPT and numbers == list(range(numbers[0], numbers[0] + STEPS_KEPT))
+    assert numbers[-1] == frame.snapshot.step - 1  # they end at the state the snapshot shows
+    kept_steps_events = [e for s in frame.steps for e in s.events]
+    tail = min(len(kept_steps_events), EVENTS_KEPT)
+    assert tail and list(frame.events)[-tail:] == kept_steps_events[-tail:]  # the newest, in order
+    assert len(frame.events) <= EVENTS_KEPT
+
+
+def test_plot_points_count_every_sampled_token_however_fast_the_engine_runs():
+    session = flat_out_session(num_requests=300)
+    points = []
+    while session.playing:
+        session.advance(0.001)
+        points += session.take_frame(keep_history=False).points
+    engine = session.engine
+    assert engine.metrics.completed == 300
+    assert sum(p.output_tokens for p in points) == engine.metrics.sampled_tokens == engine.metrics.output_tokens
+    assert len(points) < engine.step_count  # thinned to one per SERIES_INTERVAL_S, yet nothing lost
