@@ -227,6 +227,7 @@ class EngineSession:
         step = self.engine.step
         keep_step = self._pending.steps.append
         keep_events = self._event_lists.append
+        keeping = self._pending.steps.maxlen != 0
         per_check = self._steps_per_clock_check
         clock = time.perf_counter
         started = now = clock()
@@ -242,9 +243,10 @@ class EngineSession:
                         self._workload_complete(result)
                         return 0.0
                     result = stepped
-                    keep_step(result)
-                    if result.events:
-                        keep_events(result.events)
+                    if keeping:
+                        keep_step(result)
+                        if result.events:
+                            keep_events(result.events)
                 steps += per_check
                 now = clock()
                 if now - self._last_point >= SERIES_INTERVAL_S:
