@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from kvscope.widgets.batch_timeline import (
     DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchTimelineView, TimelineStep,
 )
-from kvscope.widgets.live_plots import LivePlots, decimate_minmax
+from kvscope.widgets.live_plots import THINNED_SCATTER_INTERVAL_S, LivePlots, decimate_minmax
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 
 
@@ -295,6 +295,7 @@ def test_long_series_are_decimated_keeping_peaks(plots, capsys):
          "finish_time_s": np.sort(np.random.default_rng(0).uniform(0, t[-1], n)),
          "ttft_s": np.geomspace(0.01, 100, n), "queue_time_s": np.geomspace(0.001, 90, n)}
     plots.set_series(s)  # warm-up
+    plots._latency_drawn_at = float("-inf")  # time a frame that redraws the thinned scatter too
     t0 = time.perf_counter()
     plots.set_series(s)
     dt = time.perf_counter() - t0
@@ -371,3 +372,21 @@ def test_plots_theme_switch(plots):
     plots.set_theme(DARK)
     assert plots.curves["kv_usage"].opts["pen"].color().getRgb()[:3] == DARK.warning
     assert len(plots.curves["kv_usage"].getData()[0]) == 500  # data kept
+
+
+def test_a_thinned_latency_scatter_is_redrawn_at_most_four_times_a_second_a_small_one_every_frame(plots):
+    def finished(n):
+        return {"time_s": np.arange(10) * 0.1, "kv_usage": np.full(10, 0.5),
+                "finish_time_s": np.linspace(0, 1, n), "ttft_s": np.full(n, 0.2), "queue_time_s": np.full(n, 0.1)}
+
+    plots.set_series(finished(100))
+    plots.set_series(finished(120))
+    assert plots.latency_total == 120  # small: every frame
+    big = plots.max_points + 500
+    plots.set_series(finished(big))
+    assert plots.latency_total == big
+    plots.set_series(finished(big + 50))
+    assert plots.latency_total == big  # within THINNED_SCATTER_INTERVAL_S of the last redraw: kept
+    plots._latency_drawn_at -= THINNED_SCATTER_INTERVAL_S  # as if that long had passed
+    plots.set_series(finished(big + 50))
+    assert plots.latency_total == big + 50

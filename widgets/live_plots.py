@@ -9,6 +9,8 @@ decimation, longer per-request series by even thinning that keeps the worst requ
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -41,6 +43,7 @@ PERCENT = ("kv_usage", "compute_utilization")
 STEP_SERIES = ("kv_usage", "compute_utilization", "num_running", "num_waiting",
                "throughput_tokens_per_s", "preemptions")
 REQUEST_SERIES = ("ttft_s", "queue_time_s")
+THINNED_SCATTER_INTERVAL_S = 0.25  # once thinned, the latency scatter is redrawn at most 4 times a second
 
 TITLES = {
     "kv": "KV cache vs compute",
@@ -139,6 +142,7 @@ class LivePlots(QWidget):
         self.latency_log_y = False
         self.latency_shown = 0  # requests drawn on the latency plot
         self.latency_total = 0  # finished requests given
+        self._latency_drawn_at = -float("inf")  # perf_counter() of the last redraw of a thinned scatter
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -328,6 +332,7 @@ class LivePlots(QWidget):
         for item in self.curves.values():
             item.setData([], [])
         self.latency_shown = self.latency_total = 0
+        self._latency_drawn_at = -float("inf")
         self._x_bounds = None
         self._follow_x = True
         self._shown_x = None
@@ -359,6 +364,11 @@ class LivePlots(QWidget):
 
     def _set_latency(self, series: dict) -> None:
         ft = _array(series, "finish_time_s")
+        if len(ft) > self.max_points:  # a thinned scatter changes little per frame and costs ~15 ms to rebuild
+            now = time.perf_counter()
+            if now - self._latency_drawn_at < THINNED_SCATTER_INTERVAL_S:
+                return
+            self._latency_drawn_at = now
         ys = {key: _array(series, key) for key in REQUEST_SERIES}
         total = max((min(len(ft), len(y)) for y in ys.values()), default=0)
         thinned = {}
