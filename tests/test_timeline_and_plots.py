@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from kvscope.widgets.batch_timeline import (
     DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchTimelineView, TimelineStep,
 )
-from kvscope.widgets.live_plots import THINNED_SCATTER_INTERVAL_S, LivePlots, decimate_minmax
+from kvscope.widgets.live_plots import BIG_SCATTER_INTERVAL_S, BIG_SCATTER_POINTS, LivePlots, decimate_minmax
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 
 
@@ -374,7 +374,7 @@ def test_plots_theme_switch(plots):
     assert len(plots.curves["kv_usage"].getData()[0]) == 500  # data kept
 
 
-def test_a_thinned_latency_scatter_is_redrawn_at_most_four_times_a_second_a_small_one_every_frame(plots):
+def test_a_big_latency_scatter_is_redrawn_at_most_four_times_a_second_a_small_one_every_frame(plots):
     def finished(n):
         return {"time_s": np.arange(10) * 0.1, "kv_usage": np.full(10, 0.5),
                 "finish_time_s": np.linspace(0, 1, n), "ttft_s": np.full(n, 0.2), "queue_time_s": np.full(n, 0.1)}
@@ -382,11 +382,48 @@ def test_a_thinned_latency_scatter_is_redrawn_at_most_four_times_a_second_a_smal
     plots.set_series(finished(100))
     plots.set_series(finished(120))
     assert plots.latency_total == 120  # small: every frame
-    big = plots.max_points + 500
+    big = BIG_SCATTER_POINTS + 500
     plots.set_series(finished(big))
     assert plots.latency_total == big
     plots.set_series(finished(big + 50))
-    assert plots.latency_total == big  # within THINNED_SCATTER_INTERVAL_S of the last redraw: kept
-    plots._latency_drawn_at -= THINNED_SCATTER_INTERVAL_S  # as if that long had passed
+    assert plots.latency_total == big  # within BIG_SCATTER_INTERVAL_S of the last redraw: kept
+    plots._latency_drawn_at -= BIG_SCATTER_INTERVAL_S  # as if that long had passed
     plots.set_series(finished(big + 50))
     assert plots.latency_total == big + 50
+
+
+def test_a_frame_of_many_steps_draws_what_one_step_per_frame_draws(qtbot):
+    """add_steps gives lanes step by step but writes the drawn columns together: the picture must
+    not depend on how the steps were grouped into frames."""
+    rng = np.random.default_rng(5)
+    running, next_id, steps = [], 0, []
+    for n in range(300):
+        joined = []
+        if rng.random() < 0.5 or not running:
+            running.append(next_id)
+            joined = [next_id]
+            next_id += 1
+        prefill = [rid in joined for rid in running]
+        tokens = [int(rng.integers(1, 3000)) if p else 1 for p in prefill]
+        finished = [rid for rid in running if rid not in joined and rng.random() < 0.03]
+        steps.append(step(n, list(running), tokens, prefill, joined=joined, finished=finished))
+        running = [rid for rid in running if rid not in finished]
+    views = []
+    for grouping in (1, 7, 300):
+        view = BatchTimelineView(capacity=120, max_lanes=12)  # few lanes: some entries overflow
+        qtbot.addWidget(view)
+        for i in range(0, len(steps), grouping):
+            view.add_steps(steps[i:i + grouping])
+        views.append(view)
+    first = views[0]
+    prefill_tokens, decode_tokens = first.tokens_shown()
+    shown = steps[-120:]
+    assert prefill_tokens.tolist() == [sum(t for t, p in zip(s.num_new_tokens, s.is_prefill) if p) for s in shown]
+    assert decode_tokens.tolist() == [sum(t for t, p in zip(s.num_new_tokens, s.is_prefill) if not p) for s in shown]
+    assert first.overflow_requests_total > 0
+    for view in views[1:]:
+        assert np.array_equal(view.index_image(), first.index_image())
+        assert np.array_equal(view.steps_shown(), first.steps_shown())
+        assert all(np.array_equal(a, b) for a, b in zip(view.tokens_shown(), first.tokens_shown()))
+        assert all(view.marks(kind) == first.marks(kind) for kind in (JOINED, FINISHED))
+        assert view.overflow_requests_total == first.overflow_requests_total
