@@ -7,7 +7,7 @@ frame at a time. The engine process checks the pipe about once a millisecond of 
 answers a frame request with the FrameDelta pickled, its numpy arrays sent as raw buffers beside
 the pickle (a 500,000-block snapshot is 11 MB: copying it into one pickle cost 12 ms), written by
 a thread (FrameSender). One request is in flight at a time, and the window asks again no sooner
-than FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/30
+than FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/40
 of the engine's time however big the batch or the pool. An engine of cheap steps (simulated, at
 maximum speed) keeps no steps between frames: asked for a frame, it keeps the next STEPS_KEPT
 and then answers.
@@ -29,7 +29,7 @@ from .process_tuning import tune_for_engine
 COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
-FRAME_COST_FACTOR = 30  # the next frame request waits >= 30x the engine-side cost of the last one
+FRAME_COST_FACTOR = 40  # the next frame request waits >= 40x the engine-side cost of the last one
 STOP_TIMEOUT_S = 5.0
 
 
