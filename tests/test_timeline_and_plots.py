@@ -427,3 +427,19 @@ def test_a_frame_of_many_steps_draws_what_one_step_per_frame_draws(qtbot):
         assert all(np.array_equal(a, b) for a, b in zip(view.tokens_shown(), first.tokens_shown()))
         assert all(view.marks(kind) == first.marks(kind) for kind in (JOINED, FINISHED))
         assert view.overflow_requests_total == first.overflow_requests_total
+
+
+def test_after_a_gap_in_the_steps_lanes_of_requests_no_longer_running_are_free_again(qtbot):
+    """A fast run hands the timeline only the newest steps of each frame: requests that finished
+    in between never show their finish, and must not keep their lanes forever."""
+    view = BatchTimelineView(capacity=50, max_lanes=4)
+    qtbot.addWidget(view)
+    for frame in range(10):  # each frame: 4 new requests run 3 steps; they finish unseen
+        first_id, first_step = 4 * frame, 1000 * frame
+        ids = list(range(first_id, first_id + 4))
+        view.add_steps([step(first_step + k, ids, [1] * 4, [False] * 4, joined=ids if k == 0 else [])
+                        for k in range(3)])
+        assert sorted(view.lane_of(r) for r in ids) == [0, 1, 2, 3]
+    assert view.overflow_requests_total == 0
+    view.add_steps([step(10_000, [36, 99], [1, 1], [False, False], joined=[99])])  # 36 ran before the gap
+    assert view.lane_of(36) == 0 and view.lane_of(37) == -1 and view.lane_of(99) == 1

@@ -121,6 +121,7 @@ class BatchTimelineView(QWidget):
 
     def _init_state(self) -> None:
         self._seq_end = 0  # sequence number of the next step
+        self._last_step: int | None = None  # engine step number of the newest step added
         self._count = 0  # valid columns, <= capacity
         self._lane_owner = np.full(self.max_lanes, -1, dtype=np.int64)  # lane -> request id
         self._lane_by_id = np.full(1024, -1, dtype=np.int64)  # request id -> lane
@@ -184,6 +185,9 @@ class BatchTimelineView(QWidget):
         drawn = []  # (slot, lanes, ids, tokens, is_prefill) of every step drawn
         for i, st in enumerate(steps):
             ids = np.asarray(st.request_ids, dtype=np.int64)
+            if self._last_step is not None and st.step != self._last_step + 1:
+                self._release_lanes_after_gap(ids)
+            self._last_step = st.step
             hi = max(int(ids.max()) if ids.size else -1, max(st.joined, default=-1), max(st.finished, default=-1),
                      max(st.preempted, default=-1))
             self._ensure_ids(hi)
@@ -226,6 +230,16 @@ class BatchTimelineView(QWidget):
             self._marks[kind] = (s[keep], np.concatenate([p[1] for p in parts])[keep],
                                  np.concatenate([p[2] for p in parts])[keep])
         self._refresh()
+
+    def _release_lanes_after_gap(self, batch_ids: np.ndarray) -> None:
+        """Steps were skipped (a fast run sends only the newest of them): whoever finished or was
+        preempted meanwhile never gave back a lane, so every request not in this batch does now.
+        Without this, lanes ran out after a minute at maximum speed with 4 requests running."""
+        owners = self._lane_owner
+        held = np.flatnonzero(owners >= 0)
+        gone = held[~np.isin(owners[held], batch_ids)]
+        self._lane_by_id[owners[gone]] = -1
+        owners[gone] = -1
 
     def _give_lanes(self, ids: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, int]:
         """The batch's newcomers take the lowest free lanes, in batch order; those left without
