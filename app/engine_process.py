@@ -117,15 +117,19 @@ def _serve_commands(conn, sender: FrameSender) -> None:
             if command == "stop":
                 session.handle("stop_recording", None)  # a recording in progress is finished, not lost
                 return
-            if command != "frame":
-                session.handle(command, arg)
-            elif session.flat_out and session.cheap_steps:
+            if command == "frame" and session.flat_out and session.cheap_steps:
                 # Steps this cheap are kept only when asked for (holding the newest STEPS_KEPT all
                 # the time cost ~10 % of the engine's speed): the frame goes out after the next ones.
                 session.keep_history_for_next_frame()
                 frame_due_at_step = session.engine.step_count + STEPS_KEPT
-            else:
-                frame_cost = _send_frame(session, sender, frame_cost)
+                continue
+            if command != "frame":
+                session.handle(command, arg)
+                if frame_due_at_step is None:
+                    continue
+                # else a frame is due, and after a new engine or a pause the window wants it now
+            frame_cost = _send_frame(session, sender, frame_cost)
+            frame_due_at_step = None
     except (EOFError, OSError):  # the window went away without saying goodbye
         return
 

@@ -1,0 +1,50 @@
+"""The engine process as the window drives it, without a window: frames of a flat-out simulated
+engine carry the newest steps, and a rebuild answers a frame request at once."""
+
+import time
+
+from kvscope.app.engine_process import EngineProcess
+from kvscope.app.engine_worker import STEPS_KEPT, RunConfig
+from kvscope.engine import EngineArgs
+from kvscope.engine.presets import load_hardware, load_model, load_workload
+
+TIMEOUT_S = 60.0
+
+
+def endless_config(seed: int = 0) -> RunConfig:
+    return RunConfig("simulated", load_model("llama-3-8b"), load_hardware("h100-80gb"), EngineArgs(),
+                     load_workload("chat").with_overrides(num_requests=1_000_000), seed=seed)
+
+
+def next_frame(process: EngineProcess, condition=lambda frame: True):
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        frame = process.take_frame()
+        if frame is not None and condition(frame):
+            return frame
+        time.sleep(0.002)
+    raise AssertionError("no such frame from the engine process")
+
+
+def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_once():
+    process = EngineProcess()
+    process.start()
+    try:
+        process.set_speed(0.0)
+        process.apply(endless_config(), play=True)
+        frame = next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 20_000)
+        frame = next_frame(process, lambda f: f.snapshot is not None)
+        numbers = [s.step for s in frame.steps]
+        assert len(numbers) == STEPS_KEPT and numbers == list(range(numbers[0], numbers[0] + STEPS_KEPT))
+        assert numbers[-1] < frame.snapshot.step
+        reached = frame.snapshot.step
+        # Ask for a frame (a flat-out engine answers after its next STEPS_KEPT steps) and rebuild
+        # meanwhile: the answer shows the new engine at once, not when it has caught up.
+        process._next_request_at = 0.0  # ask now, not after the hold-off the last frame set
+        assert process.take_frame() is None and process._awaiting_frame
+        process.apply(endless_config(seed=1), play=True)
+        rebuilt = next_frame(process, lambda f: f.engine_info is not None)
+        first = next_frame(process, lambda f: f.snapshot is not None) if rebuilt.snapshot is None else rebuilt
+        assert first.snapshot.step < reached
+    finally:
+        process.stop()
