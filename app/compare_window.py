@@ -96,23 +96,29 @@ def result_rows(result) -> list[ResultRow]:
 
 
 class _Columns:
-    """A configuration's plot points, grown in place (appends amortised)."""
+    """A configuration's plot points, grown in place (appends amortised), and the output tokens
+    generated since the start at each (summed as points arrive, not over the run every frame)."""
 
     def __init__(self):
-        self.data = np.zeros((1024, len(POINT_FIELDS)))
+        self.data = np.zeros((1024, len(POINT_FIELDS) + 1))
         self.size = 0
 
     def extend(self, rows: np.ndarray) -> None:
         need = self.size + len(rows)
         if need > len(self.data):
-            grown = np.zeros((max(need, 2 * len(self.data)), len(POINT_FIELDS)))
+            grown = np.zeros((max(need, 2 * len(self.data)), self.data.shape[1]))
             grown[: self.size] = self.data[: self.size]
             self.data = grown
-        self.data[self.size:need] = rows
+        self.data[self.size:need, :-1] = rows
+        before = self.data[self.size - 1, -1] if self.size else 0.0
+        self.data[self.size:need, -1] = before + np.cumsum(rows[:, POINT_FIELDS.index("output_tokens")])
         self.size = need
 
     def column(self, name: str) -> np.ndarray:
         return self.data[: self.size, POINT_FIELDS.index(name)]
+
+    def output_tokens_so_far(self) -> np.ndarray:
+        return self.data[: self.size, -1]
 
 
 def block_legend_html(theme: Theme) -> str:
@@ -441,7 +447,7 @@ class CompareView(QWidget):
         if any(len(p) for p in frame.points):
             for i, s in enumerate(self.series):
                 self.plots.set_series(i, s.column("time_s"), s.column("kv_usage"), s.column("num_running"),
-                                      np.cumsum(s.column("output_tokens")))
+                                      s.output_tokens_so_far())
         if frame.results is not None:
             self.results = frame.results
             self.finished_counts = [c.metrics.get("completed", 0) for c in frame.results.configurations]

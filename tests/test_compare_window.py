@@ -194,3 +194,19 @@ def test_the_results_table_formats_values_and_colours_ratios(qtbot):
     assert table.item(0, 3).foreground().color().getRgb()[:3] == DARK.good
     assert table.shown_text(2, 2) == "2,500" and table.shown_text(2, 3) == "\u00d72.50"
     assert table.csv_rows()[0] == ["TTFT p99 (ms)", 100.0, 50.0, 0.5]
+
+
+def test_a_configurations_columns_sum_output_tokens_as_points_arrive():
+    from kvscope.app.compare_window import _Columns
+    from kvscope.app.compare_worker import POINT_FIELDS
+
+    rng = np.random.default_rng(2)
+    columns, everything = _Columns(), []
+    for size in (3, 1500, 1, 700):  # past the first 1,024 rows: the array grows
+        rows = rng.integers(0, 50, size=(size, len(POINT_FIELDS))).astype(float)
+        columns.extend(rows)
+        everything.append(rows)
+    rows = np.concatenate(everything)
+    out = POINT_FIELDS.index("output_tokens")
+    assert np.array_equal(columns.column("output_tokens"), rows[:, out])
+    assert np.array_equal(columns.output_tokens_so_far(), np.cumsum(rows[:, out]))

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from .live_plots import decimate_minmax
 from .palette import DARK, Theme
 
 # plot key -> (title, y axis label)
@@ -93,12 +94,12 @@ class ComparePlots(QWidget):
         requests, and output tokens generated since the start."""
         if index >= len(self.curves):
             return
-        step = max(1, len(time_s) // MAX_POINTS)
-        x = np.asarray(time_s, dtype=np.float64)[::step]
-        values = {"kv_usage": np.asarray(kv_usage)[::step] * 100.0, "num_running": np.asarray(num_running)[::step],
-                  "output_tokens": np.asarray(output_tokens)[::step]}
-        for key, y in values.items():
-            self.curves[index][key].setData(x, np.asarray(y, dtype=np.float64))
+        t = np.asarray(time_s, dtype=np.float64)
+        values = {"kv_usage": np.asarray(kv_usage, dtype=np.float64) * 100.0,
+                  "num_running": np.asarray(num_running, dtype=np.float64),
+                  "output_tokens": np.asarray(output_tokens, dtype=np.float64)}
+        for key, y in values.items():  # long runs thinned keeping each bin's peaks, as the live plots do
+            self.curves[index][key].setData(*decimate_minmax(t, y, MAX_POINTS))
 
     def clear(self) -> None:
         for per_config in self.curves:
