@@ -21,15 +21,14 @@ from typing import Callable
 import numpy as np
 
 from kvscope.engine.config import ConfigError
-from kvscope.engine.events import EventKind
+
+from .block_flashes import FLASH_KINDS
 
 SNAPSHOT_INTERVAL_S = 1 / 30  # four block maps at 30 frames a second read as smooth
 RESULTS_INTERVAL_S = 0.5  # the table so far: percentiles over every finished request
 SLICE_S = 0.02  # the longest the thread steps before it looks at its commands again
 GIL_SWITCH_INTERVAL_S = 0.0005  # the GUI shares the interpreter with this thread (see start())
 
-_FLASH_KINDS = {EventKind.ALLOCATED: "allocated", EventKind.EVICTED: "evicted", EventKind.PREFIX_HIT: "prefix_hit",
-                EventKind.PREEMPTED: "preempted"}
 # a plot point per step: engine clock at the step's end, KV usage (0..1), running, waiting,
 # output tokens of the step, preemptions of the step
 POINT_FIELDS = ("time_s", "kv_usage", "num_running", "num_waiting", "output_tokens", "preemptions")
@@ -259,8 +258,8 @@ class CompareWorker:
                 rows.append((r.start_time_s + r.duration_s, r.kv_usage, r.num_running, r.num_waiting,
                              r.num_output_tokens, r.num_preemptions))
                 for ev in r.events:
-                    if ev.blocks and ev.kind in _FLASH_KINDS:
-                        changed.setdefault(_FLASH_KINDS[ev.kind], []).extend(ev.blocks)
+                    if ev.blocks and ev.kind in FLASH_KINDS:
+                        changed.setdefault(FLASH_KINDS[ev.kind], []).extend(ev.blocks)
             points.append(rows)
             flashes.append(changed)
         with self._lock:

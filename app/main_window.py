@@ -45,6 +45,7 @@ from kvscope.widgets.replay_scrubber import ReplayScrubber
 from kvscope.widgets.requests_table import RequestsTable
 from kvscope.widgets.settings_panel import SettingsPanel
 
+from .block_flashes import FLASH_KINDS
 from .demo_mode import DemoMode
 from .engine_process import EngineProcess
 from .engine_worker import FrameDelta, RunConfig
@@ -90,8 +91,6 @@ def apply_theme(app: QApplication, theme) -> None:
     pg.setConfigOptions(background=theme.background, foreground=theme.foreground, antialias=False)
 
 
-_FLASH_KINDS = {EventKind.ALLOCATED: "allocated", EventKind.EVICTED: "evicted", EventKind.PREFIX_HIT: "prefix_hit",
-                EventKind.PREEMPTED: "preempted"}
 
 
 def timeline_and_flashes(results) -> tuple[list, dict]:
@@ -107,8 +106,8 @@ def timeline_and_flashes(results) -> tuple[list, dict]:
                 finished.append(ev.request_id)
             elif kind == EventKind.PREEMPTED:
                 preempted.append(ev.request_id)
-            if ev.blocks and kind in _FLASH_KINDS:
-                changed.setdefault(_FLASH_KINDS[kind], []).extend(ev.blocks)
+            if ev.blocks and kind in FLASH_KINDS:
+                changed.setdefault(FLASH_KINDS[kind], []).extend(ev.blocks)
         steps.append(TimelineStep(r.step, r.start_time_s, r.duration_s, r.request_ids, r.num_new_tokens, r.is_prefill,
                                   joined, finished, preempted))
     return steps, {kind: np.asarray(blocks, dtype=np.int64) for kind, blocks in changed.items()}

@@ -20,7 +20,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
-from kvscope.widgets.palette import DARK, Theme, request_color
+from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
 
 
 class TimelineStep(NamedTuple):
@@ -59,10 +59,6 @@ def prefill_codes(num_tokens: np.ndarray) -> np.ndarray:
 
 def _blend(a, b, t: float) -> tuple:
     return tuple(int(round(x * (1.0 - t) + y * t)) for x, y in zip(a, b))
-
-
-def _hex(rgb) -> str:
-    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
 
 
 def _fmt_ms(seconds: float) -> str:
@@ -496,7 +492,7 @@ class BatchTimelineView(QWidget):
         for line in self._lane_band.lines:
             line.setPen(pg.mkPen(*theme.accent, 160))
 
-        self._overflow_label.setStyleSheet(f"color: {_hex(theme.warning)}; font-weight: bold;")
+        self._overflow_label.setStyleSheet(f"color: {hex_color(theme.warning)}; font-weight: bold;")
         self._legend.setText(self._legend_html())
         self._refresh()
 
@@ -505,16 +501,16 @@ class BatchTimelineView(QWidget):
         sw = "<span style='color:{c}; font-size:13pt'>\u25a0</span>&nbsp;{txt}"
         mk = "<span style='color:{c}; font-size:11pt'>{g}</span>&nbsp;{txt}"
         shades = "".join(
-            f"<span style='color:{_hex(_blend(t.background, t.prefill, s))}; font-size:13pt'>\u25a0</span>"
+            f"<span style='color:{hex_color(_blend(t.background, t.prefill, s))}; font-size:13pt'>\u25a0</span>"
             for s in PREFILL_SHADES)
         items = [
-            sw.format(c=_hex(t.decode), txt="decode (1 token)"),
+            sw.format(c=hex_color(t.decode), txt="decode (1 token)"),
             f"{shades}&nbsp;prefill chunk ({PREFILL_BIN_LABELS[0].replace('<', '&lt;')} \u2026 {PREFILL_BIN_LABELS[-1]} tokens)",
-            mk.format(c=_hex(t.good), g=_MARK_GLYPH[JOINED], txt="joined (refill)"),
-            mk.format(c=_hex(t.foreground), g=_MARK_GLYPH[FINISHED], txt="finished"),
-            mk.format(c=_hex(t.warning), g=_MARK_GLYPH[PREEMPTED], txt="preempted"),
+            mk.format(c=hex_color(t.good), g=_MARK_GLYPH[JOINED], txt="joined (refill)"),
+            mk.format(c=hex_color(t.foreground), g=_MARK_GLYPH[FINISHED], txt="finished"),
+            mk.format(c=hex_color(t.warning), g=_MARK_GLYPH[PREEMPTED], txt="preempted"),
         ]
-        return (f"<span style='color:{_hex(t.foreground)}'>"
+        return (f"<span style='color:{hex_color(t.foreground)}'>"
                 + " &nbsp;&nbsp; ".join(items) + "</span>")
 
     # ------------------------------------------------------------------ drawing

@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from .live_plots import decimate_minmax
-from .palette import DARK, Theme
+from .palette import DARK, Theme, hex_color
 
 # plot key -> (title, y axis label)
 PLOTS = {
@@ -31,10 +31,6 @@ MAX_POINTS = 4000
 def configuration_colors(theme: Theme) -> list[tuple]:
     """Up to four configurations, told apart by hue and lightness in every theme."""
     return [theme.decode, theme.prefill, theme.good, theme.warning]
-
-
-def _hex(rgb) -> str:
-    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
 
 
 class ComparePlots(QWidget):
@@ -117,17 +113,17 @@ class ComparePlots(QWidget):
         for per_config, color in zip(self.curves, colors):
             for item in per_config.values():
                 item.setPen(pg.mkPen(color, width=2))
-        self.legend.setText(f"<span style='color:{_hex(fg)}'>"
-                            + " &nbsp;&nbsp; ".join(f"<span style='color:{_hex(c)}'>\u2501\u2501</span>&nbsp;{escape(label)}"
+        self.legend.setText(f"<span style='color:{hex_color(fg)}'>"
+                            + " &nbsp;&nbsp; ".join(f"<span style='color:{hex_color(c)}'>\u2501\u2501</span>&nbsp;{escape(label)}"
                                                   for label, c in zip(self.labels, colors)) + "</span>")
-        self.legend.setStyleSheet(f"background: {_hex(theme.background)};")
+        self.legend.setStyleSheet(f"background: {hex_color(theme.background)};")
         for key, plot in self.plots.items():
             for side in ("left", "bottom"):
                 ax = plot.getAxis(side)
                 ax.setPen(pg.mkPen(fg))
                 ax.setTextPen(pg.mkPen(fg))
                 ax.label.setDefaultTextColor(QColor(*fg))
-            plot.setTitle(f"<b>{PLOTS[key][0]}</b>", color=_hex(fg), size="9pt")
+            plot.setTitle(f"<b>{PLOTS[key][0]}</b>", color=hex_color(fg), size="9pt")
 
     @property
     def theme(self) -> Theme:

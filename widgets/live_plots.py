@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
-from kvscope.widgets.palette import DARK, Theme
+from kvscope.widgets.palette import DARK, Theme, hex_color
 
 TIME_LABEL = "engine clock (s)"
 LOG_FLOOR_S = 1e-3  # on the log latency axis, shorter times (a zero queue time) are drawn here
@@ -129,10 +129,6 @@ def sticky_range(shown: tuple | None, lo: float, hi: float) -> tuple:
         if s_lo <= lo and hi <= s_hi and (s_hi - s_lo) <= RANGE_SLACK * span * (1 + RANGE_HEADROOM):
             return shown
     return (lo, lo + span * (1 + RANGE_HEADROOM))
-
-
-def _hex(rgb) -> str:
-    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
 
 
 class LivePlots(QWidget):
@@ -251,7 +247,7 @@ class LivePlots(QWidget):
             if plot_name != name:
                 continue
             glyph = _GLYPH.get(style, "\u2501")
-            parts.append(f"<span style='color:{_hex(getattr(self._theme, colour_attr))}'>{glyph}</span>"
+            parts.append(f"<span style='color:{hex_color(getattr(self._theme, colour_attr))}'>{glyph}</span>"
                          f"&nbsp;{legend}")
         return "&nbsp;&nbsp;".join(parts)  # the "KV pool full" line is labelled on the plot itself
 
@@ -265,7 +261,7 @@ class LivePlots(QWidget):
         return f"<b>{title}</b><br>{self.legend_html(name)}"
 
     def _update_title(self, name: str) -> None:
-        self.plots[name].setTitle(self.title_text(name), color=_hex(self._theme.foreground), size="9pt")
+        self.plots[name].setTitle(self.title_text(name), color=hex_color(self._theme.foreground), size="9pt")
 
     # ------------------------------------------------------------------ x range
 

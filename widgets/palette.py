@@ -30,6 +30,11 @@ def _request_palette(n: int) -> np.ndarray:
 REQUEST_COLORS = _request_palette(NUM_REQUEST_COLORS)  # [N, 3] uint8
 
 
+def hex_color(rgb) -> str:
+    """'#rrggbb' of an (r, g, b[, a]) colour, for style sheets and rich text."""
+    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
+
+
 def request_color(request_id: int) -> tuple[int, int, int]:
     r, g, b = REQUEST_COLORS[int(request_id) % NUM_REQUEST_COLORS]
     return int(r), int(g), int(b)

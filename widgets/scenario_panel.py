@@ -21,11 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .palette import DARK, Theme
-
-
-def _hex(rgb) -> str:
-    return "#%02x%02x%02x" % tuple(int(c) for c in rgb[:3])
+from .palette import DARK, Theme, hex_color
 
 
 class ScenarioPanel(QFrame):
@@ -138,7 +134,7 @@ class ScenarioPanel(QFrame):
         """answer: the measured value with its unit; source: where the run measured it; verdict: how
         the guess compares; lesson: the claim the scenario demonstrates."""
         t = self._theme
-        self.reveal.setText(f"<span style='font-size:large'><b style='color:{_hex(t.accent)}'>Answer: "
+        self.reveal.setText(f"<span style='font-size:large'><b style='color:{hex_color(t.accent)}'>Answer: "
                             f"{escape(answer)}</b></span>" + (f" &nbsp;({escape(source)})" if source else "")
                             + (f"<br><b>Your guess:</b> {escape(verdict)}" if verdict else "")
                             + (f"<br><i>{escape(lesson)}</i>" if lesson else ""))
@@ -146,6 +142,6 @@ class ScenarioPanel(QFrame):
 
     def set_theme(self, theme: Theme) -> None:
         self._theme = theme
-        self.question.setStyleSheet(f"color: {_hex(theme.accent)};")
+        self.question.setStyleSheet(f"color: {hex_color(theme.accent)};")
         if self.reveal.isVisible() and self.reveal.text():
             self.reveal.setText(self.reveal.text())
