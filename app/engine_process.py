@@ -3,8 +3,8 @@
 In one process the window and a CPU-bound engine share one interpreter lock: the window's frames
 cost the engine ~45 % of its speed however little they drew. Here the engine process runs an
 EngineSession flat out on its own core; the window sends it commands over a pipe and asks for one
-frame at a time. The engine process checks the pipe about once a millisecond of its own time and
-answers a frame request with the FrameDelta pickled, its numpy arrays sent as raw buffers beside
+frame at a time. The engine process checks the pipe about once a millisecond of its own time (every
+10 ms while a frame is being sent) and answers a frame request with the FrameDelta pickled, its numpy arrays sent as raw buffers beside
 the pickle (a 500,000-block snapshot is 11 MB: copying it into one pickle cost 12 ms), written by
 a thread (FrameSender). One request is in flight at a time, and the window asks again no sooner
 than FRAME_COST_FACTOR times what the last frame cost the engine, so frames take at most ~1/40
@@ -27,6 +27,7 @@ from .engine_worker import STEPS_KEPT, EngineSession, FrameDelta, RunConfig
 from .process_tuning import tune_for_engine
 
 COMMAND_POLL_S = 0.001  # while playing, the engine looks at the pipe this often (wall time)
+BUSY_POLL_S = 0.01  # ... and while a frame is being sent, this often
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
 FRAME_COST_FACTOR = 40  # the next frame request waits >= 40x the engine-side cost of the last one
@@ -61,7 +62,7 @@ class FrameSender:
 
     @property
     def busy(self) -> bool:
-        return self._busy.is_set()
+        return self._busy.is_set() and self._thread.is_alive()
 
     def send(self, messages: list) -> None:
         self._busy.set()
@@ -76,7 +77,7 @@ class FrameSender:
             try:
                 for message in messages:
                     self._conn.send_bytes(message)
-            except OSError:
+            except OSError:  # the window is gone; the engine notices on its next read
                 return
             finally:
                 self._busy.clear()
@@ -101,6 +102,7 @@ def _serve_commands(conn, sender: FrameSender) -> None:
     session = EngineSession()
     frame_cost = 0.0  # smoothed engine-side seconds per frame
     frame_due_at_step = None  # a frame asked for, going out once the engine has kept the steps it shows
+    next_busy_poll = 0.0
     try:
         while True:
             wait = IDLE_POLL_S
@@ -110,7 +112,12 @@ def _serve_commands(conn, sender: FrameSender) -> None:
                 frame_cost = _send_frame(session, sender, frame_cost)
                 frame_due_at_step = None
             if wait == 0 and sender.busy:
-                continue  # see FrameSender; commands wait the few ms until the frame is out
+                # See FrameSender: while it sends, look at the pipe only every BUSY_POLL_S. A frame
+                # the window never reads (it is closing) must not keep "stop" from being read.
+                now = time.perf_counter()
+                if now < next_busy_poll:
+                    continue
+                next_busy_poll = now + BUSY_POLL_S
             if not conn.poll(wait):
                 continue
             command, arg = conn.recv()
@@ -213,7 +220,14 @@ class EngineProcess:
             self._conn.send(("stop", None))
         except (BrokenPipeError, OSError):
             pass
-        self._process.join(timeout)
+        deadline = time.monotonic() + timeout
+        while self._process.is_alive() and time.monotonic() < deadline:
+            try:  # a frame on its way is read and dropped: its writer must finish before the engine stops
+                while self._conn.poll(0.02):
+                    self._conn.recv_bytes()
+            except (EOFError, OSError):
+                pass
+            self._process.join(0.02)
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(1.0)

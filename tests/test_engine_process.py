@@ -48,3 +48,24 @@ def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_onc
         assert first.snapshot.step < reached
     finally:
         process.stop()
+
+
+def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_recording(tmp_path):
+    """The window stops reading frames when it closes; a big frame still on its way must not keep
+    the engine process from reading "stop" (it was killed after 5 s, its recording unfinished)."""
+    from kvscope.engine.recording import Recording
+
+    process = EngineProcess()
+    process.start()
+    path = tmp_path / "run.kvrec"
+    process.set_speed(0.0)
+    process.apply(endless_config(), play=True)
+    next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 2_000)
+    process.start_recording(str(path))
+    next_frame(process, lambda f: f.recording_steps)
+    process._next_request_at = 0.0
+    process.take_frame()  # asked for ...
+    assert process._conn.poll(TIMEOUT_S)  # ... on its way (~1 MB: more than the pipe holds), never read
+    process.stop()
+    assert process._process.exitcode == 0  # it stopped by itself, not terminated after the timeout
+    assert Recording.open(path).summary is not None  # finished: an unfinished one has no index
