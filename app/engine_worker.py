@@ -30,7 +30,7 @@ STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); ol
 EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
 # Holding the newest 400 steps alive costs ~1.5 us a step in cache misses: ~10 % of a 15 us
 # simulated step, nothing next to a real forward. Engines whose steps are this cheap keep no
-# steps or events between frames, only from shortly before the next frame can be asked for.
+# steps or events between frames: asked for a frame, the engine process keeps the next 400.
 CHEAP_STEP_S = 0.0001
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
@@ -118,7 +118,7 @@ class EngineSession:
         self._last_summary = 0.0
         self._last_point = 0.0
         self._point_steps = 0  # engine steps at the last point
-        self._last_result = None  # the newest step's result (as of the last advance() on the flat-out path)
+        self._last_result = None  # the newest step's result (on the flat-out path: as of the last advance())
         self._point_base = (0, 0.0, 0.0, 0)  # output tokens, compute time, busy time, preemptions at the last point
         self._summary_interval = SUMMARY_INTERVAL_S
         self._event_lists: deque = deque(maxlen=EVENTS_KEPT)  # the newest steps' event lists, for the next frame
@@ -132,6 +132,12 @@ class EngineSession:
 
     # -- commands -------------------------------------------------------------------------------
     def handle(self, command: str, arg) -> None:
+        # Whatever comes next (a single step, a paced run, a new engine) is kept for the next frame;
+        # after a pause or a single step that frame also brings a summary with the snapshot.
+        self.keep_history_for_next_frame()
+        if command in ("pause", "step"):
+            self._stepped = self.engine is not None
+            self._last_summary = -float("inf")
         if command == "apply":
             config, play = arg
             self._build(config)
@@ -171,8 +177,8 @@ class EngineSession:
 
     def take_frame(self, keep_history: bool = True) -> FrameDelta:
         """Everything since the last call, with a snapshot if the engine changed meanwhile. The
-        engine process passes keep_history=False when no frame can come for a while, and calls
-        keep_history_for_next_frame() in time for the next."""
+        engine process passes keep_history=False for an engine of cheap steps running flat out,
+        and calls keep_history_for_next_frame() when the next frame is asked for."""
         frame = self._pending
         self._pending = FrameDelta(steps=deque(maxlen=STEPS_KEPT if keep_history else 0))
         frame.playing = self.playing

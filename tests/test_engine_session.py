@@ -88,3 +88,15 @@ def test_plot_points_count_every_sampled_token_however_fast_the_engine_runs():
     assert engine.metrics.completed == 300
     assert sum(p.output_tokens for p in points) == engine.metrics.sampled_tokens == engine.metrics.output_tokens
     assert len(points) < engine.step_count  # thinned to one per SERIES_INTERVAL_S, yet nothing lost
+
+
+def test_a_single_step_after_a_fast_frame_reaches_the_next_frame_with_a_summary():
+    session = flat_out_session()
+    run_steps(session, 300)
+    session.take_frame(keep_history=False)  # as the engine process answers at maximum speed
+    session.handle("pause", None)
+    frame = session.take_frame(keep_history=False)
+    assert frame.snapshot is not None and frame.summary is not None  # the paused state, counted
+    session.handle("step", None)
+    frame = session.take_frame()
+    assert [s.step for s in frame.steps] == [frame.snapshot.step - 1] and frame.summary is not None
