@@ -181,7 +181,8 @@ class BatchTimelineView(QWidget):
         drawn = []  # (slot, lanes, ids, tokens, is_prefill) of every step drawn
         for i, st in enumerate(steps):
             ids = np.asarray(st.request_ids, dtype=np.int64)
-            if self._last_step is not None and st.step != self._last_step + 1:
+            last = self._last_step  # a step retried after running out of memory repeats its number
+            if last is not None and (st.step > last + 1 or st.step < last):
                 self._release_lanes_after_gap(ids)
             self._last_step = st.step
             hi = max(int(ids.max()) if ids.size else -1, max(st.joined, default=-1), max(st.finished, default=-1),

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
@@ -142,6 +142,10 @@ class LivePlots(QWidget):
         self.latency_shown = 0  # requests drawn on the latency plot
         self.latency_total = 0  # finished requests given
         self._latency_drawn_at = -float("inf")  # perf_counter() of the last redraw of a big scatter
+        self._latency_pending: dict | None = None  # the series a throttled redraw will draw
+        self._latency_timer = QTimer(self)
+        self._latency_timer.setSingleShot(True)
+        self._latency_timer.timeout.connect(self._draw_pending_latency)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -332,6 +336,8 @@ class LivePlots(QWidget):
             item.setData([], [])
         self.latency_shown = self.latency_total = 0
         self._latency_drawn_at = -float("inf")
+        self._latency_pending = None
+        self._latency_timer.stop()
         self._x_bounds = None
         self._follow_x = True
         self._shown_x = None
@@ -365,9 +371,15 @@ class LivePlots(QWidget):
         ft = _array(series, "finish_time_s")
         if len(ft) > BIG_SCATTER_POINTS:
             now = time.perf_counter()
-            if now - self._latency_drawn_at < BIG_SCATTER_INTERVAL_S:
+            wait_s = self._latency_drawn_at + BIG_SCATTER_INTERVAL_S - now
+            if wait_s > 0:  # drawn later, so that the newest requests show even if no frame follows
+                self._latency_pending = series
+                if not self._latency_timer.isActive():
+                    self._latency_timer.start(max(1, int(wait_s * 1000) + 1))
                 return
             self._latency_drawn_at = now
+            self._latency_pending = None
+            self._latency_timer.stop()
         ys = {key: _array(series, key) for key in REQUEST_SERIES}
         total = max((min(len(ft), len(y)) for y in ys.values()), default=0)
         thinned = {}
@@ -405,6 +417,11 @@ class LivePlots(QWidget):
         if (shown, total) != (self.latency_shown, self.latency_total):
             self.latency_shown, self.latency_total = shown, total
             self._update_title("latency")
+
+    def _draw_pending_latency(self) -> None:
+        if self._latency_pending is not None:
+            self._set_latency(self._latency_pending)
+            self._apply_y_ranges()
 
     def _set_latency_log(self, on: bool) -> None:
         plot = self.plots["latency"]
