@@ -26,6 +26,7 @@ PLOTS = {
 }
 TIME_LABEL = "engine clock (s)"
 MAX_POINTS = 4000
+CURVE_WIDTH_STEP = 2.5  # px wider per configuration before the last
 
 
 def configuration_colors(theme: Theme) -> list[tuple]:
@@ -47,6 +48,8 @@ class ComparePlots(QWidget):
         self.legend.setTextFormat(Qt.RichText)
         self.legend.setWordWrap(True)
         self.legend.setAlignment(Qt.AlignCenter)
+        self.legend.setToolTip("One colour per configuration. Earlier configurations are drawn wider, underneath,\n"
+                               "so two runs that behave identically show as one line inside the other.")
         self._view = pg.GraphicsLayoutWidget()
         layout.addWidget(self.legend)
         layout.addWidget(self._view, 1)
@@ -110,9 +113,13 @@ class ComparePlots(QWidget):
         fg = theme.foreground
         self._view.setBackground(theme.background)
         colors = configuration_colors(theme)
-        for per_config, color in zip(self.curves, colors):
+        n = len(self.curves)
+        for i, (per_config, color) in enumerate(zip(self.curves, colors)):
+            # Earlier configurations are drawn wider, underneath: two identical runs (the point of
+            # some comparisons) show as one line inside another instead of one hiding the other.
+            width = 2 + CURVE_WIDTH_STEP * (n - 1 - i)
             for item in per_config.values():
-                item.setPen(pg.mkPen(color, width=2))
+                item.setPen(pg.mkPen(color, width=width))
         self.legend.setText(f"<span style='color:{hex_color(fg)}'>"
                             + " &nbsp;&nbsp; ".join(f"<span style='color:{hex_color(c)}'>\u2501\u2501</span>&nbsp;{escape(label)}"
                                                   for label, c in zip(self.labels, colors)) + "</span>")
