@@ -157,6 +157,13 @@ class MainWindow(QMainWindow):
         self.settings.set_values(initial)
         self._refresh_editor_from_settings()
         self._refresh_user_presets()
+        self.scrubber = ReplayScrubber()
+        self.scrubber.seek_requested.connect(self._seek)
+        self.replay_bar = QToolBar("Replay")
+        self.replay_bar.setObjectName("replay")
+        self.replay_bar.setMovable(False)
+        self.replay_bar.addWidget(self.scrubber)
+        self.addToolBar(Qt.BottomToolBarArea, self.replay_bar)
         self.set_theme(theme)
         self.timer = QTimer(self)
         self.timer.setInterval(FRAME_INTERVAL_MS)
@@ -167,13 +174,6 @@ class MainWindow(QMainWindow):
         self.replay_path: str | None = None
         self._values_before_replay: dict = {}
         self._seek_target: tuple | None = None  # (position, when asked) of a seek not yet taken
-        self.scrubber = ReplayScrubber()
-        self.scrubber.seek_requested.connect(self._seek)
-        self.replay_bar = QToolBar("Replay")
-        self.replay_bar.setObjectName("replay")
-        self.replay_bar.setMovable(False)
-        self.replay_bar.addWidget(self.scrubber)
-        self.addToolBar(Qt.BottomToolBarArea, self.replay_bar)
         self.replay_bar.hide()
         self.scrubber_timer = QTimer(self)
         self.scrubber_timer.setInterval(100)
@@ -878,7 +878,7 @@ class MainWindow(QMainWindow):
     def set_theme(self, name: str) -> None:
         self.theme = THEMES[name]
         apply_theme(QApplication.instance(), self.theme)
-        for view in (self.memory_bar, self.block_map, self.timeline, self.plots):
+        for view in (self.memory_bar, self.block_map, self.timeline, self.plots, self.scrubber):
             view.set_theme(self.theme)
         if self.compare is not None:
             self.compare.set_theme(self.theme)

@@ -18,6 +18,7 @@ from kvscope.engine.presets import load_hardware, load_model, load_workload
 from kvscope.engine.recording import Recording, RunRecorder
 from kvscope.engine.workload import generate_requests
 from kvscope.widgets.block_map import BlockMapView
+from kvscope.widgets.palette import DARK, LIGHT, hex_color
 
 SNAPSHOT_ARRAYS = ("block_owner", "block_state", "block_ref_cnt", "block_fill", "block_hash")
 
@@ -77,6 +78,10 @@ def test_the_window_replays_with_no_engine_and_its_settings_locked(window, qtbot
     assert window.replay_bar.isVisible() and window.scrubber.num_steps == len(recorded[1])
     assert "0 of " in window.scrubber.label.text() and "steps replayed" in window.scrubber.label.text()
     assert "engine clock 0.00 s of " in window.scrubber.label.text()
+    window.set_theme("light")  # the scrubber's groove follows the theme (the style's own was invisible on dark)
+    assert hex_color(LIGHT.grid) in window.scrubber.slider.styleSheet()
+    window.set_theme("dark")
+    assert hex_color(DARK.grid) in window.scrubber.slider.styleSheet()
 
 
 @pytest.mark.parametrize("position", [1, 37, 150, -1])

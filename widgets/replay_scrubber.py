@@ -7,13 +7,15 @@ import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
 
+from .palette import DARK, Theme, hex_color
+
 SEEK_DELAY_MS = 80  # a drag asks for one seek per pause in the motion, not one per pixel
 
 
 class ReplayScrubber(QWidget):
     seek_requested = Signal(int)  # a position: steps replayed, 0 .. num_steps
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, theme: Theme = DARK):
         super().__init__(parent)
         self.num_steps = 0
         self._end_times = np.zeros(0)
@@ -36,6 +38,16 @@ class ReplayScrubber(QWidget):
         self._timer.setInterval(SEEK_DELAY_MS)
         self._timer.timeout.connect(self._emit_seek)
         self.slider.valueChanged.connect(self._moved)
+        self.set_theme(theme)
+
+    def set_theme(self, theme: Theme) -> None:
+        """The style's own groove is a dark line on a dark panel: drawn here in the theme's colours,
+        the part already replayed in the decode colour."""
+        groove, done, handle = hex_color(theme.grid), hex_color(theme.decode), hex_color(theme.foreground)
+        self.slider.setStyleSheet(
+            f"QSlider::groove:horizontal {{ height: 6px; border-radius: 3px; background: {groove}; }}"
+            f"QSlider::sub-page:horizontal {{ height: 6px; border-radius: 3px; background: {done}; }}"
+            f"QSlider::handle:horizontal {{ width: 12px; margin: -5px 0; border-radius: 6px; background: {handle}; }}")
 
     def set_recording(self, num_steps: int, end_times_s) -> None:
         """num_steps: steps in the recording; end_times_s: the engine clock at the end of each."""
