@@ -1,6 +1,7 @@
 """The batch timeline and the live plots: what they draw for known data, their ring buffer and
 lane bookkeeping, hover and click, missing data, themes. Timings are printed, not asserted."""
 
+import math
 import time
 
 import numpy as np
@@ -454,3 +455,20 @@ def test_a_step_retried_after_running_out_of_memory_is_no_gap(qtbot):
     view.add_steps([step(7, [1, 2], [1, 1], [False, False], joined=[1, 2])])
     view.add_steps([step(8, [], [], []), step(8, [2], [1], [False])])  # 8 failed, 8 again with 1 preempted
     assert view.lane_of(1) == 0 and view.lane_of(2) == 1
+
+
+def test_a_short_value_axis_labels_only_what_fits_a_tall_one_is_left_alone(qtbot):
+    import pyqtgraph as pg
+
+    from kvscope.widgets.fitting_axis import FittingAxis, nice_step_at_least
+
+    assert [nice_step_at_least(v) for v in (0.21, 1.0, 3.0, 7.0, 0.0007)] == [0.5, 1.0, 5.0, 10.0, 0.001]
+    axis, plain = FittingAxis("left"), pg.AxisItem("left")
+    line = axis.label_height()
+    for low, high in ((0.0, 1.0), (-8.0, 118.0), (0.0, 2345.0)):
+        short = 3 * line  # room for two labels
+        major = axis.tickSpacing(low, high, short)[0][0]
+        labels = math.floor(high / major) - math.ceil(low / major) + 1
+        assert 1 <= labels <= 2, (low, high, major)
+        assert plain.tickSpacing(low, high, short)[0][0] < major  # pyqtgraph's own would crowd them
+        assert axis.tickSpacing(low, high, 40 * line) == plain.tickSpacing(low, high, 40 * line)

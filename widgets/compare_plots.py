@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from .fitting_axis import FittingAxis
 from .live_plots import decimate_minmax
 from .palette import DARK, Theme, hex_color
 
@@ -55,7 +56,7 @@ class ComparePlots(QWidget):
         layout.addWidget(self._view, 1)
         self.plots: dict[str, pg.PlotItem] = {}
         for col, key in enumerate(PLOTS):
-            plot = self._view.addPlot(row=0, col=col)
+            plot = self._view.addPlot(row=0, col=col, axisItems={"left": FittingAxis("left")})
             plot.setLabel("bottom", TIME_LABEL)
             plot.setLabel("left", PLOTS[key][1])
             plot.getAxis("left").enableAutoSIPrefix(False)

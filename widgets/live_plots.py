@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
+from kvscope.widgets.fitting_axis import FittingAxis
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 TIME_LABEL = "engine clock (s)"
@@ -156,7 +157,7 @@ class LivePlots(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         # One column: the panel is a side dock, and plots side by side cannot shrink to its width.
         for row, name in enumerate(("kv", "requests", "throughput", "latency", "preemptions")):
-            self.plots[name] = self._view.addPlot(row=row, col=0)
+            self.plots[name] = self._view.addPlot(row=row, col=0, axisItems={"left": FittingAxis("left")})
             self._view.ci.layout.setRowStretchFactor(row, 3 if name == "kv" else 2)
 
         self._follow_x = True  # x and y follow the data until the user pans or zooms; a double-click resumes
@@ -187,7 +188,6 @@ class LivePlots(QWidget):
         kv.setYRange(-8, 118, padding=0)  # room for the "0" tick label
         kv.enableAutoRange(axis="y", enable=False)
         kv.setLimits(yMin=-10, yMax=200)
-        kv.getAxis("left").setTicks([[(v, f"{v}") for v in (0, 25, 50, 75, 100)]])
         self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False, label="KV pool full",
                                          labelOpts={"position": 0.99, "anchors": [(1, 0), (1, 0)]})  # under the line: above it a small plot cuts it off
         self.wall_line.setZValue(-5)
