@@ -23,6 +23,7 @@ import numpy as np
 from kvscope.engine.config import ConfigError
 
 from .block_flashes import FLASH_KINDS
+from .pacing import MAX_WAIT_S, Pacing
 
 SNAPSHOT_INTERVAL_S = 1 / 30  # four block maps at 30 frames a second read as smooth
 RESULTS_INTERVAL_S = 0.5  # the table so far: percentiles over every finished request
@@ -61,7 +62,7 @@ class CompareWorker:
         self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as it goes
         self._playing = False
         self._paced = True  # False when a configuration runs on the real backend: it runs at this machine's pace
-        self._pace_origin: tuple[float, float] | None = None
+        self._pacing = Pacing()
         self._pending = self._empty_frame(0)
         self._want_snapshot = True
         self._last_snapshot = 0.0
@@ -151,7 +152,7 @@ class CompareWorker:
             self._build(play=arg)
         elif command == "play" and comparison is not None and not comparison.done:
             self._playing = True
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "pause":
             self._playing = False
         elif command == "step" and comparison is not None and not comparison.done:
@@ -160,7 +161,7 @@ class CompareWorker:
             self._after_steps(force_snapshot=True)
         elif command == "speed":
             self.speed = arg
-            self._pace_origin = None
+            self._pacing.restart()
 
     def _build(self, play: bool) -> None:
         self.comparison = None
@@ -181,7 +182,7 @@ class CompareWorker:
         self._paced = all(e.runner.name == "simulated" for e in engines)
         if not self._paced:
             self._leave_a_core_to_the_window()
-        self._pace_origin = None
+        self._pacing.restart()
         self._finished_published = False
         info = {"labels": list(comparison.labels), "backends": [e.runner.name for e in engines],
                 "plans": [e.plan for e in engines], "num_requests": len(comparison.requests),
@@ -229,12 +230,9 @@ class CompareWorker:
         now = time.perf_counter()
         deadline = now + SLICE_S
         if self._paced and self.speed > 0:
-            if self._pace_origin is None:
-                self._pace_origin = (now, comparison.clock)
-            wall0, clock0 = self._pace_origin
-            target = clock0 + self.speed * (now - wall0)
+            target = self._pacing.target(comparison.clock, self.speed, now)
             if comparison.clock >= target:
-                time.sleep(min((comparison.clock - target) / self.speed, 0.01))
+                time.sleep(min((comparison.clock - target) / self.speed, MAX_WAIT_S))
                 self._after_steps()
                 return
 

@@ -24,6 +24,7 @@ from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 from kvscope.engine.workload import WorkloadSpec, generate_requests
 
+from .pacing import MAX_WAIT_S, Pacing
 from .units import format_bytes
 
 STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
@@ -37,7 +38,6 @@ SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 6
 SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
 CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
 MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
-MAX_PACING_WAIT_S = 0.01  # a paced engine ahead of the wall clock waits at most this long at a time
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class EngineSession:
         self._event_lists: deque = deque(maxlen=EVENTS_KEPT)  # the newest steps' event lists, for the next frame
         self._steps_per_clock_check = 1
         self.mean_step_s = float("inf")  # wall time of a flat-out step, measured over the last advance()
-        self._pace_origin: tuple[float, float] | None = None  # (wall, engine clock) when pacing began
+        self._pacing = Pacing()
         self._finished_seen = 0
         self._config: RunConfig | None = None
         self._label = ""
@@ -142,10 +142,10 @@ class EngineSession:
             config, play = arg
             self._build(config)
             self.playing = play and self.engine is not None
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "play" and self.engine is not None:
             self.playing = True
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "pause":
             self.playing = False
         elif command == "step" and self.engine is not None:
@@ -153,7 +153,7 @@ class EngineSession:
             self._run_one_step()
         elif command == "speed":
             self.speed = arg
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "record":
             self._start_recording(arg)
         elif command == "stop_recording":
@@ -214,13 +214,9 @@ class EngineSession:
         deadline = time.perf_counter() + budget_s
         while True:
             if paced:
-                now = time.perf_counter()
-                if self._pace_origin is None:
-                    self._pace_origin = (now, engine.clock)
-                wall0, clock0 = self._pace_origin
-                ahead = (engine.clock - clock0) - self.speed * (now - wall0)
+                ahead = engine.clock - self._pacing.target(engine.clock, self.speed, time.perf_counter())
                 if ahead > 0:
-                    return min(ahead / self.speed, MAX_PACING_WAIT_S)
+                    return min(ahead / self.speed, MAX_WAIT_S)
             now = self._run_one_step()
             if now is None or now >= deadline:
                 return 0.0

@@ -40,6 +40,7 @@ from .engine_worker import (
     FrameDelta,
     SeriesPoint,
 )
+from .pacing import MAX_WAIT_S, Pacing
 
 HISTORY_POINTS = 2_000  # plot points a seek sends for the history before it: the plots' resolution
 SNAPSHOT_INTERVAL_S = 1 / 60  # a new snapshot at most this often: the window draws at most 60 a second
@@ -108,7 +109,7 @@ class ReplayWorker:
         self._last_point = 0.0
         self._since_point = [0, 0.0, 0.0, 0]  # output tokens, compute time, step time, preemptions
         self._steps_since_frame = 0
-        self._pace_origin: tuple[float, float] | None = None  # (wall, recorded clock) when pacing began
+        self._pacing = Pacing()
         self._pending = self._history_frame(0)
         if recording.warning:
             self._pending.status = recording.warning
@@ -181,7 +182,7 @@ class ReplayWorker:
     def _handle(self, command: str, arg) -> None:
         if command == "play":
             self._playing = self.position < self.num_steps
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "pause":
             self._playing = False
         elif command == "step":
@@ -191,12 +192,12 @@ class ReplayWorker:
             self._maybe_snapshot(force=True)
         elif command == "speed":
             self.speed = arg
-            self._pace_origin = None
+            self._pacing.restart()
         elif command == "seek":
             position = min(max(arg, 0), self.num_steps)
             frame = self._history_frame(position)
             self.position = position
-            self._pace_origin = None
+            self._pacing.restart()
             self._since_point = [0, 0.0, 0.0, 0]
             with self._lock:
                 self._pending = frame
@@ -213,16 +214,12 @@ class ReplayWorker:
             self._finish()
             return
         if self.speed > 0:
-            now = time.perf_counter()
-            if self._pace_origin is None:
-                clock = float(self._end_times[self.position - 1]) if self.position else 0.0
-                self._pace_origin = (now, clock)
-            wall0, clock0 = self._pace_origin
-            target = clock0 + self.speed * (now - wall0)
+            clock = float(self._end_times[self.position - 1]) if self.position else 0.0
+            target = self._pacing.target(clock, self.speed, time.perf_counter())
             due = int(np.searchsorted(self._end_times, target, side="right"))
             if due <= self.position:
                 ahead = float(self._end_times[self.position]) - target
-                time.sleep(min(ahead / self.speed, 0.01))
+                time.sleep(min(ahead / self.speed, MAX_WAIT_S))
                 self._maybe_snapshot()
                 return
             for _ in range(min(due - self.position, STEPS_KEPT)):

@@ -100,3 +100,23 @@ def test_a_single_step_after_a_fast_frame_reaches_the_next_frame_with_a_summary(
     session.handle("step", None)
     frame = session.take_frame()
     assert [s.step for s in frame.steps] == [frame.snapshot.step - 1] and frame.summary is not None
+
+
+def test_pacing_targets_speed_times_the_wall_time_since_it_restarted():
+    from kvscope.app.pacing import Pacing
+
+    pacing = Pacing()
+    assert pacing.target(clock=5.0, speed=2.0, now=100.0) == 5.0
+    assert pacing.target(clock=123.0, speed=2.0, now=101.5) == 8.0  # from where it started: 5 + 2 x 1.5
+    pacing.restart()
+    assert pacing.target(clock=9.0, speed=0.5, now=200.0) == 9.0
+    assert pacing.target(clock=9.0, speed=0.5, now=204.0) == 11.0
+
+
+def test_a_paced_engine_ahead_of_the_wall_clock_waits_instead_of_stepping():
+    session = flat_out_session()
+    session.handle("speed", 1e-6)  # a microsecond of engine time per wall second: ahead after one step
+    session.advance(0.01)
+    steps = session.engine.step_count
+    wait = session.advance(0.01)
+    assert 0 < wait <= 0.01 and session.engine.step_count == steps
