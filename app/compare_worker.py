@@ -10,7 +10,6 @@ frame, and the results table so far. The engines never wait for the GUI.
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ import numpy as np
 from kvscope.engine.config import ConfigError
 
 from .block_flashes import FLASH_KINDS
+from .command_thread import CommandThread
 from .pacing import MAX_WAIT_S, Pacing
 
 SNAPSHOT_INTERVAL_S = 1 / 30  # four block maps at 30 frames a second read as smooth
@@ -49,18 +49,16 @@ class CompareFrame:
     done: bool = False  # every configuration finished; results is the final table
 
 
-class CompareWorker:
+class CompareWorker(CommandThread):
     """Same commands as the live engine's EngineProcess: play, pause, step_once, set_speed, stop, take_frame;
     plus restart (build the comparison again from the factory)."""
 
     def __init__(self, build: Callable[[], object]):
+        super().__init__("kvscope-compare")
         self._build_comparison = build  # called in the thread: returns an engine.compare.Comparison
-        self._commands: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self.comparison = None
         self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as it goes
-        self._playing = False
         self._paced = True  # False when a configuration runs on the real backend: it runs at this machine's pace
         self._pacing = Pacing()
         self._pending = self._empty_frame(0)
@@ -78,28 +76,13 @@ class CompareWorker:
         self._old_switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._commands.put(("build", play))
-        self._thread = threading.Thread(target=self._loop, name="kvscope-compare", daemon=True)
-        self._thread.start()
-
-    def play(self) -> None:
-        self._commands.put(("play", None))
-
-    def pause(self) -> None:
-        self._commands.put(("pause", None))
-
-    def step_once(self) -> None:
-        self._commands.put(("step", None))
-
-    def set_speed(self, speed: float) -> None:
-        self._commands.put(("speed", speed))
+        self._start_thread()
 
     def restart(self, play: bool = False) -> None:
         self._commands.put(("build", play))
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._commands.put(("stop", None))
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._stop_thread(timeout)
         if self._old_switch_interval is not None:
             sys.setswitchinterval(self._old_switch_interval)
             self._old_switch_interval = None
@@ -108,10 +91,6 @@ class CompareWorker:
 
             torch.set_num_threads(self._torch_threads)
             self._torch_threads = None
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     @property
     def playing(self) -> bool:
@@ -131,20 +110,6 @@ class CompareWorker:
     @staticmethod
     def _empty_frame(n: int) -> CompareFrame:
         return CompareFrame(points=[[] for _ in range(n)], flashes=[{} for _ in range(n)])
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                command, arg = self._commands.get_nowait() if self._playing else self._commands.get(timeout=0.05)
-            except queue.Empty:
-                command = None
-            if command == "stop":
-                return
-            if command is not None:
-                self._handle(command, arg)
-                continue
-            if self._playing:
-                self._advance()
 
     def _handle(self, command: str, arg) -> None:
         comparison = self.comparison

@@ -16,7 +16,6 @@ A position counts steps replayed: 0 shows the pool before the first step, num_st
 from __future__ import annotations
 
 import dataclasses
-import queue
 import threading
 import time
 import traceback
@@ -40,6 +39,7 @@ from .engine_worker import (
     FrameDelta,
     SeriesPoint,
 )
+from .command_thread import CommandThread
 from .pacing import MAX_WAIT_S, Pacing
 
 HISTORY_POINTS = 2_000  # plot points a seek sends for the history before it: the plots' resolution
@@ -81,10 +81,11 @@ def engine_info_from_header(header: dict, label_suffix: str = "") -> EngineInfo:
     return EngineInfo(**_known_fields(EngineInfo, values))
 
 
-class ReplayWorker:
+class ReplayWorker(CommandThread):
     def __init__(self, path, allow_truncated: bool = True):
         """Opens the recording now: a missing or corrupt file raises RecordingError here, before
         any window shows. A truncated one replays up to its last complete record."""
+        super().__init__("kvscope-replay")
         self.recording = Recording.open(path, allow_truncated=allow_truncated)
         recording = self.recording
         self.num_steps = recording.num_steps
@@ -98,10 +99,7 @@ class ReplayWorker:
         self._cum_preemptions = np.concatenate([[0], np.cumsum(series["preemptions"])])
         self._finished = recording.finished_requests()
         self._rejected_steps = recording.events_of_kind(EventKind.REJECTED)["step"]
-        self._commands: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._playing = False
         self._want_snapshot = True
         self._snapshot_position = -1
         self._last_snapshot = 0.0
@@ -116,39 +114,20 @@ class ReplayWorker:
 
     # -- commands, from the GUI thread ----------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="kvscope-replay", daemon=True)
-        self._thread.start()
+        self._start_thread()
 
     def apply(self, config=None, play: bool = True) -> None:
         """A replay has no settings to apply: it restarts from the beginning."""
         self.seek(0)
         (self.play if play else self.pause)()
 
-    def play(self) -> None:
-        self._commands.put(("play", None))
-
-    def pause(self) -> None:
-        self._commands.put(("pause", None))
-
-    def step_once(self) -> None:
-        self._commands.put(("step", None))
-
-    def set_speed(self, speed: float) -> None:
-        self._commands.put(("speed", speed))
-
     def seek(self, position: int) -> None:
         """Jump to the state after `position` steps (0 .. num_steps)."""
         self._commands.put(("seek", int(position)))
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._commands.put(("stop", None))
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._stop_thread(timeout)
         self.recording.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     def take_frame(self) -> FrameDelta:
         """Everything since the last call; also asks for a fresh snapshot for the next frame."""
@@ -160,24 +139,15 @@ class ReplayWorker:
         return frame
 
     # -- the replay thread ------------------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            try:
-                command, arg = self._commands.get(timeout=0.05) if not self._playing else self._commands.get_nowait()
-            except queue.Empty:
-                command, arg = None, None
-            if command == "stop":
-                return
-            try:
-                if command is not None:
-                    self._handle(command, arg)
-                elif self._playing:
-                    self._advance()
-                else:
-                    self._maybe_snapshot()
-            except Exception:  # noqa: BLE001 - a record that fails its checksum mid-file: shown, the window lives
-                self._playing = False
-                self._publish(error=traceback.format_exc(), status="the replay stopped: the recording is damaged")
+    def _run(self, command: str | None, arg) -> None:
+        try:
+            super()._run(command, arg)
+        except Exception:  # noqa: BLE001 - a record that fails its checksum mid-file: shown, the window lives
+            self._playing = False
+            self._publish(error=traceback.format_exc(), status="the replay stopped: the recording is damaged")
+
+    def _idle(self) -> None:
+        self._maybe_snapshot()
 
     def _handle(self, command: str, arg) -> None:
         if command == "play":
