@@ -158,10 +158,9 @@ def hardware_from_args(args) -> HardwareSpec:
     memory = args.memory_bytes if args.memory_bytes is not None else (
         args.memory_gib * GiB if args.memory_gib is not None else None)
     hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
-    changes = {}
     if memory is not None:
-        changes["memory_bytes"] = int(memory)
-        changes["description"] = f"{hardware.description}, memory set to {memory / GiB:.2f} GiB"
+        hardware = hardware.with_memory(int(memory))
+    changes = {}
     tp = getattr(args, "tensor_parallel_size", None)
     if tp is not None and tp > hardware.gpu_count and args.hardware is None:
         changes["gpu_count"] = tp  # no preset named: assume as many devices as asked for

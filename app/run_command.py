@@ -135,7 +135,6 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
 
 
 def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: float) -> dict:
-    a = engine.args
     return {
         **summary,
         "wall_time_s": wall_s,
@@ -145,19 +144,7 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
         "backend": engine.runner.name,
         "weights_bytes": engine.plan.weights_bytes,
         "seed": args.seed,
-        "engine_args": {
-            "block_size": a.block_size,
-            "gpu_memory_utilization": a.gpu_memory_utilization,
-            "max_model_len": engine.resolved.max_model_len,
-            "max_num_seqs": a.max_num_seqs,
-            "max_num_batched_tokens": engine.resolved.max_num_batched_tokens,
-            "kv_cache_dtype": engine.resolved.kv_cache_dtype,
-            "enable_prefix_caching": a.enable_prefix_caching,
-            "enable_chunked_prefill": a.enable_chunked_prefill,
-            "tensor_parallel_size": engine.resolved.tensor_parallel_size,
-            "scheduling": a.scheduling,
-            "allocation": a.allocation,
-        },
+        "engine_args": engine.engine_settings(),
         "num_blocks": engine.plan.num_blocks,
         "kv_pool_bytes": engine.plan.kv_pool_bytes,
     }

@@ -84,8 +84,7 @@ class Variant:
         hardware = load_hardware(self.hardware)
         if self.memory_bytes is None:
             return hardware
-        return hardware.replace(memory_bytes=self.memory_bytes,
-                                description=f"{hardware.description}, memory set to {self.memory_bytes / 1024**3:.2f} GiB")
+        return hardware.with_memory(self.memory_bytes)
 
     def build_engine(self) -> Engine:
         if self.backend == "simulated":
@@ -197,26 +196,9 @@ class ComparisonSpec:
 
 def engine_settings(variant: Variant, engine: Engine) -> dict:
     """The configuration as it ran: every default resolved against its model and hardware."""
-    args, resolved = engine.args, engine.resolved
-    return {
-        "backend": engine.runner.name,
-        "model": engine.model.name,
-        "hardware": engine.hardware.name,
-        "memory_bytes": engine.hardware.memory_bytes,
-        "output_tokens": variant.output_tokens,
-        "block_size": args.block_size,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "kv_cache_memory_bytes": resolved.kv_cache_memory_bytes,
-        "max_model_len": resolved.max_model_len,
-        "max_num_seqs": args.max_num_seqs,
-        "max_num_batched_tokens": resolved.max_num_batched_tokens,
-        "kv_cache_dtype": resolved.kv_cache_dtype,
-        "enable_prefix_caching": args.enable_prefix_caching,
-        "enable_chunked_prefill": args.enable_chunked_prefill,
-        "tensor_parallel_size": resolved.tensor_parallel_size,
-        "scheduling": args.scheduling,
-        "allocation": args.allocation,
-    }
+    return {"backend": engine.runner.name, "model": engine.model.name, "hardware": engine.hardware.name,
+            "memory_bytes": engine.hardware.memory_bytes, "output_tokens": variant.output_tokens,
+            **engine.engine_settings()}
 
 
 _QUALITY_CACHE: dict = {}

@@ -177,6 +177,11 @@ class HardwareSpec:
     def replace(self, **changes) -> "HardwareSpec":
         return dataclasses.replace(self, **changes)
 
+    def with_memory(self, memory_bytes: int) -> "HardwareSpec":
+        """This hardware with another amount of memory per device, saying so in its description."""
+        return self.replace(memory_bytes=int(memory_bytes),
+                            description=f"{self.description}, memory set to {memory_bytes / 1024**3:.2f} GiB")
+
 
 @dataclass(frozen=True)
 class EngineArgs:

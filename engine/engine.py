@@ -282,6 +282,24 @@ class Engine:
     def summary(self) -> dict:
         return self.metrics.summary(self.kv.prefix_queried_tokens, self.kv.prefix_hit_tokens)
 
+    def engine_settings(self) -> dict:
+        """The engine arguments as they ran: every default resolved against the model and hardware."""
+        args, resolved = self.args, self.resolved
+        return {
+            "block_size": args.block_size,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "kv_cache_memory_bytes": resolved.kv_cache_memory_bytes,
+            "max_model_len": resolved.max_model_len,
+            "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+            "kv_cache_dtype": resolved.kv_cache_dtype,
+            "enable_prefix_caching": args.enable_prefix_caching,
+            "enable_chunked_prefill": args.enable_chunked_prefill,
+            "tensor_parallel_size": resolved.tensor_parallel_size,
+            "scheduling": args.scheduling,
+            "allocation": args.allocation,
+        }
+
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         kv = self.kv

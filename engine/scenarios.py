@@ -540,7 +540,7 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Config
         if backend == "simulated":
             hardware = load_hardware(hardware_name)
             if memory_gib is not None:
-                hardware = hardware.replace(memory_bytes=int(memory_gib * GiB))
+                hardware = hardware.with_memory(int(memory_gib * GiB))
         else:
             from .runners.device import detect_this_machine
 

@@ -423,7 +423,8 @@ def test_run_json_fields(capsys):
     assert report["model"] == "llama-3-8b" and report["hardware"] == "h100-80gb" and report["workload"] == "chat"
     assert report["seed"] == 0
     assert report["engine_args"] == {
-        "block_size": 16, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 256,
+        "block_size": 16, "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": None, "max_model_len": 8192,
+        "max_num_seqs": 256,
         "max_num_batched_tokens": 8192, "kv_cache_dtype": "bf16", "enable_prefix_caching": True,
         "enable_chunked_prefill": True, "tensor_parallel_size": 1, "scheduling": "continuous", "allocation": "paged",
     }
