@@ -97,16 +97,6 @@ class Reveal:
 
 
 @dataclass(frozen=True)
-class ConfigSettings:
-    label: str
-    model: str
-    hardware: str | None
-    memory_bytes: int | None
-    engine_args: EngineArgs
-    output_tokens: int | None = None
-
-
-@dataclass(frozen=True)
 class Scenario:
     name: str
     order: int
@@ -119,7 +109,7 @@ class Scenario:
     reveal_from: Reveal
     backend: str
     workload: ComparisonWorkload
-    configs: tuple  # of ConfigSettings; the first is the baseline
+    configs: tuple  # of compare.Variant; the first is the baseline
     min_requests: int
     path: str
 
@@ -141,12 +131,7 @@ class Scenario:
                               f"show, got {requests}")
         if seed is not None and seed < 0:
             raise ConfigError(f"seed must be 0 or more, got {seed}")
-        variants = [
-            Variant(label=c.label, backend=self.backend, model=c.model, hardware=c.hardware,
-                    memory_bytes=c.memory_bytes, engine_args=c.engine_args, output_tokens=c.output_tokens)
-            for c in self.configs
-        ]
-        return ComparisonSpec(variants, self.workload, title=self.title).with_overrides(requests, seed)
+        return ComparisonSpec(list(self.configs), self.workload, title=self.title).with_overrides(requests, seed)
 
     def reveal(self, result: ComparisonResult) -> tuple:
         """(the answer, the answer as text with its unit), read from the run."""
@@ -509,7 +494,7 @@ def _engine_overrides(table, where: str, label: str) -> dict:
     return dict(table)
 
 
-def _config(base: _Fields, backend: str, data, index: int, label: str) -> ConfigSettings:
+def _config(base: _Fields, backend: str, data, index: int, label: str) -> Variant:
     where = f"configs[{index + 1}]"
     fields = _Fields(data, where, label, _CONFIG_KEYS)
     name = fields.text("label")
@@ -550,8 +535,8 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Config
             require_fit(plan)
     except (ConfigError, TypeError) as exc:
         raise fields.error(str(exc)) from None
-    return ConfigSettings(
-        label=name, model=model_name, hardware=hardware_name if backend == "simulated" else None,
+    return Variant(
+        label=name, backend=backend, model=model_name, hardware=hardware_name if backend == "simulated" else None,
         memory_bytes=int(memory_gib * GiB) if memory_gib is not None else None, engine_args=args,
         output_tokens=fields.whole("output_tokens", required=False),
     )
