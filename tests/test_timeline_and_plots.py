@@ -472,3 +472,36 @@ def test_a_short_value_axis_labels_only_what_fits_a_tall_one_is_left_alone(qtbot
         assert 1 <= labels <= 2, (low, high, major)
         assert plain.tickSpacing(low, high, short)[0][0] < major  # pyqtgraph's own would crowd them
         assert axis.tickSpacing(low, high, 40 * line) == plain.tickSpacing(low, high, 40 * line)
+
+
+def test_whole_number_axes_have_no_ticks_between_integers_and_x_labels_fit_side_by_side(qtbot):
+    from PySide6.QtGui import QFontMetricsF
+
+    from kvscope.widgets.fitting_axis import FittingAxis
+
+    counts = FittingAxis("left", whole_numbers=True)
+    assert all(spacing >= 1 for spacing, _ in counts.tickSpacing(0.0, 1.0, 400.0))  # 0 and 1, not 0.2 ... 0.8
+    x_axis = FittingAxis("bottom")
+    metrics = QFontMetricsF(x_axis.font())
+    width = 8 * metrics.horizontalAdvance("13")  # room for about four labels
+    major = x_axis.tickSpacing(0.5, 13.2, width)[0][0]
+    labels = math.floor(13.2 / major) - math.ceil(0.5 / major) + 1
+    assert labels * metrics.horizontalAdvance("13") < width
+
+
+def test_lines_break_where_the_engine_stood_idle_and_compute_is_capped_at_100_percent(plots):
+    from kvscope.widgets.live_plots import break_at_gaps, idle_gaps
+
+    t = np.concatenate([np.arange(10) * 0.05, 4.0 + np.arange(10) * 0.05])  # idle from 0.45 s to 4.0 s
+    gaps = idle_gaps(t)
+    assert gaps.tolist() == [pytest.approx(2.225)]
+    x, y = break_at_gaps(t, np.ones_like(t), gaps)
+    assert len(x) == len(t) + 1 and np.isnan(x[10]) and np.isnan(y[10]) and x[11] == 4.0
+    steady = np.arange(20) * 0.05
+    assert not idle_gaps(steady).size and not idle_gaps(np.arange(100_000) * 0.01).size
+    n = len(t)
+    plots.set_series({"time_s": t, "kv_usage": np.full(n, 0.5), "compute_utilization": np.full(n, 1.2),
+                      "num_running": np.ones(n), "num_waiting": np.zeros(n),
+                      "throughput_tokens_per_s": np.ones(n), "preemptions": np.zeros(n)})
+    x, y = plots.curves["compute_utilization"].getData()
+    assert np.nanmax(y) == 100.0 and np.isnan(y).sum() == 1

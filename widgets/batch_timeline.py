@@ -20,6 +20,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
+from kvscope.widgets.fitting_axis import FittingAxis
 from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
 
 
@@ -407,8 +408,10 @@ class BatchTimelineView(QWidget):
         self._view.ci.setSpacing(6)
         layout.addWidget(self._view, 1)
 
-        self._bars = self._view.addPlot(row=0, col=0)
-        self._plot = self._view.addPlot(row=1, col=0, axisItems={"bottom": _StepAxis(self._step_label)})
+        self._bars = self._view.addPlot(row=0, col=0, axisItems={"left": FittingAxis("left", whole_numbers=True)})
+        self._plot = self._view.addPlot(row=1, col=0, axisItems={"bottom": _StepAxis(self._step_label),
+                                                                 "left": FittingAxis("left", whole_numbers=True)})
+        self._view.ci.layout.setRowSpacing(0, 14)  # the bars' "0" and the first lane's "0" apart
         self._view.ci.layout.setRowStretchFactor(0, 1)
         self._view.ci.layout.setRowStretchFactor(1, 4)
         self._bars.setMinimumHeight(110)

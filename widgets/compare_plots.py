@@ -56,7 +56,8 @@ class ComparePlots(QWidget):
         layout.addWidget(self._view, 1)
         self.plots: dict[str, pg.PlotItem] = {}
         for col, key in enumerate(PLOTS):
-            plot = self._view.addPlot(row=0, col=col, axisItems={"left": FittingAxis("left")})
+            plot = self._view.addPlot(row=0, col=col, axisItems={
+                "left": FittingAxis("left", whole_numbers=key != "kv_usage"), "bottom": FittingAxis("bottom")})
             plot.setLabel("bottom", TIME_LABEL)
             plot.setLabel("left", PLOTS[key][1])
             plot.getAxis("left").enableAutoSIPrefix(False)

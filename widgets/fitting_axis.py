@@ -1,9 +1,11 @@
-"""A plot's value axis whose tick labels never overlap.
+"""A plot axis whose tick labels never overlap.
 
 pyqtgraph keeps at least 2.25 labelled intervals on an axis however short it is, and always
 labels that level: on a plot squeezed to a few dozen pixels (five stacked plots at 1280x720) the
-labels of 0, 0.2, ... 1.0 were drawn on top of each other. Here the labelled spacing widens to
-the next 1-2-5 step until the labels fit; the finer spacings stay as unlabelled ticks.
+labels of 0, 0.2, ... 1.0 were drawn on top of each other, and in demo mode's large font the
+labels 9 10 11 12 13 of a narrow x axis ran together. Here the labelled spacing widens to the next
+1-2-5 step until the labels fit; the finer spacings stay as unlabelled ticks. An axis of whole
+things (requests, lanes, tokens, preemptions) is never labelled between whole numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import math
 import pyqtgraph as pg
 from PySide6.QtGui import QFontMetricsF
 
-LABEL_ROOM = 1.3  # label heights of axis per label
+LABEL_ROOM = 1.3  # label heights of axis per label (value axes)
+LABEL_GAP_EMS = 1.5  # room between two labels of a horizontal axis, in widths of an "m"
 
 
 def nice_step_at_least(value: float) -> float:
@@ -30,18 +33,30 @@ def _labels(low: float, high: float, spacing: float) -> int:
 
 
 class FittingAxis(pg.AxisItem):
+    def __init__(self, orientation: str, whole_numbers: bool = False, **kwargs):
+        super().__init__(orientation, **kwargs)
+        self.whole_numbers = whole_numbers
+
     def tickSpacing(self, minVal: float, maxVal: float, size: float):  # noqa: N802 - pyqtgraph's name
         levels = super().tickSpacing(minVal, maxVal, size)
-        if not levels or self.orientation not in ("left", "right") or self._tickSpacing is not None:
+        if not levels or self._tickSpacing is not None:
             return levels
         low, high = min(minVal, maxVal), max(minVal, maxVal)
-        fits = max(2, int(size / (self.label_height() * LABEL_ROOM)))
-        spacing = levels[0][0]
-        if _labels(low, high, spacing) <= fits:
-            return levels
-        while _labels(low, high, spacing) > fits:
+        spacing = max(levels[0][0], 1.0) if self.whole_numbers else levels[0][0]
+        while _labels(low, high, spacing) > self._labels_that_fit(low, high, spacing, size):
             spacing = nice_step_at_least(spacing * 1.5)  # the next step of 1, 2, 5, 10, ...
-        return [(spacing, 0)] + [level for level in levels if level[0] < spacing]
+        finest = 1.0 if self.whole_numbers else 0.0
+        if spacing == levels[0][0]:
+            return [level for level in levels if level[0] >= finest]
+        return [(spacing, 0)] + [level for level in levels if finest <= level[0] < spacing]
+
+    def _labels_that_fit(self, low: float, high: float, spacing: float, size: float) -> int:
+        metrics = QFontMetricsF(self.style["tickFont"] or self.font())
+        if self.orientation in ("left", "right"):
+            return max(2, int(size / (metrics.height() * LABEL_ROOM)))
+        decimals = max(0, -math.floor(math.log10(spacing)))
+        widest = max(metrics.horizontalAdvance(f"{value:.{decimals}f}") for value in (low, high))
+        return max(2, int(size / (widest + LABEL_GAP_EMS * metrics.horizontalAdvance("m"))))
 
     def label_height(self) -> float:
         return QFontMetricsF(self.style["tickFont"] or self.font()).height()

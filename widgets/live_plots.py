@@ -44,6 +44,10 @@ PERCENT = ("kv_usage", "compute_utilization")
 STEP_SERIES = ("kv_usage", "compute_utilization", "num_running", "num_waiting",
                "throughput_tokens_per_s", "preemptions")
 REQUEST_SERIES = ("ttft_s", "queue_time_s")
+# Two step points further apart than this (and than GAP_FACTOR x the usual spacing) have the
+# engine idle between them -- no request to run until the next arrival: the line breaks there.
+GAP_MIN_S = 0.5
+GAP_FACTOR = 20
 # A latency scatter of more than this many finished requests is redrawn at most every
 # BIG_SCATTER_INTERVAL_S: rebuilding 2 x 3,000 spots took ~10 ms of every frame at maximum speed.
 BIG_SCATTER_POINTS = 1000
@@ -111,6 +115,30 @@ def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple:
     return xs, ys
 
 
+def idle_gaps(t: np.ndarray) -> np.ndarray:
+    """Midpoints of the stretches where the engine stood idle between two step points: apart by
+    more than GAP_MIN_S and GAP_FACTOR x the usual spacing (no request to run until the next arrival)."""
+    if len(t) < 3:
+        return np.zeros(0)
+    dt = np.diff(t)
+    typical = float(np.median(dt[::max(1, len(dt) // 2000)]))  # a sample: this runs every frame
+    starts = np.flatnonzero(dt > max(GAP_MIN_S, GAP_FACTOR * typical))
+    return (t[starts] + t[starts + 1]) / 2
+
+
+def break_at_gaps(x: np.ndarray, y: np.ndarray, gaps: np.ndarray) -> tuple:
+    """x and y with a NaN (no line drawn) at each gap: a straight line across an idle stretch
+    would show work nobody did."""
+    if not gaps.size or not len(x):
+        return x, y
+    at = np.unique(np.searchsorted(x, gaps))
+    at = at[(at > 0) & (at < len(x))]
+    if not at.size:
+        return x, y
+    return (np.insert(np.asarray(x, dtype=np.float64), at, np.nan),
+            np.insert(np.asarray(y, dtype=np.float64), at, np.nan))
+
+
 def thin_indices(n: int, max_points: int, keep: np.ndarray | None = None) -> np.ndarray:
     """Evenly spaced indices (at most max_points, plus the indices in keep), sorted."""
     if n <= max_points:
@@ -157,7 +185,9 @@ class LivePlots(QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         # One column: the panel is a side dock, and plots side by side cannot shrink to its width.
         for row, name in enumerate(("kv", "requests", "throughput", "latency", "preemptions")):
-            self.plots[name] = self._view.addPlot(row=row, col=0, axisItems={"left": FittingAxis("left")})
+            counts = name in ("requests", "preemptions")  # whole things: no tick between 0 and 1
+            self.plots[name] = self._view.addPlot(row=row, col=0, axisItems={
+                "left": FittingAxis("left", whole_numbers=counts), "bottom": FittingAxis("bottom")})
             self._view.ci.layout.setRowStretchFactor(row, 3 if name == "kv" else 2)
 
         self._follow_x = True  # x and y follow the data until the user pans or zooms; a double-click resumes
@@ -190,7 +220,7 @@ class LivePlots(QWidget):
         kv.setLimits(yMin=-10, yMax=200)
         self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False, label="KV pool full",
                                          labelOpts={"position": 0.99, "anchors": [(1, 0), (1, 0)]})  # under the line: above it a small plot cuts it off
-        self.wall_line.setZValue(-5)
+        self.wall_line.setZValue(5)  # over the curves, its label on the plot's background (set_theme)
         kv.addItem(self.wall_line, ignoreBounds=True)
 
         self.curves: dict[str, pg.PlotDataItem] = {}
@@ -239,6 +269,7 @@ class LivePlots(QWidget):
                 item.setSymbolBrush(pg.mkBrush(*c, 150))
         self.wall_line.setPen(pg.mkPen(theme.accent, width=2, style=Qt.PenStyle.DashLine))
         self.wall_line.label.setColor(theme.accent)
+        self.wall_line.label.fill = pg.mkBrush(*theme.background[:3], 210)
 
     @property
     def theme(self) -> Theme:
@@ -351,6 +382,7 @@ class LivePlots(QWidget):
         compute_utilization (0..1), preemptions (cumulative); per finished request finish_time_s,
         ttft_s, queue_time_s (seconds)."""
         t = _array(series, "time_s")
+        gaps = idle_gaps(t)
         for key in STEP_SERIES:
             y = _array(series, key)
             n = min(len(t), len(y))
@@ -359,9 +391,11 @@ class LivePlots(QWidget):
                 continue
             x, y = t[len(t) - n:], y[len(y) - n:]
             if key in PERCENT:
-                y = y * 100.0
+                # Compute time is the roofline's estimate: a machine that beats its estimated peak
+                # (a CPU's FLOP/s are guessed) would plot over 100 % of the time it took.
+                y = np.minimum(y, 1.0) * 100.0
             x, y = decimate_minmax(x, y, self.max_points)
-            self.curves[key].setData(x, y)
+            self.curves[key].setData(*break_at_gaps(x, y, gaps))
         self._set_latency(series)
         self._x_bounds = _bounds(t, _array(series, "finish_time_s"))
         self._apply_x_range()
