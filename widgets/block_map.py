@@ -44,6 +44,7 @@ from kvscope.engine.snapshot import (
     BLOCK_USED,
     Snapshot,
 )
+from kvscope.widgets.elided_label import ElidedLabel
 from kvscope.widgets.palette import DARK, NUM_REQUEST_COLORS, REQUEST_COLORS, Theme, request_color_index
 
 # --- lookup-table layout -------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def _qcolor(rgb, alpha: int = 255) -> QtGui.QColor:
 
 def _fmt_count(n: int, total: int) -> str:
     pct = 100.0 * n / total if total else 0.0
-    return f"{n:,} blocks ({pct:.1f} %)"
+    return f"{n:,} blocks ({pct:.1f} % of the pool)"  # the memory bar gives % of device memory
 
 
 # --- small helpers widgets -----------------------------------------------------------------------
@@ -449,7 +450,7 @@ class BlockMapView(QtWidgets.QWidget):
             self._legend[key] = entry
             flow.addWidget(entry)
         self._legend["flash"].set_text("flash: alloc / hit / evict / preempt")
-        self._status = QtWidgets.QLabel(self)
+        self._status = ElidedLabel(self)
         self._status.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self._status.setMinimumWidth(10)
         self._status.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
@@ -868,7 +869,7 @@ class BlockMapView(QtWidgets.QWidget):
             self._legend[key].set_text(f"{label} {_fmt_count(int(counts[kind]), n)}")
 
     def status_text(self) -> str:
-        return self._status.text()
+        return self._status.full_text()
 
     def _refresh_status(self) -> None:
         snap = self._snapshot
@@ -890,5 +891,5 @@ class BlockMapView(QtWidgets.QWidget):
             if snap is not None and self._num_blocks:
                 n_sel = int(np.count_nonzero(self._dim_flat[:self._num_blocks] == 0))
             text = f"request {self._selected} selected ({n_sel:,} block{'s' if n_sel != 1 else ''})  ·  " + text
-        if self._status.text() != text:
+        if self._status.full_text() != text:
             self._status.setText(text)
