@@ -297,7 +297,9 @@ class ReplayWorker(CommandThread):
         the snapshot, the newest steps and events before it, the plot history and finished requests."""
         frame = FrameDelta(engine_info=self.engine_info, snapshot=self._snapshot(position),
                            summary=self._summary(position), done=position >= self.num_steps,
-                           status=f"replay of {self.recording.path.name}: step {position:,} of {self.num_steps:,}")
+                           status=f"replay of {self.recording.path.name}: step {position:,} of {self.num_steps:,}"
+                                  + ("  ·  Play (Space) replays it, Step (Right) one step; drag the scrubber below"
+                                     if position == 0 else ""))
         first = max(0, position - STEPS_KEPT)
         frame.steps.extend(self.recording.steps(first, position))
         events = []

@@ -78,6 +78,7 @@ def test_the_window_replays_with_no_engine_and_its_settings_locked(window, qtbot
     assert window.replay_bar.isVisible() and window.scrubber.num_steps == len(recorded[1])
     assert "0 of " in window.scrubber.label.text() and "steps replayed" in window.scrubber.label.text()
     assert "engine clock 0.00 s of " in window.scrubber.label.text()
+    qtbot.waitUntil(lambda: "Play (Space) replays it" in window.statusBar().currentMessage())  # what to do
     window.set_theme("light")  # the scrubber's groove follows the theme (the style's own was invisible on dark)
     assert hex_color(LIGHT.grid) in window.scrubber.slider.styleSheet()
     window.set_theme("dark")
