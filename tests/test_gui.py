@@ -301,3 +301,15 @@ def test_gui_refuses_a_corrupt_recording_before_opening_a_window(tmp_path):
     assert out.returncode == 2 and "bad.kvrec" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
+
+
+def test_the_settings_and_the_preset_editor_fit_the_default_dock_width_without_scrolling(qtbot):
+    """At 1280x720 the settings dock is 360 px: combo boxes sized to their longest item made the
+    form wider, its right edge (every arrow) clipped behind a horizontal scroll bar."""
+    from kvscope.widgets.preset_editor import PresetEditor
+    from kvscope.widgets.settings_panel import SettingsPanel
+
+    for panel in (SettingsPanel(), PresetEditor()):
+        qtbot.addWidget(panel)
+        room = 360 - panel.verticalScrollBar().sizeHint().width() - 2 * panel.frameWidth()
+        assert panel.widget().minimumSizeHint().width() <= room

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .settings_panel import let_combos_shrink
+
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
 
 MODEL_FIELDS = [  # (key, label, tooltip)
@@ -115,6 +117,7 @@ class PresetEditor(QScrollArea):
         row.addLayout(line)
         outer.addWidget(buttons)
         outer.addStretch(1)
+        let_combos_shrink(body)
 
         for box in [*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count]:
             box.valueChanged.connect(self.edited)

@@ -53,6 +53,15 @@ def _dspin(minimum: float, maximum: float, decimals: int, suffix: str, tooltip: 
     return box
 
 
+def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:
+    """Combo boxes as narrow as min_chars characters (their text elides; the list shows it all):
+    sized to their longest item, the form was wider than a 360 px dock at 1280x720, clipped
+    behind a horizontal scroll bar."""
+    for combo in container.findChildren(QComboBox):
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(min_chars)
+
+
 class SettingsPanel(QScrollArea):
     changed = Signal()  # any field edited: the app recomputes the memory math and validates
     apply_requested = Signal()
@@ -72,8 +81,8 @@ class SettingsPanel(QScrollArea):
         # model and hardware ---------------------------------------------------------------------
         box, form = self._group("Model and hardware", outer)
         self.backend = QComboBox()
-        self.backend.addItem("real: a model running on this machine", "real")
-        self.backend.addItem("simulated: roofline model of the hardware", "simulated")
+        self.backend.addItem("real (runs here)", "real")
+        self.backend.addItem("simulated (roofline)", "simulated")
         self.backend.setToolTip("real: a transformers model on this machine's GPU or CPU, over the paged KV pool;\n"
                                 "simulated: the same scheduler and block manager priced by a roofline model")
         self._row(form, "backend", "Backend", self.backend)
@@ -172,6 +181,7 @@ class SettingsPanel(QScrollArea):
         self.apply_button.setDefault(True)
         outer.addWidget(self.apply_button)
         outer.addStretch(1)
+        let_combos_shrink(body)
 
         for widget in self.fields.values():
             signal = getattr(widget, "valueChanged", None) or getattr(widget, "currentIndexChanged", None) \
