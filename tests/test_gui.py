@@ -313,3 +313,20 @@ def test_the_settings_and_the_preset_editor_fit_the_default_dock_width_without_s
         qtbot.addWidget(panel)
         room = 360 - panel.verticalScrollBar().sizeHint().width() - 2 * panel.frameWidth()
         assert panel.widget().minimumSizeHint().width() <= room
+
+
+def test_a_memory_bar_segment_too_narrow_for_its_size_gives_it_in_a_row_under_the_bar(qtbot):
+    from kvscope.widgets.memory_bar import MemoryBudgetBar, Segment
+
+    bar = MemoryBudgetBar()
+    qtbot.addWidget(bar)
+    bar.resize(600, 64)
+    bar.show()
+    weights = Segment("weights", 900 * 2**20, (120, 120, 140))
+    free = Segment("KV free", 3 * 2**20, (40, 200, 90))  # ~2 px of 600
+    bar.set_segments("Memory budget: test", [weights, free])
+    assert bar.crowded_segments() == [free]
+    assert bar.segment_text(free) == "KV free: 3.00 MiB (0.3 %)"
+    bar.grab()  # paints without error, the crowded one under the bar
+    bar.set_segments("Memory budget: test", [weights, Segment("KV free", 900 * 2**20, (40, 200, 90))])
+    assert bar.crowded_segments() == []  # half the bar each: room for both

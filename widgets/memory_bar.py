@@ -1,7 +1,7 @@
 """The memory budget as one stacked bar: weights | KV in use | KV cached | KV free | reserve.
 
-Each segment is labelled with its size in bytes and its share of the budget; the whole bar is
-the memory the engine plans with. The app computes the segments; this view only draws them.
+Each segment is labelled with its size in bytes and its share of the budget (a segment too narrow
+for that gives them in a row under the bar); the whole bar is the memory the engine plans with. The app computes the segments; this view only draws them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from .palette import DARK, Theme
+
+
+BAR_HEIGHT = 36
+CROWDED_ROW_Y = 24 + BAR_HEIGHT + 2  # the row of the segments too narrow to carry their sizes
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,12 @@ class MemoryBudgetBar(QWidget):
         self.theme: Theme = DARK
         self.title = "Memory budget"
         self.segments: list[Segment] = []
-        self.setMinimumHeight(64)
+        self.setMinimumHeight(CROWDED_ROW_Y + 20)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self.setMouseTracking(True)
 
     def sizeHint(self) -> QSize:
-        return QSize(800, 72)
+        return QSize(800, CROWDED_ROW_Y + 22)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -61,7 +65,7 @@ class MemoryBudgetBar(QWidget):
         return f"{segment.label}: {format_bytes(segment.nbytes)} ({100 * segment.nbytes / total:.1f} %)"
 
     def _bar_rect(self) -> QRectF:
-        return QRectF(8, 24, max(10, self.width() - 16), self.height() - 30)
+        return QRectF(8, 24, max(10, self.width() - 16), BAR_HEIGHT)
 
     def _segment_rects(self):
         rect = self._bar_rect()
@@ -72,6 +76,12 @@ class MemoryBudgetBar(QWidget):
             yield seg, QRectF(x, rect.top(), width, rect.height())
             x += width
 
+    def crowded_segments(self) -> list[Segment]:
+        """Segments too narrow for their bytes and percent: those are given in the title row."""
+        metrics = self.fontMetrics()
+        return [seg for seg, rect in self._segment_rects()
+                if metrics.horizontalAdvance(self.segment_text(seg)) + 8 > rect.width()]
+
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
         painter = QPainter(self)
         painter.setRenderHint(QPainter.Antialiasing, False)
@@ -81,23 +91,42 @@ class MemoryBudgetBar(QWidget):
         title_font.setBold(True)
         painter.setFont(title_font)
         painter.setPen(QColor(*theme.foreground))
-        painter.drawText(QRectF(8, 2, self.width() - 16, 20), Qt.AlignLeft | Qt.AlignVCenter,
-                         f"{self.title}: {format_bytes(self.total_bytes)}")
+        title = f"{self.title}: {format_bytes(self.total_bytes)}"
+        painter.drawText(QRectF(8, 2, self.width() - 16, 20), Qt.AlignLeft | Qt.AlignVCenter, title)
         painter.setFont(self.font())
         metrics = painter.fontMetrics()
+        crowded = self.crowded_segments()
         for seg, rect in self._segment_rects():
             painter.fillRect(rect, QColor(*seg.color))
             painter.setPen(QPen(QColor(*theme.background), 1))
             painter.drawLine(rect.topRight(), rect.bottomRight())
-            text = self.segment_text(seg)
-            if metrics.horizontalAdvance(text) + 8 > rect.width():
-                text = seg.label
+            text = seg.label if seg in crowded else self.segment_text(seg)
             if metrics.horizontalAdvance(text) + 8 <= rect.width():
                 r, g, b = seg.color
                 light = 0.299 * r + 0.587 * g + 0.114 * b > 150
                 painter.setPen(QColor(20, 20, 20) if light else QColor(245, 245, 245))
                 painter.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignLeft | Qt.AlignVCenter, text)
+        self._paint_crowded(painter, crowded)
         painter.end()
+
+    def _paint_crowded(self, painter: QPainter, crowded: list[Segment]) -> None:
+        """The crowded segments' sizes in a row under the bar, each behind a swatch of its colour, in
+        a slightly smaller font; what still does not fit ends in an ellipsis (and is in the tooltip)."""
+        font = QFont(self.font())
+        font.setPointSizeF(font.pointSizeF() * 0.9)
+        painter.save()
+        painter.setFont(font)
+        metrics = painter.fontMetrics()
+        x, right = 8.0, self.width() - 8.0
+        for seg in crowded:
+            if x + 20 > right:
+                break
+            text = metrics.elidedText(self.segment_text(seg), Qt.ElideRight, int(right - x - 12))
+            painter.fillRect(QRectF(x, CROWDED_ROW_Y + 5, 9, 9), QColor(*seg.color))
+            painter.setPen(QColor(*self.theme.foreground))
+            painter.drawText(QRectF(x + 12, CROWDED_ROW_Y, right - x - 12, 20), Qt.AlignLeft | Qt.AlignVCenter, text)
+            x += 12 + metrics.horizontalAdvance(text) + 12
+        painter.restore()
 
     def segment_at(self, x: float) -> Segment | None:
         for seg, rect in self._segment_rects():
