@@ -31,7 +31,6 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.events import EventKind
 from kvscope.engine.presets import load_model, preset_names, user_preset_names
 from kvscope.engine.scenarios import load_scenario, scenario_names
-from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_RESERVED, BLOCK_USED
 from kvscope.widgets.batch_timeline import BatchTimelineView, TimelineStep
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
@@ -960,9 +959,9 @@ class MainWindow(QMainWindow):
             return
         block_bytes = plan.block_bytes
         if snap is not None and snap.num_blocks == plan.num_blocks:
-            counts = np.bincount(snap.block_state, minlength=4)  # one pass over the pool, not three
-            used = int(counts[BLOCK_USED] + counts[BLOCK_RESERVED])
-            cached = int(counts[BLOCK_CACHED])
+            counts = self.block_map.block_counts()  # counted as the map drew them: no second pass over the pool
+            used = counts["used"] + counts["shared"] + counts["reserved"]
+            cached = counts["cached"]
         else:
             used = cached = 0
         free = plan.num_blocks - used - cached

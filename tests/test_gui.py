@@ -62,6 +62,14 @@ def test_the_window_runs_the_engine_off_the_gui_thread_and_draws_it(window, qtbo
     assert window.block_map.index_image().size >= window.plan.num_blocks
     assert "running" in window.status.text() and "KV" in window.status.text()
     assert len(window.timeline.steps_shown()) > 0
+    window.timer.stop()  # hold still: the bar and the snapshot must describe the same moment
+    window._update_memory_bar()
+    from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_RESERVED, BLOCK_USED
+    state = window.latest_snapshot.block_state
+    sizes = {seg.label: seg.nbytes for seg in window.memory_bar.segments}
+    held = int(np.isin(state, (BLOCK_USED, BLOCK_RESERVED)).sum())
+    assert sizes.get("KV in use", 0) == held * window.plan.block_bytes
+    assert sizes.get("KV cached", 0) == int((state == BLOCK_CACHED).sum()) * window.plan.block_bytes
 
 
 @pytest.mark.parametrize("field,value,check", [

@@ -60,6 +60,8 @@ assert LUT_NO_BLOCK < LUT_SIZE
 # Kinds of cell: the block states, plus 'shared' (used with ref count > 1) and 'unknown'.
 KIND_FREE, KIND_CACHED, KIND_USED, KIND_RESERVED = BLOCK_FREE, BLOCK_CACHED, BLOCK_USED, BLOCK_RESERVED
 KIND_SHARED = 4
+_LEGEND_KINDS = {"used": KIND_USED, "shared": KIND_SHARED, "cached": KIND_CACHED, "reserved": KIND_RESERVED,
+                 "free": KIND_FREE}
 KIND_UNKNOWN = 5
 _NUM_KINDS = 8  # row stride of the (colour, kind) -> LUT index table
 _MAX_COLOR_TABLE = 1 << 24  # request ids below this get their colour by table lookup
@@ -855,18 +857,20 @@ class BlockMapView(QtWidgets.QWidget):
         fc = _flash_colors(self._theme)
         self._legend["flash"].swatch.setPixmap(swatch([fc[k] for k in FLASH_EVENTS]))
 
+    def block_counts(self) -> dict[str, int]:
+        """Blocks of the snapshot shown, by the legend's kinds (used, shared, cached, reserved, free)."""
+        counts = self._counts if self._snapshot is not None else np.zeros(_NUM_KINDS, dtype=np.int64)
+        return {key: int(counts[kind]) for key, kind in _LEGEND_KINDS.items()}
+
     def legend_texts(self) -> dict[str, str]:
         """The legend's text per entry (used, shared, cached, reserved, free, flash)."""
         return {k: e.text.text() for k, e in self._legend.items()}
 
     def _refresh_legend(self) -> None:
         n = max(self._num_blocks, 0)
-        counts = self._counts if self._snapshot is not None else np.zeros(_NUM_KINDS, dtype=np.int64)
-        names = {"used": KIND_USED, "shared": KIND_SHARED, "cached": KIND_CACHED,
-                 "reserved": KIND_RESERVED, "free": KIND_FREE}
-        for key, kind in names.items():
+        for key, count in self.block_counts().items():
             label = "cached (reusable prefix)" if key == "cached" else ("shared (ref count > 1)" if key == "shared" else key)
-            self._legend[key].set_text(f"{label} {_fmt_count(int(counts[kind]), n)}")
+            self._legend[key].set_text(f"{label} {_fmt_count(count, n)}")
 
     def status_text(self) -> str:
         return self._status.full_text()
