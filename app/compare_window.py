@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from kvscope.widgets.block_map import BlockMapView, state_colors
 from kvscope.widgets.compare_plots import ComparePlots, configuration_colors
-from kvscope.widgets.palette import DARK, Theme
+from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
 
@@ -127,7 +127,7 @@ def block_legend_html(theme: Theme) -> str:
     sample = 7  # one request's colour in each of its states
 
     def swatch(rgb) -> str:
-        return "<span style='color:#%02x%02x%02x'>\u25a0</span>" % tuple(int(c) for c in rgb[:3])
+        return f"<span style='color:{hex_color(rgb)}'>\u25a0</span>"
 
     return (f"<span>Block maps: {swatch(colors['used'][sample])} used (colour = request) &nbsp;"
             f"{swatch(colors['shared'][sample])} shared prefix &nbsp;{swatch(colors['cached'][sample])} cached prefix "
@@ -162,8 +162,7 @@ class ConfigColumn(QWidget):
 
     def set_config(self, label: str, detail: str, color: tuple) -> None:
         self.label, self.detail = label, detail
-        hexc = "#%02x%02x%02x" % tuple(int(c) for c in color[:3])
-        self.header.setText(f"<span style='color:{hexc}'>\u25a0</span>&nbsp;<b>{label}</b>"
+        self.header.setText(f"<span style='color:{hex_color(color)}'>\u25a0</span>&nbsp;<b>{label}</b>"
                             + (f"&nbsp; {detail}" if detail else ""))
 
     def set_numbers(self, snapshot, finished: int, total: int) -> None:

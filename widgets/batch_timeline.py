@@ -20,7 +20,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
-from kvscope.widgets.fitting_axis import FittingAxis
+from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
 
 
@@ -475,11 +475,7 @@ class BatchTimelineView(QWidget):
         self._image.setLookupTable(lut)
 
         for p in (self._bars, self._plot):
-            for name in ("left", "bottom"):
-                ax = p.getAxis(name)
-                ax.setPen(pg.mkPen(fg))
-                ax.setTextPen(pg.mkPen(fg))
-                ax.label.setDefaultTextColor(QColor(*fg))
+            color_axes(p, fg)
         self._total_curve.setPen(pg.mkPen(theme.prefill, width=1))
         self._total_curve.setBrush(pg.mkBrush(*theme.prefill, 230))
         self._decode_curve.setPen(pg.mkPen(theme.decode, width=1))

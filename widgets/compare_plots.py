@@ -12,10 +12,9 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from .fitting_axis import FittingAxis
+from .fitting_axis import FittingAxis, color_axes
 from .live_plots import decimate_minmax
 from .palette import DARK, Theme, hex_color
 
@@ -127,11 +126,7 @@ class ComparePlots(QWidget):
                                                   for label, c in zip(self.labels, colors)) + "</span>")
         self.legend.setStyleSheet(f"background: {hex_color(theme.background)};")
         for key, plot in self.plots.items():
-            for side in ("left", "bottom"):
-                ax = plot.getAxis(side)
-                ax.setPen(pg.mkPen(fg))
-                ax.setTextPen(pg.mkPen(fg))
-                ax.label.setDefaultTextColor(QColor(*fg))
+            color_axes(plot, fg)
             plot.setTitle(f"<b>{PLOTS[key][0]}</b>", color=hex_color(fg), size="9pt")
 
     @property

@@ -1,4 +1,4 @@
-"""A plot axis whose tick labels never overlap.
+"""A plot axis whose tick labels never overlap, and the colouring of a plot's axes.
 
 pyqtgraph keeps at least 2.25 labelled intervals on an axis however short it is, and always
 labels that level: on a plot squeezed to a few dozen pixels (five stacked plots at 1280x720) the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtGui import QFontMetricsF
+from PySide6.QtGui import QColor, QFontMetricsF
 
 LABEL_ROOM = 1.3  # label heights of axis per label (value axes)
 LABEL_GAP_EMS = 1.5  # room between two labels of a horizontal axis, in widths of an "m"
@@ -60,3 +60,12 @@ class FittingAxis(pg.AxisItem):
 
     def label_height(self) -> float:
         return QFontMetricsF(self.style["tickFont"] or self.font()).height()
+
+
+def color_axes(plot: pg.PlotItem, foreground: tuple) -> None:
+    """A plot's left and bottom axes -- line, tick labels and axis label -- in the theme's colour."""
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        axis.setPen(pg.mkPen(foreground))
+        axis.setTextPen(pg.mkPen(foreground))
+        axis.label.setDefaultTextColor(QColor(*foreground))

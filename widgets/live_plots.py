@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
-from kvscope.widgets.fitting_axis import FittingAxis
+from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 TIME_LABEL = "engine clock (s)"
@@ -250,11 +250,7 @@ class LivePlots(QWidget):
         self.setAutoFillBackground(True)
         self._view.setBackground(bg)
         for name, plot in self.plots.items():
-            for side in ("left", "bottom"):
-                ax = plot.getAxis(side)
-                ax.setPen(pg.mkPen(fg))
-                ax.setTextPen(pg.mkPen(fg))
-                ax.label.setDefaultTextColor(QColor(*fg))
+            color_axes(plot, fg)
             self._update_title(name)
         for key, (_, _, colour_attr, style) in CURVES.items():
             c = getattr(theme, colour_attr)
