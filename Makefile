@@ -40,4 +40,4 @@ package: $(STAMP)
 
 # Check this installation end to end (imports, presets, simulated and real steps, the window).
 self-test: $(STAMP)
-	$(PY) -m kvscope.app.self_test
+	$(PY) -m kvscope.app.bench.self_test

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .events import EventKind, EventSink
+from kvscope.engine.events import EventKind, EventSink
 
 NO_OWNER = -1
 

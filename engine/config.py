@@ -287,3 +287,16 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         tensor_parallel_size=tp,
         kv_cache_memory_bytes=kv_budget,
     )
+
+
+def build_config(cls, data: dict, label: str):
+    """cls(**data), its errors starting with `label` (which file or preset said it)."""
+    try:
+        return cls(**data)
+    except ConfigError as exc:
+        message = str(exc)
+        # the dataclass names itself ("model 'x': ..."); the label already says which file
+        message = message.split(": ", 1)[1] if message.startswith(("model ", "hardware ")) else message
+        raise ConfigError(f"{label}: {message}") from None
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{label}: {exc}") from None

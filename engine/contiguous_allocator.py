@@ -12,9 +12,9 @@ import bisect
 
 import numpy as np
 
-from .block_pool import NO_OWNER
-from .events import EventKind, EventSink
-from .request import Request
+from kvscope.engine.block_pool import NO_OWNER
+from kvscope.engine.events import EventKind, EventSink
+from kvscope.engine.request import Request
 
 
 class ContiguousKVCacheManager:

@@ -18,16 +18,16 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
-from .contiguous_allocator import ContiguousKVCacheManager
-from .events import EventKind, EventSink
-from .kv_cache_manager import PagedKVCacheManager
-from .memory_math import plan_memory, require_fit
-from .metrics import MetricsCollector
-from .request import Request, RequestStatus
-from .runners.base import NO_TOKEN, StepOutOfMemory
-from .scheduler import Scheduler
-from .snapshot import (
+from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
+from kvscope.engine.contiguous_allocator import ContiguousKVCacheManager
+from kvscope.engine.events import EventKind, EventSink
+from kvscope.engine.kv_cache_manager import PagedKVCacheManager
+from kvscope.engine.memory_math import plan_memory, require_fit
+from kvscope.engine.metrics import MetricsCollector
+from kvscope.engine.request import Request, RequestSpec, RequestStatus
+from kvscope.engine.runners.base import NO_TOKEN, StepOutOfMemory
+from kvscope.engine.scheduler import Scheduler
+from kvscope.engine.snapshot import (
     BLOCK_CACHED,
     BLOCK_FREE,
     BLOCK_RESERVED,
@@ -35,7 +35,6 @@ from .snapshot import (
     REQUEST_DTYPE,
     Snapshot,
 )
-from .workload import RequestSpec
 
 
 class EngineStalled(RuntimeError):
@@ -91,7 +90,7 @@ class Engine:
             self.kv = PagedKVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching, self.sink)
         self.scheduler = Scheduler(self.resolved, self.kv, self.sink)
         if runner_factory is None:
-            from .runners.simulated import SimulatedRunner as runner_factory
+            from kvscope.engine.runners.simulated import SimulatedRunner as runner_factory
         self.runner = runner_factory(model, hardware, self.plan, args)
         self.outputs: dict[int, list[int]] | None = {} if record_outputs else None
         self.metrics = MetricsCollector()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 
-from .block_pool import BlockPool
-from .events import EventKind, EventSink
-from .request import Request
+from kvscope.engine.block_pool import BlockPool
+from kvscope.engine.events import EventKind, EventSink
+from kvscope.engine.request import Request
 
 
 def chain_hash(parent: int, token_ids) -> int:

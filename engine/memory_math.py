@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .config import (
+from kvscope.engine.config import (
     KV_CACHE_DTYPE_BYTES,
     WEIGHT_DTYPE_BYTES,
     ConfigError,
@@ -22,8 +22,7 @@ from .config import (
     ModelConfig,
     ResolvedArgs,
 )
-
-GiB = 1024**3
+from kvscope.engine.units import GiB
 
 
 def num_parameters(model: ModelConfig) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .request import Request
+from kvscope.engine.request import Request
 
 
 def percentile(values, q: float) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class RequestStatus(enum.IntEnum):
@@ -56,3 +57,14 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request({self.request_id}, {self.status.name}, prompt={self.num_prompt_tokens}, "
                 f"out={self.num_output_tokens}/{self.max_tokens}, computed={self.num_computed_tokens})")
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """A request as a workload hands it to the engine: its arrival, its prompt, how long it may run."""
+
+    index: int
+    arrival_time_s: float
+    prompt_token_ids: list
+    max_tokens: int
+    shared_prefix_tokens: int = 0

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .config import ResolvedArgs
-from .events import EventKind, EventSink
-from .request import Request, RequestStatus
+from kvscope.engine.config import ResolvedArgs
+from kvscope.engine.events import EventKind, EventSink
+from kvscope.engine.request import Request, RequestStatus
 
 
 @dataclass(slots=True)

@@ -22,12 +22,12 @@ def main() -> int:
     os.environ["KVSCOPE_ENTRY_TIME"] = repr(ENTRY_WALL_TIME)  # this process's, not a parent's
     argv = sys.argv[1:]
     if argv[:1] == ["--self-test"]:
-        # Also reachable as `kvscope --self-test` through kvscope.app.cli; handled here too so the
+        # Also reachable as `kvscope --self-test` through kvscope.app.cli.main; handled here too so the
         # bundle checks itself with the fewest modules between the launcher and the check.
-        from kvscope.app.self_test import run_self_test
+        from kvscope.app.bench.self_test import run_self_test
 
         return run_self_test(argv[1:])
-    from kvscope.app.cli import main as cli_main
+    from kvscope.app.cli.main import main as cli_main
 
     return cli_main(argv)
 

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 
 def main(out: Path, seconds: float = 8.0) -> int:
-    from kvscope.app.engine_process import EngineProcess
-    from kvscope.app.gui import initial_values
-    from kvscope.app.run_settings import build_run_config
-    from kvscope.engine.recording import Recording
+    from kvscope.app.host.engine_process import EngineProcess
+    from kvscope.app.cli.gui import initial_values
+    from kvscope.app.gui.run_settings import build_run_config
+    from kvscope.app.lab.recording import Recording
 
     args = SimpleNamespace(backend=None, model=None, hardware=None, workload=None, model_path=None)
     config = build_run_config(initial_values(args))

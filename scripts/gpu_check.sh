@@ -14,7 +14,7 @@ if ! $PY -c "import kvscope.engine" 2>/dev/null; then
   SHIM=$(mktemp -d); ln -s "$ROOT" "$SHIM/kvscope"; export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export KVSCOPE_CACHE_DIR=${KVSCOPE_CACHE_DIR:-$(mktemp -d)} HF_HUB_OFFLINE=1
-KV="$PY -m kvscope.app.cli"
+KV="$PY -m kvscope.app.cli.main"
 step() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
   echo "=== $name" | tee -a "$OUT/summary.txt"

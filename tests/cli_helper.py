@@ -1,6 +1,6 @@
 """Running the `kvscope` command in-process, for the CLI tests of every feature."""
 
-from kvscope.app.cli import main
+from kvscope.app.cli.main import main
 
 
 def cli(capsys, *argv):

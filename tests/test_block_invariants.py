@@ -31,7 +31,7 @@ from kvscope.engine.block_pool import NO_OWNER
 from kvscope.engine.contiguous_allocator import ContiguousKVCacheManager
 from kvscope.engine.events import EventSink
 from kvscope.engine.kv_cache_manager import PagedKVCacheManager, chain_hash
-from kvscope.engine.presets import load_hardware, load_model
+from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.request import Request, RequestStatus
 from kvscope.engine.runners.simulated import SimulatedRunner
 from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_FREE, BLOCK_RESERVED, BLOCK_USED

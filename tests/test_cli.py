@@ -1,6 +1,6 @@
 """The `kvscope` command line: `math`, `run`, `presets`, and what every kind of bad input looks like.
 
-Most cases call `kvscope.app.cli.main` in-process (cheap); a few run `python -m kvscope.app` as a
+Most cases call `kvscope.app.cli.main.main` in-process (cheap); a few run `python -m kvscope.app` as a
 subprocess to check exit codes and stderr exactly as a user sees them.
 
 The last section holds regressions for input-handling bugs found while these tests were written.
@@ -22,7 +22,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 from kvscope.engine.config import ConfigError
-from kvscope.engine.presets import load_workload_file, read_toml
+from kvscope.app.lab.presets import load_workload_file, read_toml
 from cli_helper import cli
 
 GiB = 1024**3

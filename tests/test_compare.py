@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from kvscope.engine.compare import (
+from kvscope.app.lab.compare import (
     KEY_METRICS,
     SIMULATED_QUALITY_NOTE,
     Comparison,
@@ -24,8 +24,8 @@ from kvscope.engine.compare import (
 )
 from kvscope.engine.config import ConfigError, EngineArgs
 from kvscope.engine.metrics import MetricsCollector
-from kvscope.engine.presets import load_workload
-from kvscope.engine.scenarios import load_scenario, scenario_names
+from kvscope.app.lab.presets import load_workload
+from kvscope.app.lab.scenarios import load_scenario, scenario_names
 from cli_helper import cli
 
 SUMMARY_KEYS = set(MetricsCollector().summary())  # what `kvscope run --json` prints

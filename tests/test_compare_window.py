@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
-import kvscope.app.main_window as main_window_module
-from kvscope.app.compare_window import METRIC_ROWS
-from kvscope.app.gui import initial_values
-from kvscope.app.main_window import MainWindow
-from kvscope.engine.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+import kvscope.app.gui.main_window as main_window_module
+from kvscope.app.gui.compare_window import METRIC_ROWS
+from kvscope.app.cli.gui import initial_values
+from kvscope.app.gui.main_window import MainWindow
+from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
 from kvscope.engine.config import ConfigError, EngineArgs
-from kvscope.engine.presets import load_workload
-from kvscope.engine.scenarios import load_scenario, scenario_names
+from kvscope.app.lab.presets import load_workload
+from kvscope.app.lab.scenarios import load_scenario, scenario_names
 
 REAL_BACKEND_REQUESTS = 4
 
@@ -197,8 +197,8 @@ def test_the_results_table_formats_values_and_colours_ratios(qtbot):
 
 
 def test_a_configurations_columns_sum_output_tokens_as_points_arrive():
-    from kvscope.app.compare_window import _Columns
-    from kvscope.app.compare_worker import POINT_FIELDS
+    from kvscope.app.gui.compare_window import _Columns
+    from kvscope.app.host.comparison import POINT_FIELDS
 
     rng = np.random.default_rng(2)
     columns, everything = _Columns(), []

@@ -7,10 +7,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from kvscope.app.demo_mode import DEMO_FONT_SCALE
-from kvscope.app.gui import initial_values
-from kvscope.app.main_window import MainWindow
-from kvscope.engine.scenarios import scenario_names
+from kvscope.app.gui.demo_mode import DEMO_FONT_SCALE
+from kvscope.app.cli.gui import initial_values
+from kvscope.app.gui.main_window import MainWindow
+from kvscope.app.lab.scenarios import scenario_names
 
 
 class Args:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from kvscope.engine import Engine, EngineArgs, EventKind
-from kvscope.engine.presets import load_hardware, load_model, load_workload
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_FREE, BLOCK_RESERVED, BLOCK_USED
-from kvscope.engine.workload import generate_requests
+from kvscope.app.lab.workload import generate_requests
 
 MODEL = load_model("llama-3-8b")
 H100 = load_hardware("h100-80gb")

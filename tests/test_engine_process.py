@@ -3,10 +3,10 @@ engine carry the newest steps, and a rebuild answers a frame request at once."""
 
 import time
 
-from kvscope.app.engine_process import EngineProcess
-from kvscope.app.engine_worker import STEPS_KEPT, RunConfig
+from kvscope.app.host.engine_process import EngineProcess
+from kvscope.app.host.session import STEPS_KEPT, RunConfig
 from kvscope.engine import EngineArgs
-from kvscope.engine.presets import load_hardware, load_model, load_workload
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 
 TIMEOUT_S = 60.0
 
@@ -53,7 +53,7 @@ def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_onc
 def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_recording(tmp_path):
     """The window stops reading frames when it closes; a big frame still on its way must not keep
     the engine process from reading "stop" (it was killed after 5 s, its recording unfinished)."""
-    from kvscope.engine.recording import Recording
+    from kvscope.app.lab.recording import Recording
 
     process = EngineProcess()
     process.start()

@@ -1,10 +1,10 @@
 """The engine's side of the window, driven directly: a recording that fails mid-run (a full disk)
 stops the recording with a message and the engine keeps running."""
 
-from kvscope.app.engine_worker import EVENTS_KEPT, STEPS_KEPT, EngineSession, RunConfig
+from kvscope.app.host.session import EVENTS_KEPT, STEPS_KEPT, EngineSession, RunConfig
 from kvscope.engine import EngineArgs
-from kvscope.engine.presets import load_hardware, load_model, load_workload
-from kvscope.engine.recording import RecordingError
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload
+from kvscope.app.lab.recording import RecordingError
 
 
 def session_with_engine() -> EngineSession:
@@ -103,7 +103,7 @@ def test_a_single_step_after_a_fast_frame_reaches_the_next_frame_with_a_summary(
 
 
 def test_pacing_targets_speed_times_the_wall_time_since_it_restarted():
-    from kvscope.app.pacing import Pacing
+    from kvscope.app.host.pacing import Pacing
 
     pacing = Pacing()
     assert pacing.target(clock=5.0, speed=2.0, now=100.0) == 5.0

@@ -13,12 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from kvscope.app.replay_worker import ReplayWorker
+from kvscope.app.host.replay import ReplayWorker
 from kvscope.engine import Engine, EngineArgs
-from kvscope.engine.perfetto import ENGINE_PID, REQUESTS_PID, perfetto_trace
-from kvscope.engine.presets import load_hardware, load_model
-from kvscope.engine.recording import Recording, RecordingError, RunRecorder
-from kvscope.engine.workload import LengthDist, WorkloadSpec, generate_requests
+from kvscope.app.lab.perfetto import ENGINE_PID, REQUESTS_PID, perfetto_trace
+from kvscope.app.lab.presets import load_hardware, load_model
+from kvscope.app.lab.recording import Recording, RecordingError, RunRecorder
+from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
 from cli_helper import cli
 
 WAIT_S = 20.0  # deadline for a background thread to get somewhere; a test never just sleeps

@@ -11,11 +11,11 @@ import pytest
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QMessageBox
 
-from kvscope.app.gui import initial_values
-from kvscope.app.main_window import MainWindow
-from kvscope.engine.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+from kvscope.app.cli.gui import initial_values
+from kvscope.app.gui.main_window import MainWindow
+from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
 from kvscope.engine.config import EngineArgs
-from kvscope.engine.presets import load_workload
+from kvscope.app.lab.presets import load_workload
 from kvscope.widgets.live_plots import TITLES
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from kvscope.app.gui import initial_values
-from kvscope.app.main_window import MainWindow
+from kvscope.app.cli.gui import initial_values
+from kvscope.app.gui.main_window import MainWindow
 from kvscope.engine.snapshot import BLOCK_USED
 
 
@@ -275,7 +275,7 @@ def test_a_preset_shown_in_the_editor_is_not_counted_as_edited(qtbot, tmp_path, 
 def test_the_live_run_is_recorded_and_opens_as_a_replay(window, qtbot, tmp_path, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    from kvscope.engine.recording import Recording
+    from kvscope.app.lab.recording import Recording
 
     warnings = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: warnings.append(text))

@@ -4,7 +4,7 @@ import pytest
 
 from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, resolve_engine_args
 from kvscope.engine.memory_math import kv_bytes_per_token, plan_memory, require_fit
-from kvscope.engine.presets import load_hardware, load_model
+from kvscope.app.lab.presets import load_hardware, load_model
 
 GiB = 1024**3
 MiB = 1024**2

@@ -6,9 +6,9 @@ import pytest
 
 from kvscope.engine.config import ConfigError
 from kvscope.engine.memory_math import num_parameters, plan_memory
-from kvscope.engine.presets import (
+from kvscope.engine.hf_config import load_hf_config
+from kvscope.app.lab.presets import (
     load_hardware,
-    load_hf_config,
     load_model,
     load_workload,
     preset_names,
@@ -62,7 +62,7 @@ def test_parameter_count_matches_transformers(name):
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
-    from kvscope.engine.runners.tiny_model import hf_config_for
+    from kvscope.app.lab.verify.tiny_model import hf_config_for
 
     model = load_model(name)
     with init_empty_weights():
@@ -121,7 +121,7 @@ def test_a_model_preset_drives_a_plan():
 
 
 def test_user_presets_save_list_load_and_delete(tmp_path, monkeypatch):
-    from kvscope.engine.presets import delete_user_preset, save_user_preset, user_preset_names
+    from kvscope.app.lab.presets import delete_user_preset, save_user_preset, user_preset_names
     import dataclasses
 
     monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))

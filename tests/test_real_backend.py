@@ -13,9 +13,9 @@ from kvscope.engine.config import ConfigError, ModelConfig
 from kvscope.engine.events import EventKind
 from kvscope.engine.memory_math import num_parameters
 from kvscope.engine.runners.model_loader import discover_cached_models, load_model_directory
-from kvscope.engine.runners.parity import run_parity
-from kvscope.engine.runners.real import create_real_engine, load_for_real_backend
-from kvscope.engine.runners.tiny_model import build_random_model
+from kvscope.app.lab.verify.parity import run_parity
+from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
+from kvscope.app.lab.verify.tiny_model import build_random_model
 
 FAMILIES = {
     "llama": dict(model_type="llama"),
@@ -101,7 +101,7 @@ def test_a_prefix_hit_really_skips_the_shared_tokens(tiny):
 
 
 def test_kvscope_math_agrees_with_what_the_real_runner_allocates(tiny):
-    from kvscope.app.cli import main
+    from kvscope.app.cli.main import main
 
     engine = create_real_engine(tiny, EngineArgs())
     cache = engine.runner.cache
@@ -126,8 +126,8 @@ def test_fp8_kv_is_stored_in_one_byte_and_doubles_the_blocks(tiny):
 
 
 def test_real_runs_measure_step_times_and_match_the_simulated_events_form(tiny):
-    from kvscope.engine.workload import generate_requests
-    from kvscope.engine.presets import load_workload
+    from kvscope.app.lab.workload import generate_requests
+    from kvscope.app.lab.presets import load_workload
 
     engine = create_real_engine(tiny, EngineArgs(max_model_len=1024))
     spec = load_workload("chat").with_overrides(num_requests=6, arrival_rate_per_s=0.0)
@@ -181,7 +181,7 @@ def test_bad_model_directories_get_clear_errors(tmp_path, model_dirs):
 
 
 def test_a_model_too_big_for_memory_is_refused_before_anything_is_built():
-    from kvscope.engine.presets import load_model
+    from kvscope.app.lab.presets import load_model
 
     with pytest.raises(ConfigError, match="needs about .* GiB"):
         load_for_real_backend(architecture=load_model("llama-3-70b"))

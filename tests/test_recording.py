@@ -19,11 +19,11 @@ import pytest
 
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.events import EventKind
-from kvscope.engine.presets import load_hardware, load_model
-from kvscope.engine.recording import FILE_HEADER, FRAME, RECORD_NAMES, Recording, RecordingError, RunRecorder
+from kvscope.app.lab.presets import load_hardware, load_model
+from kvscope.app.lab.recording import FILE_HEADER, FRAME, RECORD_NAMES, Recording, RecordingError, RunRecorder
 from kvscope.engine.runners.base import StepOutOfMemory
 from kvscope.engine.runners.simulated import SimulatedRunner
-from kvscope.engine.workload import LengthDist, WorkloadSpec, generate_requests
+from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
 
 SNAPSHOT_ARRAYS = ("block_owner", "block_state", "block_ref_cnt", "block_fill", "block_hash")
 SNAPSHOT_SCALARS = ("time_s", "step", "block_size", "kv_usage", "num_running", "num_waiting")
@@ -128,7 +128,7 @@ def test_every_step_and_snapshot_of_a_simulated_run_reads_back_as_the_engine_pro
 
 
 def test_a_real_tiny_llama_run_reads_back_exactly(tmp_path):
-    from kvscope.engine.runners.real import create_real_engine, load_for_real_backend
+    from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 
     engine = create_real_engine(load_for_real_backend("tiny-llama"),
                                 EngineArgs(num_gpu_blocks_override=10, max_model_len=256))
@@ -263,7 +263,7 @@ def test_a_recording_whose_writer_was_killed_is_read_up_to_its_last_record(tmp_p
         import os, signal, sys, time
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_recording import simulated_engine
-        from kvscope.engine.recording import RunRecorder
+        from kvscope.app.lab.recording import RunRecorder
         engine = simulated_engine()
         recorder = RunRecorder(engine, {str(path)!r}, {{"label": "killed"}}, keyframe_interval=50)
         for _ in range(230):

@@ -10,13 +10,13 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from kvscope.app.cli import main
-from kvscope.app.gui import initial_values
-from kvscope.app.main_window import MainWindow
+from kvscope.app.cli.main import main
+from kvscope.app.cli.gui import initial_values
+from kvscope.app.gui.main_window import MainWindow
 from kvscope.engine import Engine, EngineArgs
-from kvscope.engine.presets import load_hardware, load_model, load_workload
-from kvscope.engine.recording import Recording, RunRecorder
-from kvscope.engine.workload import generate_requests
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload
+from kvscope.app.lab.recording import Recording, RunRecorder
+from kvscope.app.lab.workload import generate_requests
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.palette import DARK, LIGHT, hex_color
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.engine.compare import run_comparison
+from kvscope.app.lab.compare import run_comparison
 from kvscope.engine.config import ConfigError
-from kvscope.engine.memory_math import GiB
-from kvscope.engine.scenarios import load_scenario, scenario_names, scenarios_root
+from kvscope.engine.units import GiB
+from kvscope.app.lab.scenarios import load_scenario, scenario_names, scenarios_root
 
 SEED_CLAIMS = {  # every seed claim the brief names, and the scenario that teaches it
     "the cache is the ceiling": "cache-ceiling",

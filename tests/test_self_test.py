@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.app.self_test import run_self_test
+from kvscope.app.bench.self_test import run_self_test
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGING = ROOT / "packaging"
@@ -34,7 +34,7 @@ def test_the_self_test_passes_every_check_and_reports_each_with_its_time(capsys)
 
 
 def test_a_failing_check_fails_the_self_test(monkeypatch, capsys):
-    from kvscope.app import self_test
+    from kvscope.app.bench import self_test
 
     def broken():
         raise RuntimeError("no presets here")

@@ -3,8 +3,8 @@ the points were split into frames."""
 
 import numpy as np
 
-from kvscope.app.engine_worker import SeriesPoint
-from kvscope.app.series import RunSeries
+from kvscope.app.host.session import SeriesPoint
+from kvscope.app.gui.series import RunSeries
 
 
 def random_points(n: int, seed: int = 0) -> list:

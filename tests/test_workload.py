@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from kvscope.engine.config import ConfigError
-from kvscope.engine.presets import load_workload, load_workload_file, read_toml
-from kvscope.engine.workload import generate_requests, read_trace
+from kvscope.app.lab.presets import load_workload, load_workload_file, read_toml
+from kvscope.app.lab.workload import generate_requests, read_trace
 
 
 def test_azure_trace_reads_in_full_with_relative_arrivals():

@@ -14,9 +14,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from .fitting_axis import FittingAxis, color_axes
-from .live_plots import decimate_minmax
-from .palette import DARK, Theme, hex_color
+from kvscope.widgets.fitting_axis import FittingAxis, color_axes
+from kvscope.widgets.live_plots import decimate_minmax
+from kvscope.widgets.palette import DARK, Theme, hex_color
 
 # plot key -> (title, y axis label)
 PLOTS = {

@@ -12,7 +12,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from .palette import DARK, Theme
+from kvscope.widgets.palette import DARK, Theme
 
 
 BAR_HEIGHT = 36

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .settings_panel import let_combos_shrink
+from kvscope.widgets.settings_panel import let_combos_shrink
 
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
 

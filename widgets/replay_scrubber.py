@@ -7,7 +7,7 @@ import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
 
-from .palette import DARK, Theme, hex_color
+from kvscope.widgets.palette import DARK, Theme, hex_color
 
 SEEK_DELAY_MS = 80  # a drag asks for one seek per pause in the motion, not one per pixel
 

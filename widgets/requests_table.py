@@ -9,7 +9,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
-from .palette import request_color
+from kvscope.widgets.palette import request_color
 
 STATUS_NAMES = {0: "pending", 1: "waiting", 2: "running", 3: "finished", 4: "rejected"}
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
-from .palette import DARK, Theme
+from kvscope.widgets.palette import DARK, Theme
 
 RATIO_SIGN = "\u00f7"  # B ÷ A
 NEWLINE = "\n"

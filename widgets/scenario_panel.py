@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .palette import DARK, Theme, hex_color
+from kvscope.widgets.palette import DARK, Theme, hex_color
 
 
 class ScenarioPanel(QFrame):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..scheduler import ScheduledBatch
+from kvscope.engine.scheduler import ScheduledBatch
 
 NO_TOKEN = -1  # a prompt chunk that did not reach the end of what is known samples nothing
 

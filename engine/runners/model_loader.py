@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
-from ..memory_math import GiB
-from ..presets import model_from_hf_config
+from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
+from kvscope.engine.units import GiB
+from kvscope.engine.hf_config import model_from_hf_config
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -111,14 +111,12 @@ def _available_bytes(device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free
-    from .device import _cpu_memory_bytes
-
-    return _cpu_memory_bytes()
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_weights_fit(model: ModelConfig, device, dtype: str) -> None:
     """Refuse, before allocating anything, a model whose weights cannot fit on the device."""
-    from ..memory_math import num_parameters
+    from kvscope.engine.memory_math import num_parameters
 
     expected = num_parameters(model) * WEIGHT_DTYPE_BYTES[dtype]
     available = _available_bytes(device)

@@ -13,14 +13,14 @@ import time
 
 import torch
 
-from ..config import ConfigError, EngineArgs, HardwareSpec, ModelConfig
-from ..memory_math import MemoryPlan
-from ..scheduler import ScheduledBatch
-from .base import NO_TOKEN, ExecuteResult, StepOutOfMemory
-from .model_loader import LoadedModel
-from .paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
-from .paged_cache import PagedKVCache
-from .simulated import SimulatedRunner
+from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig
+from kvscope.engine.memory_math import MemoryPlan
+from kvscope.engine.scheduler import ScheduledBatch
+from kvscope.engine.runners.base import NO_TOKEN, ExecuteResult, StepOutOfMemory
+from kvscope.engine.runners.model_loader import LoadedModel
+from kvscope.engine.runners.paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
+from kvscope.engine.runners.paged_cache import PagedKVCache
+from kvscope.engine.runners.simulated import SimulatedRunner
 
 
 def keep_freed_memory_for_reuse() -> None:
@@ -106,25 +106,6 @@ def real_runner_factory(loaded: LoadedModel):
     return make
 
 
-def load_for_real_backend(model_preset: str | None = None, model_path: str | None = None, device: str | None = None,
-                          dtype: str | None = None, quantization: str | None = None, allow_pickle: bool = False,
-                          architecture: ModelConfig | None = None) -> LoadedModel:
-    """A local model directory, or a preset's shape with random weights (built once, then cached).
-
-    `architecture` (an edited preset) takes precedence over model_preset and builds a random model
-    of exactly that shape."""
-    from ..presets import load_model
-    from .model_loader import check_weights_fit, load_model_directory, resolve_device
-    from .tiny_model import ensure_random_model
-
-    if model_path is not None:
-        return load_model_directory(model_path, device, dtype, quantization, allow_pickle)
-    shape = architecture or load_model(model_preset or "tiny-llama")
-    check_weights_fit(shape, resolve_device(device), "fp32")  # random weights are built in fp32
-    directory = ensure_random_model(shape)
-    return load_model_directory(directory, device, dtype, quantization, random_weights=True, name=shape.name)
-
-
 def profile_cuda_reserve(loaded: LoadedModel, num_tokens: int) -> int:
     """Bytes a step needs beyond the weights and the KV pool: the activation peak of a forward over
     num_tokens tokens, plus what others (CUDA context, other processes) already hold."""
@@ -147,23 +128,3 @@ def profile_cuda_reserve(loaded: LoadedModel, num_tokens: int) -> int:
     non_torch = (total - free_before) - torch.cuda.memory_reserved(device)
     torch.cuda.empty_cache()
     return int(activation_peak + max(0, non_torch))
-
-
-def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bool = False):
-    """An Engine whose KV pool is sized from this machine's real memory and lives in paged tensors."""
-    from ..engine import Engine
-    from .device import detect_this_machine
-
-    hardware = detect_this_machine(use_cuda=loaded.device.type == "cuda")
-    if loaded.device.type == "cuda":
-        props = torch.cuda.get_device_properties(loaded.device)
-        hardware = hardware.replace(memory_bytes=props.total_memory, gpu_count=1)
-        if args.reserve_bytes == 0 and args.kv_cache_memory_bytes is None:
-            from ..config import resolve_engine_args
-
-            budget = resolve_engine_args(args, loaded.config, hardware).max_num_batched_tokens
-            args = args.replace(reserve_bytes=profile_cuda_reserve(loaded, budget))
-    if args.tensor_parallel_size not in (None, 1):
-        raise ConfigError("the real backend runs on one device; tensor parallelism is simulated only")
-    return Engine(loaded.config, hardware, args.replace(tensor_parallel_size=1),
-                  runner_factory=real_runner_factory(loaded), record_outputs=record_outputs)

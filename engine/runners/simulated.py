@@ -8,10 +8,10 @@ Token ids are synthetic, a deterministic function of request and position.
 
 from __future__ import annotations
 
-from ..config import EngineArgs, HardwareSpec, ModelConfig
-from ..memory_math import MemoryPlan, num_parameters
-from ..scheduler import ScheduledBatch
-from .base import NO_TOKEN, ExecuteResult
+from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig
+from kvscope.engine.memory_math import MemoryPlan, num_parameters
+from kvscope.engine.scheduler import ScheduledBatch
+from kvscope.engine.runners.base import NO_TOKEN, ExecuteResult
 
 ALLREDUCE_LATENCY_S = 10e-6  # per collective, NVLink class
 

@@ -1,0 +1,217 @@
+"""`kvscope run`: a workload through the engine, headless, with progress and a summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from kvscope.engine import Engine
+from kvscope.engine.config import ConfigError
+from kvscope.app.lab.presets import load_workload, load_workload_file
+from kvscope.app.lab.workload import WorkloadSpec, generate_requests
+
+from kvscope.app.cli import options
+from kvscope.app.cli.main import math_rows
+from kvscope.app.host.process_tuning import tune_for_engine
+from kvscope.engine.units import format_bytes, format_percent, format_seconds
+from kvscope.app.cli.output import table
+
+ALL_ROWS = 10**9
+REAL_DEFAULT_MODEL = "tiny-llama"
+
+
+def workload_from_args(args) -> WorkloadSpec:
+    if args.trace:
+        if not Path(args.trace).exists():
+            raise ConfigError(f"trace {args.trace}: no such file")
+        spec = WorkloadSpec(name=Path(args.trace).stem, description=f"trace replay of {args.trace}",
+                            trace_path=args.trace, num_requests=ALL_ROWS)
+    elif args.workload.endswith(".toml"):
+        spec = load_workload_file(args.workload)
+    else:
+        spec = load_workload(args.workload)
+    return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
+
+
+def build_engine(args) -> tuple[Engine, WorkloadSpec]:
+    spec = workload_from_args(args)
+    if args.backend == "real":
+        engine = build_real_engine(args)
+    else:
+        if args.model_path:
+            raise ConfigError("--model-path loads real weights: use it with --backend real")
+        engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed))
+    return engine, spec
+
+
+def build_real_engine(args, record_outputs: bool = False) -> Engine:
+    """The real backend on this machine: a local model directory, or a preset's shape with random weights."""
+    if args.hardware or args.memory_bytes is not None or args.memory_gib is not None:
+        raise ConfigError("--hardware and the memory flags describe a simulated target; the real backend runs on "
+                          "this machine (size its KV pool with --kv-cache-memory-bytes or --gpu-memory-utilization)")
+    if args.config:
+        raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
+                          "or a --model preset (random weights of its shape)")
+    from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
+
+    edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
+    architecture = options.model_from_args(args, default_model=REAL_DEFAULT_MODEL) if edited else None
+    if not args.model_path:
+        name = architecture.name if architecture else (args.model or REAL_DEFAULT_MODEL)
+        status(f"loading {name} with random weights (built into the kvscope cache on first use) ...")
+    else:
+        status(f"loading {args.model_path} ...")
+    loaded = load_for_real_backend(args.model or REAL_DEFAULT_MODEL, args.model_path, args.device, args.dtype,
+                                   args.quantization, args.allow_pickle, architecture)
+    status(f"loaded {loaded.label}")
+    return create_real_engine(loaded, options.engine_args_from_args(args), record_outputs=record_outputs)
+
+
+def status(message: str) -> None:
+    print(f"kvscope: {message}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One status line on stderr: rewritten in place on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.interval = 0.25 if self.tty else 5.0
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def __call__(self, engine: Engine, step, force: bool = False) -> None:
+        if self.due(force):
+            m = engine.metrics
+            self.show(f"step {engine.step_count:,}  engine clock {engine.clock:,.1f} s  completed {m.completed:,}  "
+                      f"rejected {m.rejected:,}  running {len(engine.scheduler.running)}  "
+                      f"waiting {len(engine.scheduler.waiting)}  KV {format_percent(engine.kv.usage)}")
+
+    def due(self, force: bool) -> bool:
+        """Whether a line is wanted now (at most one per interval, unless forced)."""
+        if not self.enabled:
+            return False
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return False
+        self.last = now
+        return True
+
+    def show(self, text: str) -> None:
+        line = f"{text}  wall {self.last - self.started:.1f} s"
+        if self.tty:
+            print("\r" + line[:160].ljust(120), end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            print(file=sys.stderr)
+
+
+def summary_rows(summary: dict) -> list[tuple[str, str]]:
+    s = summary
+    return [
+        ("requests completed", f"{s['completed']:,}"),
+        ("requests rejected", f"{s['rejected']:,}"),
+        ("preemptions", f"{s['preemptions']:,}"),
+        ("engine steps", f"{s['steps']:,}"),
+        ("duration (engine clock)", format_seconds(s["duration_s"])),
+        ("output throughput", f"{s['throughput_tokens_per_s']:,.1f} tokens/s"),
+        ("total throughput", f"{s['total_throughput_tokens_per_s']:,.1f} tokens/s (prompt + output)"),
+        ("TTFT p50 / p99", f"{format_seconds(s['ttft_p50_s'])} / {format_seconds(s['ttft_p99_s'])}"),
+        ("time per output token p50 / p99", f"{format_seconds(s['tpot_p50_s'])} / {format_seconds(s['tpot_p99_s'])}"),
+        ("queue time p50 / p99", f"{format_seconds(s['queue_time_p50_s'])} / {format_seconds(s['queue_time_p99_s'])}"),
+        ("end-to-end latency p50 / p99", f"{format_seconds(s['e2e_latency_p50_s'])} / {format_seconds(s['e2e_latency_p99_s'])}"),
+        ("KV cache usage peak / mean", f"{format_percent(s['peak_kv_usage'])} / {format_percent(s['mean_kv_usage'])}"),
+        ("peak running requests", f"{s['peak_running']:,}"),
+        ("prefix cache hit rate", format_percent(s["prefix_cache_hit_rate"])),
+        ("fragmentation (mean)", f"{format_percent(s['mean_fragmentation'])} of allocated slots unused"),
+        ("compute utilisation", f"{format_percent(s['compute_utilization'])} of busy time at the compute roofline"),
+    ]
+
+
+def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: float) -> dict:
+    return {
+        **summary,
+        "wall_time_s": wall_s,
+        "model": engine.model.name,
+        "hardware": engine.hardware.name,
+        "workload": spec.name,
+        "backend": engine.runner.name,
+        "weights_bytes": engine.plan.weights_bytes,
+        "seed": args.seed,
+        "engine_args": engine.engine_settings(),
+        "num_blocks": engine.plan.num_blocks,
+        "kv_pool_bytes": engine.plan.kv_pool_bytes,
+    }
+
+
+def start_recording(engine: Engine, spec: WorkloadSpec, args):
+    from kvscope.app.lab.recording import RunRecorder
+
+    label = engine.runner.loaded.label if engine.runner.name == "real" else \
+        f"{engine.model.name} (simulated on {engine.hardware.name})"
+    arguments = {k: v for k, v in vars(args).items() if k not in ("func", "command") and v is not None}
+    return RunRecorder(engine, args.record, {"label": label, "workload": spec, "seed": args.seed,
+                                             "arguments": arguments})
+
+
+def cmd_run(args) -> int:
+    tune_for_engine()
+    # Say what is wrong with an output path before a long run, not after it.
+    options.check_output_path("--json", args.json)
+    options.check_output_path("--record", args.record)
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
+    engine, spec = build_engine(args)
+    progress = Progress(enabled=not args.quiet)
+    recorder = start_recording(engine, spec, args) if args.record else None
+    started = time.monotonic()
+    if recorder is None:
+        summary = engine.run(on_step=lambda step: progress(engine, step))
+    else:
+        def on_step(step):
+            recorder.record_step(step)
+            progress(engine, step)
+
+        try:
+            summary = engine.run(on_step=on_step)
+        except BaseException as exc:  # the steps so far stay readable, and the file says why it stops there
+            recorder.close(engine.summary(), note=f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": "))
+            raise
+    progress(engine, None, force=True)
+    progress.done()
+    wall = time.monotonic() - started
+    recording_size = recorder.close(summary) if recorder is not None else None
+    report = run_report(engine, spec, args, summary, wall)
+    if args.json != "-":
+        print(table(math_rows(engine.plan, engine.model, engine.hardware), title="Memory"))
+        print()
+        rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
+        if engine.runner.name == "real":
+            runner = engine.runner
+            rows.append(("model", runner.loaded.label))
+            share = runner.forward_time_s / runner.step_time_s if runner.step_time_s else 0.0
+            rows.append(("time in the model forward", f"{runner.forward_time_s:.2f} s of {runner.step_time_s:.2f} s "
+                                                      f"of step time ({format_percent(share)})"))
+        print(table(rows, title=f"Run: {spec.name} on {engine.model.name} / {engine.hardware.name}"))
+    if args.json:
+        text = json.dumps(report, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            try:
+                Path(args.json).write_text(text + "\n", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+    if recording_size is not None:
+        # stdout may hold the JSON summary (--json -): the note goes to stderr then
+        print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} steps); "
+              f"replay it with `kvscope gui --replay {args.record}`",
+              file=sys.stderr if args.json == "-" else sys.stdout)
+    return 0

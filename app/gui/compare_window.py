@@ -1,0 +1,545 @@
+"""The comparison page: 2 to 4 configurations on the identical workload, side by side on one clock.
+
+Each configuration has a column: a header with its live numbers and its block map. Below, the
+plots put every configuration on the same axes, and the results table gives each key metric with
+its ratio to the first configuration. A guided scenario adds its strip on top: the question, the
+guess committed before the run, and the measured answer revealed when the run is over.
+
+A CompareWorker thread owns the engines; a frame timer here takes its latest frame and hands
+plain snapshots and arrays to the views.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QLabel,
+    QMessageBox,
+    QSplitter,
+    QStackedWidget,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvscope.widgets.block_map import BlockMapView, state_colors
+from kvscope.widgets.compare_plots import ComparePlots, configuration_colors
+from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.results_table import ResultRow, ResultsTable
+from kvscope.widgets.scenario_panel import ScenarioPanel
+
+from kvscope.app.host.comparison import POINT_FIELDS, CompareWorker
+from kvscope.engine.units import format_percent
+from kvscope.app.gui.view_export import export_csv
+
+FRAME_INTERVAL_MS = 33
+FRAME_BUDGET_FACTOR = 4  # drawing gets at most ~1/4 of wall time: the engines share this interpreter
+MAX_FRAME_GAP_S = 0.3
+WIDE_PX = 1500  # from this width the plots and the results table sit side by side
+COLUMNS_SHARE = 0.5  # of the height below the scenario strip: the block maps; the rest plots and table
+REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the results table more room
+PLOTS_SHARE = 0.6  # of a wide window's width: the plots; the rest the results table ...
+TABLE_MAX_SHARE = 0.6  # ... or as much as its columns need, up to this
+
+# (result key, row name, unit, scale to the unit, better, decimals, tooltip)
+METRIC_ROWS = (
+    ("throughput_tokens_per_s", "Output throughput", "tokens/s", 1.0, "higher", 0,
+     "output tokens generated per second of engine time, first arrival to last finish"),
+    ("ttft_p50_s", "TTFT p50", "ms", 1e3, "lower", 1, "time to first token, median over the finished requests"),
+    ("ttft_p99_s", "TTFT p99", "ms", 1e3, "lower", 1, "time to first token, 99th percentile"),
+    ("tpot_p50_s", "Time per output token p50", "ms", 1e3, "lower", 2,
+     "time between a request's output tokens after the first, median"),
+    ("tpot_p99_s", "Time per output token p99", "ms", 1e3, "lower", 2, "time per output token, 99th percentile"),
+    ("peak_running", "Peak concurrency", "requests", 1.0, "higher", 0, "most requests running in one step"),
+    ("max_concurrent_sequences", "Max concurrency (memory math)", "sequences", 1.0, "higher", 1,
+     "KV pool / KV per sequence at max_model_len: how many full-length requests fit"),
+    ("peak_kv_usage", "Peak KV cache usage", "%", 100.0, "", 1, "largest share of KV blocks held by requests"),
+    ("mean_fragmentation", "Fragmentation", "% of slots", 100.0, "lower", 1,
+     "allocated KV token slots holding no token, averaged over busy time"),
+    ("preemptions", "Preemptions", "count", 1.0, "lower", 0, "requests evicted from the batch to free KV blocks"),
+    ("prefix_cache_hit_rate", "Prefix cache hit rate", "% of tokens", 100.0, "higher", 1,
+     "prompt tokens served from the prefix cache instead of recomputed"),
+    ("kv_quality_cost", "KV quality cost: tokens that differ", "%", 100.0, "lower", 1,
+     "share of generated tokens that differ from the model's own-precision KV (1 - top-1 agreement), measured "
+     "on the real backend; the simulated backend holds no values, so it is not measured there"),
+    ("completed", "Requests completed", "requests", 1.0, "", 0, "requests that finished"),
+)
+
+
+def result_rows(result) -> list[ResultRow]:
+    """The results table's rows from an engine.compare.ComparisonResult."""
+    rows = []
+    configs = result.configurations
+    for key, name, unit, scale, better, decimals, tip in METRIC_ROWS:
+        values = []
+        for config in configs:
+            try:
+                value = config.value(key)
+            except KeyError:
+                value = None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = value * scale if scale != 1.0 else value
+                if isinstance(value, float) and not np.isfinite(value):
+                    value = None
+            else:
+                value = None
+            values.append(value)
+        notes = tuple(c.kv_quality_note for c in configs) if key == "kv_quality_cost" else ()
+        rows.append(ResultRow(name, unit, tuple(values), better, decimals, tip, notes))
+    return rows
+
+
+class _Columns:
+    """A configuration's plot points, grown in place (appends amortised), and the output tokens
+    generated since the start at each (summed as points arrive, not over the run every frame)."""
+
+    def __init__(self):
+        self.data = np.zeros((1024, len(POINT_FIELDS) + 1))
+        self.size = 0
+
+    def extend(self, rows: np.ndarray) -> None:
+        need = self.size + len(rows)
+        if need > len(self.data):
+            grown = np.zeros((max(need, 2 * len(self.data)), self.data.shape[1]))
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size:need, :-1] = rows
+        before = self.data[self.size - 1, -1] if self.size else 0.0
+        self.data[self.size:need, -1] = before + np.cumsum(rows[:, POINT_FIELDS.index("output_tokens")])
+        self.size = need
+
+    def column(self, name: str) -> np.ndarray:
+        return self.data[: self.size, POINT_FIELDS.index(name)]
+
+    def output_tokens_so_far(self) -> np.ndarray:
+        return self.data[: self.size, -1]
+
+
+def block_legend_html(theme: Theme) -> str:
+    """The block maps' legend, said once for every column."""
+    colors = state_colors(theme)
+    sample = 7  # one request's colour in each of its states
+
+    def swatch(rgb) -> str:
+        return f"<span style='color:{hex_color(rgb)}'>\u25a0</span>"
+
+    return (f"<span>Block maps: {swatch(colors['used'][sample])} used (colour = request) &nbsp;"
+            f"{swatch(colors['shared'][sample])} shared prefix &nbsp;{swatch(colors['cached'][sample])} cached prefix "
+            f"&nbsp;{swatch(colors['reserved'][sample])} reserved, no token yet &nbsp;{swatch(colors['free'])} free"
+            f" &nbsp;\u00b7 hover a block for details</span>")
+
+
+class ConfigColumn(QWidget):
+    """One configuration: its name in its colour, its live numbers, its block map."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.label, self.detail = "", ""
+        self.header = QLabel()
+        self.header.setTextFormat(Qt.RichText)
+        self.header.setWordWrap(True)
+        self.numbers = QLabel()
+        self.numbers.setTextFormat(Qt.PlainText)
+        self.numbers.setWordWrap(True)
+        self.numbers.setToolTip("this configuration at the shared clock: its KV pool (blocks x tokens per block), "
+                                "the share of blocks requests hold, requests running and waiting, requests finished "
+                                "of the workload's")
+        self.block_map = BlockMapView()
+        # every column's legend is the same: the page shows it once; the header gives the pool size
+        self.block_map.set_legend_visible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setSpacing(2)
+        layout.addWidget(self.header)
+        layout.addWidget(self.numbers)
+        layout.addWidget(self.block_map, 1)
+
+    def set_config(self, label: str, detail: str, color: tuple) -> None:
+        self.label, self.detail = label, detail
+        self.header.setText(f"<span style='color:{hex_color(color)}'>\u25a0</span>&nbsp;<b>{label}</b>"
+                            + (f"&nbsp; {detail}" if detail else ""))
+
+    def set_numbers(self, snapshot, finished: int, total: int) -> None:
+        self.numbers.setText(f"{snapshot.num_blocks:,} blocks of {snapshot.block_size} tokens \u00b7 "
+                             f"KV {format_percent(snapshot.kv_usage)} in use\n"
+                             f"running {snapshot.num_running:,} \u00b7 waiting {snapshot.num_waiting:,} \u00b7 "
+                             f"finished {finished:,} of {total:,}")
+
+
+class CompareView(QWidget):
+    """Open a comparison with ``open_comparison(build, ...)``; Space / Right / R reach it through
+    ``toggle_play``, ``step_once`` and ``restart``."""
+
+    finished = Signal()  # every configuration finished and the final table is shown
+    play_state_changed = Signal(bool)
+    columns_rebuilt = Signal()  # new block maps: a window in demo mode scales their text
+    status_changed = Signal(str)  # what the comparison is doing, for the window's status bar
+
+    def __init__(self, parent=None, theme: Theme = DARK):
+        super().__init__(parent)
+        self._theme = theme
+        self.worker: CompareWorker | None = None
+        self.scenario = None
+        self.info: dict | None = None
+        self.results = None  # the latest ComparisonResult
+        self.done = False
+        self.revealed: tuple | None = None  # (answer text, verdict text) once revealed
+        self.errors_shown: list[str] = []
+        self.status_text = ""
+        self.series: list[_Columns] = []
+        self.finished_counts: list[int] = []
+        self.latest_snapshots: list = []
+        self.speed = 1.0
+        self._next_frame_at = 0.0
+        self._playing = False
+
+        self.panel = ScenarioPanel(theme=theme)
+        self.panel.guess_committed.connect(self._guess_committed)
+        self.panel.hide()
+        self.title = QLabel()
+        self.title.setTextFormat(Qt.PlainText)
+        self.block_legend = QLabel(block_legend_html(theme))
+        self.block_legend.setTextFormat(Qt.RichText)
+        self.block_legend.setWordWrap(True)
+        self.block_legend.setToolTip("used: holds tokens of a running request; shared: referenced by several "
+                                     "requests (a common prefix); cached: free but holding a reusable prefix; "
+                                     "reserved: held by a request, no token written yet; free: empty")
+        self.columns_box = QWidget()
+        columns_layout = QVBoxLayout(self.columns_box)
+        columns_layout.setContentsMargins(0, 0, 0, 0)
+        columns_layout.setSpacing(2)
+        grid_box = QWidget()
+        self.columns_grid = QGridLayout(grid_box)
+        self.columns_grid.setContentsMargins(0, 0, 0, 0)
+        self.columns_grid.setSpacing(6)
+        columns_layout.addWidget(grid_box, 1)
+        columns_layout.addWidget(self.block_legend)
+        self.columns: list[ConfigColumn] = []
+        self.plots = ComparePlots(theme=theme)
+        self.table = ResultsTable(theme=theme)
+        self.table.setToolTip("each configuration's results; the ratio columns divide by the first configuration")
+
+        # Wide windows show the plots and the table side by side; narrow ones (a 1280x720
+        # projector) give each the full width in tabs, and the reveal turns to the table.
+        self.bottom_split = QSplitter(Qt.Horizontal)
+        self.bottom_tabs = QTabWidget()
+        self.bottom_tabs.setDocumentMode(True)
+        self._wide: bool | None = None
+        self._sized = False
+        self._table_fitted = False
+        self.bottom = QStackedWidget()
+        self.bottom.addWidget(self.bottom_tabs)
+        self.bottom.addWidget(self.bottom_split)
+        self.split = QSplitter(Qt.Vertical)
+        self.split.addWidget(self.columns_box)
+        self.split.addWidget(self.bottom)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
+        self.split.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(4)
+        layout.addWidget(self.panel)
+        layout.addWidget(self.title)
+        layout.addWidget(self.split, 1)
+        self._arrange(wide=False)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(FRAME_INTERVAL_MS)
+        self.timer.timeout.connect(self.on_frame)
+        # The page takes the focus when a comparison opens, so a presenter's keys (Space, digits)
+        # reach the window instead of the guess box; a click in the box types a guess.
+        self.setFocusPolicy(Qt.StrongFocus)
+
+    # -- layout ------------------------------------------------------------------------------------
+    def _arrange(self, wide: bool) -> None:
+        if wide == self._wide:
+            return
+        self._wide = wide
+        if wide:
+            self.bottom_tabs.clear()
+            self.bottom_split.addWidget(self.plots)
+            self.bottom_split.addWidget(self.table)
+            self.plots.show()  # a tab page taken out of its tabs stays hidden until told otherwise
+            self.table.show()
+            self._sized = False
+            self.bottom_split.setStretchFactor(0, 3)
+            self.bottom_split.setStretchFactor(1, 2)
+            self.bottom.setCurrentWidget(self.bottom_split)
+        else:
+            self.bottom_tabs.addTab(self.plots, "Plots")
+            self.bottom_tabs.addTab(self.table, "Results table")
+            self.bottom_tabs.setTabToolTip(0, "every configuration on the same axes, on the shared clock")
+            self.bottom_tabs.setTabToolTip(1, "each key metric, with its ratio to the first configuration")
+            self.bottom.setCurrentWidget(self.bottom_tabs)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._arrange(self.width() >= WIDE_PX)
+        if not self._sized:
+            QTimer.singleShot(0, self._fit_splitters)
+
+    def _fit_splitters(self) -> None:
+        """The first layout at the window's real size: block maps over plots, plots beside the table."""
+        height, width = self.split.height(), self.bottom_split.width()
+        if height < 200:
+            return
+        self.split.setSizes([int(height * COLUMNS_SHARE), height - int(height * COLUMNS_SHARE)])
+        if self._wide and width > 200:
+            self.bottom_split.setSizes([int(width * PLOTS_SHARE), width - int(width * PLOTS_SHARE)])
+        self._sized = True
+
+    def _fit_table(self) -> None:
+        """Wide windows give the results table the width its columns need (up to TABLE_MAX_SHARE)."""
+        self._table_fitted = True
+        if not self._wide:
+            return
+        total = sum(self.bottom_split.sizes())
+        wanted = min(self.table.full_width(), int(total * TABLE_MAX_SHARE))
+        if total > 200 and wanted > self.bottom_split.sizes()[1]:
+            self.bottom_split.setSizes([total - wanted, wanted])
+
+    def show_results_table(self) -> None:
+        if not self._wide:
+            self.bottom_tabs.setCurrentWidget(self.table)
+
+    # -- opening -----------------------------------------------------------------------------------
+    def open_comparison(self, build, title: str, scenario_texts: dict | None = None, scenario=None,
+                        play: bool = False) -> None:
+        """build() -> engine.compare.Comparison, called on the worker thread. scenario_texts, if
+        given, are the ScenarioPanel's set_scenario arguments; a scenario's run waits for the guess."""
+        self.stop()
+        self.scenario = scenario
+        self.info, self.results, self.done, self.revealed = None, None, False, None
+        self._title = title if scenario_texts is None else ""
+        self._title_detail = ""
+        self.title.setText(title if scenario_texts is None else "")  # a scenario's strip has its title
+        if scenario_texts is not None:
+            self.panel.set_scenario(**scenario_texts)
+            self.panel.show()
+        else:
+            self.panel.hide()
+        self.table.set_results([], [])
+        self.plots.set_configurations([])
+        self._set_columns([])
+        self.status_text = "building the configurations ..."
+        self.status_changed.emit(self.status_text)
+        self.worker = CompareWorker(build)
+        self.worker.set_speed(self.speed)
+        self.worker.start(play=play and scenario is None)
+        self._set_playing(False)
+        self._next_frame_at = 0.0
+        self.timer.start()
+        self.setFocus()
+
+    def _set_columns(self, labels: list[str], details: list[str] | None = None) -> None:
+        while self.columns:
+            column = self.columns.pop()
+            self.columns_grid.removeWidget(column)
+            self.columns_grid.setColumnStretch(len(self.columns), 0)
+            column.deleteLater()
+        colors = configuration_colors(self._theme)
+        # One row, even of four: a 2 x 2 grid halves every block map's height, and height is what
+        # a 16:9 screen lacks. What all configurations share is said once, in the title.
+        shared = details is not None and len(set(details)) == 1
+        for i, label in enumerate(labels):
+            column = ConfigColumn()
+            column.block_map.set_theme(self._theme)
+            column.set_config(label, "" if shared or not details else details[i], colors[i % len(colors)])
+            self.columns_grid.addWidget(column, 0, i)
+            self.columns_grid.setColumnStretch(i, 1)
+            self.columns.append(column)
+        self.series = [_Columns() for _ in labels]
+        self.finished_counts = [0] * len(labels)
+        self.latest_snapshots = [None] * len(labels)
+
+    # -- controls ------------------------------------------------------------------------------------
+    @property
+    def playing(self) -> bool:
+        return self._playing
+
+    def _set_playing(self, playing: bool) -> None:
+        if playing != self._playing:
+            self._playing = playing
+            self.play_state_changed.emit(playing)
+
+    def toggle_play(self) -> None:
+        if self.worker is None:
+            return
+        if self.scenario is not None and self.panel.committed_guess is None:
+            self.panel.commit()  # Space before a guess commits the guess on screen, then runs
+            return
+        if self.done:
+            self.restart(play=True)
+        elif self._playing:
+            self.worker.pause()
+            self._set_playing(False)
+        else:
+            self.worker.play()
+            self._set_playing(True)
+
+    def step_once(self) -> None:
+        if self.worker is None or self.done:
+            return
+        if self.scenario is not None and self.panel.committed_guess is None:
+            self.panel.commit()
+            self.worker.pause()  # the guess is locked; the audience steps through by hand
+        self.worker.step_once()
+        self._set_playing(False)
+
+    def restart(self, play: bool = False) -> None:
+        """The same comparison from the start (a scenario asks for a fresh guess)."""
+        if self.worker is None:
+            return
+        self.done, self.results, self.revealed = False, None, None
+        if self.scenario is not None:
+            self.panel.reset()
+            play = False
+        self.table.set_results([], [])
+        self.plots.clear()
+        self.series = [_Columns() for _ in self.columns]
+        self.finished_counts = [0] * len(self.columns)
+        self.worker.restart(play=play)
+        self._set_playing(play)
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = speed
+        if self.worker is not None:
+            self.worker.set_speed(speed)
+
+    def _guess_committed(self, _guess) -> None:
+        if self.worker is not None and not self.done:
+            self.worker.play()
+            self._set_playing(True)
+
+    def stop(self) -> None:
+        self.timer.stop()
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+        self._set_playing(False)
+
+    # -- frames ------------------------------------------------------------------------------------
+    def on_frame(self) -> None:
+        now = time.perf_counter()
+        if self.worker is None or now < self._next_frame_at:
+            return
+        self.render_frame(self.worker.take_frame())
+        spent = time.perf_counter() - now
+        self._next_frame_at = now + min(spent * FRAME_BUDGET_FACTOR, MAX_FRAME_GAP_S)
+
+    def render_frame(self, frame) -> None:
+        if frame.info is not None:
+            self._new_comparison(frame.info)
+        if frame.error:
+            self._show_error(frame.error)
+        for i, points in enumerate(frame.points):
+            if i < len(self.series) and len(points):
+                self.series[i].extend(points)
+        if any(len(p) for p in frame.points):
+            for i, s in enumerate(self.series):
+                self.plots.set_series(i, s.column("time_s"), s.column("kv_usage"), s.column("num_running"),
+                                      s.output_tokens_so_far())
+        if frame.results is not None:
+            self.results = frame.results
+            self.finished_counts = [c.metrics.get("completed", 0) for c in frame.results.configurations]
+            self.table.set_results(frame.results.labels, result_rows(frame.results))
+            if not self._table_fitted:
+                self._fit_table()
+        if frame.snapshots is not None:
+            total = self.info["num_requests"] if self.info else 0
+            self._show_title(frame.clock_s)
+            for i, snap in enumerate(frame.snapshots):
+                if i >= len(self.columns) or snap is None:
+                    continue
+                self.latest_snapshots[i] = snap
+                flashes = frame.flashes[i] if i < len(frame.flashes) else None
+                self.columns[i].block_map.update_snapshot(snap, flashes or None)
+                self.columns[i].set_numbers(snap, self.finished_counts[i], total)
+        if frame.status:
+            self.status_text = frame.status
+            self.status_changed.emit(frame.status)
+        if frame.done:
+            self.done = True
+            self._set_playing(False)
+            self._reveal()
+            self.finished.emit()
+        elif not frame.error:
+            self._set_playing(frame.playing)
+
+    def _new_comparison(self, info: dict) -> None:
+        self.info = info
+        labels = info["labels"]
+        details = []
+        for backend, model, hardware in zip(info["backends"], info["models"], info["hardware"]):
+            where = "this machine" if backend == "real" else hardware
+            details.append(f"{model} on {where} ({backend})")
+        self._set_columns(labels, details)
+        # the table's rows from the start, every value "not measured yet"
+        self.table.set_results(labels, [ResultRow(name, unit, (None,) * len(labels), better, decimals, tip)
+                                        for _, name, unit, _, better, decimals, tip in METRIC_ROWS])
+        self._table_fitted = False
+        # a scenario's strip already names the backend, model and hardware
+        common = f"{details[0]} \u00b7 " if len(set(details)) == 1 and self.scenario is None else ""
+        workload = info.get("workload") or {}
+        source = f"trace {Path(workload['trace']).name}" if workload.get("trace") else f"seed {workload.get('seed', 0)}"
+        self._title_detail = (f"{common}the same {info['num_requests']:,} requests ({workload.get('name', 'workload')}, "
+                              f"{source}) for each configuration")
+        self._show_title(0.0)
+        self.plots.set_configurations(labels)
+        self.columns_rebuilt.emit()
+
+    def _show_title(self, clock_s: float) -> None:
+        head = f"{self._title}: " if self._title else ""
+        self.title.setText(f"{head}{self._title_detail} \u00b7 shared engine clock {clock_s:,.2f} s")
+
+    def _reveal(self) -> None:
+        self.show_results_table()
+        if not self._wide:
+            height = sum(self.split.sizes())
+            self.split.setSizes([int(height * REVEALED_COLUMNS_SHARE), height - int(height * REVEALED_COLUMNS_SHARE)])
+        if self.scenario is None or self.results is None:
+            return
+        try:
+            value, answer = self.scenario.reveal(self.results)
+            guess = self.panel.committed_guess
+            verdict = self.scenario.check_guess(guess, value) if guess is not None else "no guess was committed"
+        except Exception:  # noqa: BLE001 - a scenario's own bug must not take the window down
+            self._show_error(traceback.format_exc())
+            return
+        self.revealed = (answer, verdict)
+        self.panel.show_reveal(answer, verdict, self.scenario.claim, source=self.scenario.reveal_from.describe())
+
+    def _show_error(self, error: str) -> None:
+        self.errors_shown.append(error)
+        first_line = error.strip().splitlines()[-1] if "Traceback" in error else error
+        box = QMessageBox(QMessageBox.Warning, "The comparison stopped",
+                          f"{first_line}\n\nThe window keeps working: press R to run it again, or open another "
+                          "scenario.", parent=self)
+        if "Traceback" in error:
+            box.setDetailedText(error)
+        box.setModal(False)
+        box.open()
+        self._set_playing(False)
+
+    # -- theme and export ----------------------------------------------------------------------------
+    def set_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        self.panel.set_theme(theme)
+        self.block_legend.setText(block_legend_html(theme))
+        self.plots.set_theme(theme)
+        self.table.set_theme(theme)
+        colors = configuration_colors(theme)
+        for i, column in enumerate(self.columns):
+            column.block_map.set_theme(theme)
+            column.set_config(column.label, column.detail, colors[i % len(colors)])
+
+    def export_table_csv(self, path):
+        return export_csv(self.table.header(for_csv=True), self.table.csv_rows(), path)

@@ -1,0 +1,115 @@
+"""Saving what a view shows: a plot as PNG or SVG (pyqtgraph's own exporters, so an SVG stays
+vector), a whole view (block map, batch timeline) as a PNG of the widget, a table as CSV."""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+
+import pyqtgraph as pg
+import pyqtgraph.exporters  # noqa: F401 - registers pg.exporters
+
+PLOT_FORMATS = "PNG image (*.png);;SVG drawing (*.svg)"
+PNG_FORMAT = "PNG image (*.png)"
+CSV_FORMAT = "CSV table (*.csv)"
+PNG_SCALE = 2  # plots are exported at twice their size on screen: sharp on a slide
+
+
+class ExportError(Exception):
+    """Why a file could not be written, in words for a dialog."""
+
+
+def default_name(title: str, suffix: str) -> str:
+    """'KV cache vs compute' -> 'kvscope-kv-cache-vs-compute.png'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    return f"kvscope-{slug}{suffix}"
+
+
+def writable(path) -> Path:
+    """path, if a file can be written there; else ExportError with the reason."""
+    from kvscope.engine.config import ConfigError
+
+    from kvscope.app.cli.options import check_output_path
+
+    try:
+        check_output_path("export to", str(path))
+    except ConfigError as exc:
+        raise ExportError(str(exc).removeprefix("export to ")) from None
+    return Path(path)
+
+
+_CLOSE_SENTINEL = re.compile(r"Z[-+0-9.eE]+,[-+0-9.eE]+")
+
+
+def _accept_closed_svg_paths() -> None:
+    """pyqtgraph 0.14.0's SVG exporter re-maps every path point as an "x,y" pair and fails on the
+    "Z" (close path) that Qt 6.8+ writes after every rectangle (pyqtgraph issue #3495): no plot
+    could be saved as SVG. Each "Z" is handed to it as "Z0,0", which it maps like a point, and
+    turned back into "Z" afterwards. Applied once; a pyqtgraph without the function is left alone."""
+    module = sys.modules.get("pyqtgraph.exporters.SVGExporter")
+    original = getattr(module, "correctCoordinates", None)
+    if original is None or getattr(original, "accepts_closed_paths", False):
+        return
+
+    def correct_coordinates(node, defs, item, options):
+        paths = node.getElementsByTagName("path")
+        for path in paths:
+            d = path.getAttribute("d")
+            if "Z" in d:
+                path.setAttribute("d", re.sub(r"Z(?=\s|$)", "Z0,0", d))
+        original(node, defs, item, options)
+        for path in paths:
+            d = path.getAttribute("d")
+            if "Z" in d:
+                path.setAttribute("d", _CLOSE_SENTINEL.sub("Z", d))
+
+    correct_coordinates.accepts_closed_paths = True
+    module.correctCoordinates = correct_coordinates
+
+
+def export_plot(plot_item: pg.PlotItem, path) -> Path:
+    """One plot (with its title, axes and legend) as .png or .svg, chosen by the file's suffix."""
+    path = writable(path)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        exporter = pg.exporters.ImageExporter(plot_item)
+        width = int(plot_item.sceneBoundingRect().width() * PNG_SCALE)
+        exporter.parameters()["width"] = max(width, 200)
+    elif suffix == ".svg":
+        _accept_closed_svg_paths()
+        exporter = pg.exporters.SVGExporter(plot_item)
+    else:
+        raise ExportError(f"{path.name}: a plot is saved as .png or .svg, not {suffix or 'a file with no suffix'}")
+    try:
+        exporter.export(str(path))
+    except OSError as exc:
+        raise ExportError(f"{path}: {exc.strerror or exc}") from exc
+    if not path.is_file():
+        raise ExportError(f"{path}: could not be written")
+    return path
+
+
+def export_widget_png(widget, path) -> Path:
+    """A whole view as it is on screen (with its legend and status line) as a PNG."""
+    path = writable(path)
+    if path.suffix.lower() != ".png":
+        raise ExportError(f"{path.name}: this view is saved as a .png image")
+    if not widget.grab().save(str(path), "PNG"):
+        raise ExportError(f"{path}: could not be written")
+    return path
+
+
+def export_csv(header: list[str], rows: list[list], path) -> Path:
+    path = writable(path)
+    if path.suffix.lower() != ".csv":
+        raise ExportError(f"{path.name}: a table is saved as .csv")
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+    except OSError as exc:
+        raise ExportError(f"{path}: {exc.strerror or exc}") from exc
+    return path

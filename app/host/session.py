@@ -1,0 +1,394 @@
+"""The engine's side of the window: what runs where the engine lives.
+
+An EngineSession owns the Engine: it builds it (loading a real model can take seconds), steps it
+while playing -- pacing the simulated clock to a multiple of real time -- and gathers what the
+window needs. When the window asks (at most once per frame) take_frame() hands over one
+FrameDelta: a fresh snapshot and the steps, events and finished-request metrics since the previous
+frame, bounded so a frame costs the same however fast the engine runs. The engine never waits for
+the window; what the window had no time to draw is dropped or summarised.
+
+The session runs in the engine process (app/engine_process.py); it is plain single-threaded
+code, so tests and benchmarks can also drive it directly.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from itertools import chain
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kvscope.engine import Engine, EngineArgs
+from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
+from kvscope.app.lab.workload import WorkloadSpec, generate_requests
+
+from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
+from kvscope.engine.units import format_bytes
+
+STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
+EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
+# Holding the newest 400 steps alive costs ~1.5 us a step in cache misses: ~10 % of a 15 us
+# simulated step, nothing next to a real forward. Engines whose steps are this cheap keep no
+# steps or events between frames: asked for a frame, the engine process keeps the next 400.
+CHEAP_STEP_S = 0.0001
+SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
+SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
+SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
+CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
+MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; applying a new one rebuilds the engine in place."""
+
+    backend: str  # simulated | real
+    model: ModelConfig
+    hardware: HardwareSpec
+    engine_args: EngineArgs
+    workload: WorkloadSpec
+    seed: int = 0
+    model_path: str | None = None  # real backend: a local model directory instead of the preset's shape
+
+
+class SeriesPoint(NamedTuple):
+    """One point of the live plots: the state after a step, and what happened since the last point."""
+
+    time_s: float  # engine clock at the end of the step
+    kv_usage: float
+    num_running: int
+    num_waiting: int
+    output_tokens: int  # since the previous point
+    compute_utilization: float  # compute-bound time / step time, since the previous point
+    preemptions: int  # since the previous point
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the window knows of the engine it shows, reported by the engine itself once built."""
+
+    label: str
+    backend: str  # the runner's name: simulated | real
+    plan: object  # MemoryPlan
+    resolved: object  # ResolvedArgs
+    args: EngineArgs
+    model: ModelConfig
+    hardware: HardwareSpec
+    workload: WorkloadSpec
+    allocation: str  # the KV manager in use: paged | contiguous
+    kv_tensor_bytes: int | None = None  # real backend: bytes of the paged K/V tensors actually allocated
+
+    def __getitem__(self, key: str):  # the window reads it like the dict it used to be
+        return getattr(self, key)
+
+
+@dataclass
+class FrameDelta:
+    snapshot: object | None = None  # engine Snapshot, None if unchanged
+    steps: deque = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))  # newest StepResults
+    events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))  # newest engine Events
+    points: list = field(default_factory=list)  # SeriesPoints since the last frame
+    finished: list = field(default_factory=list)  # (finish_time_s, ttft_s, queue_time_s)
+    summary: dict | None = None
+    status: str = ""
+    error: str | None = None  # an exception inside the engine, with its traceback
+    engine_info: EngineInfo | None = None  # set when a new engine was built
+    playing: bool = False
+    done: bool = False
+    build_cost_s: float = 0.0  # engine-side time spent building and sending the previous frame
+    recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing happened and nothing runs: what a paused engine answers 60 times a second."""
+        return not (self.playing or self.done or self.snapshot is not None or self.steps or self.events
+                    or self.points or self.finished or self.summary is not None or self.status or self.error
+                    or self.engine_info is not None or self.recording_steps is not None)
+
+
+class EngineSession:
+    def __init__(self):
+        self.engine: Engine | None = None
+        self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as possible
+        self.playing = False
+        self._pending = FrameDelta()
+        self._stepped = True  # the engine changed since the last snapshot
+        self._last_summary = 0.0
+        self._last_point = 0.0
+        self._point_steps = 0  # engine steps at the last point
+        self._last_result = None  # the newest step's result (on the flat-out path: as of the last advance())
+        self._point_base = (0, 0.0, 0.0, 0)  # output tokens, compute time, busy time, preemptions at the last point
+        self._summary_interval = SUMMARY_INTERVAL_S
+        self._event_lists: deque = deque(maxlen=EVENTS_KEPT)  # the newest steps' event lists, for the next frame
+        self._steps_per_clock_check = 1
+        self.mean_step_s = float("inf")  # wall time of a flat-out step, measured over the last advance()
+        self._pacing = Pacing()
+        self._finished_seen = 0
+        self._config: RunConfig | None = None
+        self._label = ""
+        self._recorder = None  # a RunRecorder while the window records the run
+
+    # -- commands -------------------------------------------------------------------------------
+    def handle(self, command: str, arg) -> None:
+        # Whatever comes next (a single step, a paced run, a new engine) is kept for the next frame;
+        # after a pause or a single step that frame also brings a summary with the snapshot.
+        self.keep_history_for_next_frame()
+        if command in ("pause", "step"):
+            self._stepped = self.engine is not None
+            self._last_summary = -float("inf")
+        if command == "apply":
+            config, play = arg
+            self._build(config)
+            self.playing = play and self.engine is not None
+            self._pacing.restart()
+        elif command == "play" and self.engine is not None:
+            self.playing = True
+            self._pacing.restart()
+        elif command == "pause":
+            self.playing = False
+        elif command == "step" and self.engine is not None:
+            self.playing = False
+            self._run_one_step()
+        elif command == "speed":
+            self.speed = arg
+            self._pacing.restart()
+        elif command == "record":
+            self._start_recording(arg)
+        elif command == "stop_recording":
+            self._stop_recording("recording stopped")
+        elif command == "fail":  # the self-test and tests check that an engine error reaches the window
+            def broken_step():
+                raise RuntimeError(arg)
+            if self.engine is not None:
+                self.engine.step = broken_step
+
+    @property
+    def cheap_steps(self) -> bool:
+        """Steps so cheap that keeping them between frames would cost the engine (CHEAP_STEP_S)."""
+        return self.mean_step_s < CHEAP_STEP_S
+
+    def keep_history_for_next_frame(self) -> None:
+        """From now on keep the newest STEPS_KEPT steps and their events: a frame may be asked for soon."""
+        if self._pending.steps.maxlen != STEPS_KEPT:
+            self._pending.steps = deque(maxlen=STEPS_KEPT)
+            self._event_lists = deque(maxlen=EVENTS_KEPT)
+
+    def take_frame(self, keep_history: bool = True) -> FrameDelta:
+        """Everything since the last call, with a snapshot if the engine changed meanwhile. The
+        engine process passes keep_history=False for an engine of cheap steps running flat out,
+        and calls keep_history_for_next_frame() when the next frame is asked for."""
+        frame = self._pending
+        self._pending = FrameDelta(steps=deque(maxlen=STEPS_KEPT if keep_history else 0))
+        frame.playing = self.playing
+        if self._event_lists:  # lists, not events, are kept per step: flattened once per frame here
+            frame.events.extend(chain.from_iterable(self._event_lists))
+        self._event_lists = deque(maxlen=EVENTS_KEPT if keep_history else 0)
+        if self._recorder is not None:
+            frame.recording_steps = self._recorder.num_steps
+        if self.engine is not None and self._stepped:
+            frame.snapshot = self.engine.snapshot()
+            self._stepped = False
+            now = time.perf_counter()
+            if frame.summary is None and now - self._last_summary >= self._summary_interval:
+                frame.summary = self.engine.summary()
+                self._last_summary = time.perf_counter()
+                self._summary_interval = max(SUMMARY_INTERVAL_S, SUMMARY_COST_FACTOR * (self._last_summary - now))
+        return frame
+
+    # -- running --------------------------------------------------------------------------------
+    @property
+    def flat_out(self) -> bool:
+        """Playing with nothing to wait for: every moment spent elsewhere is a step not taken."""
+        return self.playing and self.engine is not None and (self.speed == 0 or self.engine.runner.name != "simulated")
+
+    def advance(self, budget_s: float = 0.0) -> float:
+        """Engine steps for about budget_s of wall time (at least one), or -- when a paced engine
+        is ahead of the wall clock -- the seconds to wait before the next. Stepping in bursts
+        keeps the caller's own checks (the engine process polls its pipe) off the per-step path."""
+        engine = self.engine
+        paced = self.speed > 0 and engine.runner.name == "simulated"
+        if not paced and self._recorder is None:
+            return self._advance_flat_out(budget_s)
+        deadline = time.perf_counter() + budget_s
+        while True:
+            if paced:
+                ahead = engine.clock - self._pacing.target(engine.clock, self.speed, time.perf_counter())
+                if ahead > 0:
+                    return min(ahead / self.speed, MAX_WAIT_S)
+            now = self._run_one_step()
+            if now is None or now >= deadline:
+                return 0.0
+
+    def _advance_flat_out(self, budget_s: float) -> float:
+        """advance() with nothing to pace and nothing to record: the loop the window's cost is
+        measured on. A simulated step takes ~15 us at maximum speed, and reading the clock, two
+        calls and copying the events after each step cost ~10 % of that; here a step costs an
+        append or two, and the clock is read every few steps (about every CLOCK_CHECK_INTERVAL_S)."""
+        step = self.engine.step
+        keep_step = self._pending.steps.append
+        keep_events = self._event_lists.append
+        keeping = self._pending.steps.maxlen != 0
+        per_check = self._steps_per_clock_check
+        clock = time.perf_counter
+        started = now = clock()
+        deadline = started + budget_s
+        steps = 0
+        self._stepped = True
+        result = self._last_result
+        try:
+            while now < deadline or not steps:
+                for _ in range(per_check):
+                    stepped = step()
+                    if stepped is None:
+                        self._workload_complete(result)
+                        return 0.0
+                    result = stepped
+                    if keeping:
+                        keep_step(result)
+                        if result.events:
+                            keep_events(result.events)
+                steps += per_check
+                now = clock()
+                if now - self._last_point >= SERIES_INTERVAL_S:
+                    self._last_point = now
+                    self._add_point(result)
+        except Exception:  # noqa: BLE001 - the engine stops; the window shows the error and stays usable
+            self._engine_failed()
+            return 0.0
+        self._last_result = result
+        self.mean_step_s = (now - started) / steps
+        self._steps_per_clock_check = max(1, min(MAX_STEPS_PER_CLOCK_CHECK,
+                                                 int(CLOCK_CHECK_INTERVAL_S / max(self.mean_step_s, 1e-9))))
+        return 0.0
+
+    # -- recording ------------------------------------------------------------------------------
+    def _start_recording(self, path: str) -> None:
+        from kvscope.app.lab.recording import RunRecorder
+
+        if self.engine is None:
+            self._pending.error = "Nothing to record: no engine is built (apply the settings first)."
+            return
+        self._stop_recording("a new recording started")
+        try:
+            self._recorder = RunRecorder(self.engine, path, {"label": self._label, "workload": self._config.workload,
+                                                             "seed": self._config.seed})
+        except (OSError, ConfigError) as exc:
+            self._pending.error = f"Cannot record to {path}: {exc}"
+            return
+        self._pending.status = f"recording to {path}"
+
+    def _stop_recording(self, note: str) -> None:
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        try:
+            size = recorder.close(self.engine.summary() if self.engine is not None else None, note=note)
+        except (OSError, ConfigError) as exc:  # RecordingError (a ConfigError) wraps a failed write
+            self._pending.error = f"The recording {recorder.path} could not be finished: {exc}"
+            return
+        self._pending.status = (f"recording written to {recorder.path} ({format_bytes(size)}, "
+                                f"{recorder.num_steps:,} steps); open it with File > Open recording")
+
+    def _build(self, config: RunConfig) -> None:
+        self._stop_recording("the engine was rebuilt")
+        self._config = config
+        self.engine = None
+        self._finished_seen = 0
+        self._point_base = (0, 0.0, 0.0, 0)
+        self._point_steps = 0
+        self._last_result = None
+        self._event_lists = deque(maxlen=EVENTS_KEPT)
+        self._steps_per_clock_check = 1
+        self.mean_step_s = float("inf")
+        self._summary_interval = SUMMARY_INTERVAL_S
+        self._pending = FrameDelta(status=f"building the {config.backend} engine ...")
+        try:
+            if config.backend == "real":
+                from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
+
+                loaded = load_for_real_backend(model_path=config.model_path, architecture=None if config.model_path
+                                               else config.model)
+                engine = create_real_engine(loaded, config.engine_args)
+                label = loaded.label
+            else:
+                engine = Engine(config.model, config.hardware, config.engine_args)
+                label = f"{config.model.name} (simulated on {config.hardware.name})"
+            engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed))
+        except ConfigError as exc:
+            self._pending = FrameDelta(error=str(exc), status="could not build the engine")
+            return
+        except Exception:  # noqa: BLE001 - shown to the user; the window keeps working
+            self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
+            return
+        self.engine = engine
+        self._label = label
+        cache = getattr(engine.runner, "cache", None)
+        info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
+                          args=engine.args, model=engine.model, hardware=engine.hardware, workload=config.workload,
+                          allocation=engine.kv.kind, kv_tensor_bytes=getattr(cache, "nbytes", None))
+        self._pending = FrameDelta(engine_info=info, status=f"ready: {label}")
+        self._stepped = True
+
+    def _run_one_step(self) -> float | None:
+        """One step and its bookkeeping; the wall time after it, or None if the engine stopped."""
+        try:
+            result = self.engine.step()
+        except Exception:  # noqa: BLE001 - the engine stops; the window shows the error and stays usable
+            self._engine_failed()
+            return None
+        self._stepped = True
+        if result is None:
+            self._workload_complete(self._last_result)
+            return None
+        self._last_result = result
+        if self._recorder is not None:
+            try:
+                self._recorder.record_step(result)
+            except (OSError, ConfigError) as exc:  # a full disk: the run goes on, the recording stops
+                path, self._recorder = self._recorder.path, None
+                self._pending.error = f"Recording to {path} stopped: {exc}"
+        self._pending.steps.append(result)
+        if result.events:
+            self._event_lists.append(result.events)
+        now = time.perf_counter()
+        if now - self._last_point >= SERIES_INTERVAL_S:
+            self._last_point = now
+            self._add_point(result)
+        return now
+
+    def _engine_failed(self) -> None:
+        self.playing = False
+        self._pending.error = traceback.format_exc()
+        self._pending.status = "the engine stopped with an error"
+
+    def _workload_complete(self, last_result) -> None:
+        self.playing = False
+        if last_result is not None and self.engine.metrics.steps > self._point_steps:
+            self._add_point(last_result)  # the last tokens count too
+        self._collect_finished()
+        self._pending.done = True
+        self._pending.summary = self.engine.summary()
+        self._pending.status = "workload complete"
+        self._stop_recording("the workload completed")
+
+    def _add_point(self, result) -> None:
+        metrics = self.engine.metrics
+        tokens0, compute0, busy0, preempt0 = self._point_base
+        busy = metrics.busy_time - busy0
+        self._pending.points.append(SeriesPoint(
+            result.start_time_s + result.duration_s, result.kv_usage, result.num_running, result.num_waiting,
+            metrics.sampled_tokens - tokens0, (metrics.compute_time - compute0) / busy if busy > 0 else 0.0,
+            metrics.preemptions - preempt0))
+        self._point_base = (metrics.sampled_tokens, metrics.compute_time, metrics.busy_time, metrics.preemptions)
+        self._point_steps = metrics.steps
+        self._collect_finished()
+
+    def _collect_finished(self) -> None:
+        metrics = self.engine.metrics
+        if len(metrics.ttft) > self._finished_seen:
+            seen = self._finished_seen
+            self._pending.finished.extend(zip(metrics.finish_times[seen:], metrics.ttft[seen:],
+                                              metrics.queue_time[seen:]))
+            self._finished_seen = len(metrics.ttft)

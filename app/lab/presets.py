@@ -1,0 +1,168 @@
+"""Loading and validating presets: the TOML files in presets/ (a config.json is read by engine.hf_config).
+
+Presets are found through importlib.resources, so a source checkout, an installed wheel and a
+frozen bundle all resolve them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
+from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
+
+KINDS = ("models", "hardware", "workloads")
+THIS_MACHINE = "this-machine"
+
+_MODEL_KEYS = {
+    "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
+    "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes", "weights_source",
+}
+_HARDWARE_KEYS = {
+    "name", "description", "source", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops",
+    "gpu_count", "interconnect_bandwidth_bytes_per_s", "kind",
+}
+
+
+def presets_root():
+    return resources.files("kvscope.presets")
+
+
+def user_presets_root() -> Path:
+    """Where a user's own presets live ($KVSCOPE_CONFIG_DIR, else ~/.config/kvscope), listed beside the built-in ones."""
+    base = os.environ.get("KVSCOPE_CONFIG_DIR") or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kvscope"
+    return Path(base) / "presets"
+
+
+def _names_in(folder) -> list[str]:
+    try:
+        return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def builtin_preset_names(kind: str) -> list[str]:
+    return _names_in(presets_root() / kind)
+
+
+def user_preset_names(kind: str) -> list[str]:
+    return _names_in(user_presets_root() / kind)
+
+
+def preset_names(kind: str) -> list[str]:
+    names = builtin_preset_names(kind)
+    names += [n for n in user_preset_names(kind) if n not in names]
+    if kind == "hardware":
+        names.append(THIS_MACHINE)
+    return names
+
+
+def read_toml(path, label: str) -> dict:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: malformed TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+
+
+def _preset_file(kind: str, name: str):
+    path = presets_root() / kind / f"{name}.toml"
+    if not path.is_file():
+        path = user_presets_root() / kind / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(preset_names(kind))
+        singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
+        raise ConfigError(f"unknown {singular} preset {name!r}; known: {known}")
+    return path
+
+
+def _check_keys(data: dict, allowed: set, label: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{label}: unknown field(s) {', '.join(unknown)}")
+
+
+def model_from_dict(data: dict, label: str) -> ModelConfig:
+    _check_keys(data, _MODEL_KEYS, label)
+    return build_config(ModelConfig, dict(data), label)
+
+
+def hardware_from_dict(data: dict, label: str) -> HardwareSpec:
+    _check_keys(data, _HARDWARE_KEYS, label)
+    return build_config(HardwareSpec, dict(data), label)
+
+
+def load_model(name: str) -> ModelConfig:
+    path = _preset_file("models", name)
+    return model_from_dict(read_toml(path, f"model preset {name}"), f"model preset {name}")
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    if name == THIS_MACHINE:
+        from kvscope.app.lab.this_machine import detect_this_machine
+
+        return detect_this_machine()
+    path = _preset_file("hardware", name)
+    return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}")
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def save_user_preset(kind: str, name: str, fields: dict) -> Path:
+    """Write a user preset (validated first: what is saved always loads)."""
+    if kind not in ("models", "hardware"):
+        raise ConfigError(f"cannot save a {kind} preset")
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"a preset name uses letters, digits, '-', '_' and '.', got {name!r}")
+    if name in builtin_preset_names(kind) or name == THIS_MACHINE:
+        raise ConfigError(f"{name!r} is a built-in preset; choose another name")
+    data = {**{k: v for k, v in fields.items() if v is not None}, "name": name}
+    (model_from_dict if kind == "models" else hardware_from_dict)(data, f"preset {name}")
+    folder = user_presets_root() / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    lines += [f"\n[{key}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+              for key, value in data.items() if isinstance(value, dict)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def delete_user_preset(kind: str, name: str) -> None:
+    if name not in user_preset_names(kind):
+        raise ConfigError(f"{name!r} is not one of your presets")
+    (user_presets_root() / kind / f"{name}.toml").unlink()
+
+
+def load_workload(name: str) -> WorkloadSpec:
+    path = _preset_file("workloads", name)
+    label = f"workload preset {name}"
+    return workload_from_dict(read_toml(path, label), label, trace_dir=presets_root() / "traces")
+
+
+def load_workload_file(path: str | Path) -> WorkloadSpec:
+    path = Path(path)
+    label = f"workload file {path}"
+    return workload_from_dict(read_toml(path, label), label, trace_dir=path.parent)

@@ -1,0 +1,542 @@
+"""Guided scenarios: a question asked before a comparison runs, and its answer read from the run.
+
+Each scenario (presets/scenarios/*.toml) teaches one claim of the seed lessons: it asks a
+question, runs two to four configurations on the identical workload (engine/compare.py), and
+reveals the answer from what was measured — a metric of one configuration, a ratio between two,
+or a memory-math quantity — never from a number written in the file. Files are validated on
+load; an error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvscope.app.lab.compare import (
+    BACKENDS,
+    MAX_CONFIGURATIONS,
+    MEMORY_FIELDS,
+    MIN_CONFIGURATIONS,
+    ComparisonResult,
+    ComparisonSpec,
+    ComparisonWorkload,
+    Variant,
+)
+from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
+from kvscope.engine.memory_math import plan_memory, require_fit
+from kvscope.engine.metrics import MetricsCollector
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload, presets_root, read_toml
+from kvscope.app.lab.workload import workload_from_dict
+from kvscope.engine.units import GiB
+
+ANSWER_KINDS = ("number", "choice")
+REVEAL_KINDS = ("metric", "ratio", "memory", "best")
+METRIC_NAMES = frozenset(MetricsCollector().summary()) | {"kv_quality_cost"}
+MEMORY_QUANTITIES = frozenset(MEMORY_FIELDS) - {"kv_cache_dtype"}
+FRACTION_METRICS = frozenset({
+    "peak_kv_usage", "mean_kv_usage", "prefix_cache_hit_rate", "mean_fragmentation", "compute_utilization",
+    "kv_quality_cost",
+})
+# unit -> factor from the quantity's own unit (seconds, fractions, bytes) to the one shown
+UNITS_BY_KIND = {
+    "ratio": {"x": 1.0},
+    "time": {"s": 1.0, "ms": 1e3},
+    "fraction": {"%": 100.0},
+    "bytes": {"GiB": 1 / GiB, "MiB": 1 / 1024**2, "KiB": 1 / 1024},
+    "count": {"requests": 1.0, "sequences": 1.0, "tokens/s": 1.0, "blocks": 1.0, "tokens": 1.0, "steps": 1.0},
+}
+# A guess within this share of the answer is called close.
+CLOSE = 0.10
+
+_TOP_KEYS = {"name", "order", "title", "seed_lesson", "claim", "caption", "question", "answer", "reveal", "base",
+             "configs"}
+_ANSWER_KEYS = {"kind", "unit", "choices"}
+_REVEAL_KEYS = {"metric", "ratio", "memory", "best", "config", "numerator", "denominator", "highest"}
+_BASE_KEYS = {"backend", "model", "hardware", "memory_gib", "seed", "num_requests", "min_requests", "workload",
+              "engine"}
+_CONFIG_KEYS = {"label", "model", "hardware", "memory_gib", "engine", "output_tokens"}
+_SHAPING_KEYS = {"prompt_scale", "output_scale", "max_output_tokens", "all_at_once"}
+_ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineArgs)} - {"seed"}
+_BOOL_ENGINE_KEYS = {"enable_prefix_caching", "enable_chunked_prefill"}
+
+
+def scenarios_root():
+    return presets_root() / "scenarios"
+
+
+@dataclass(frozen=True)
+class Answer:
+    kind: str  # number | choice
+    unit: str = ""  # number answers
+    choices: tuple = ()  # choice answers: configuration labels
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """Where the answer comes from in a ComparisonResult."""
+
+    kind: str  # metric | ratio | memory | best
+    name: str  # the metric or memory quantity
+    config: str = ""  # metric, memory
+    numerator: str = ""  # ratio
+    denominator: str = ""  # ratio
+    highest: bool = True  # best: the choice whose configuration has the highest value wins
+
+    def describe(self) -> str:
+        words = quantity_words(self.name)
+        if self.kind == "ratio":
+            return f"{words} of \"{self.numerator}\" / {words} of \"{self.denominator}\", measured"
+        if self.kind == "memory":
+            return f"{words} from the memory math of \"{self.config}\""
+        if self.kind == "best":
+            return f"the configuration with the {'highest' if self.highest else 'lowest'} {words}, measured"
+        return f"{words} of \"{self.config}\", measured"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    order: int
+    title: str
+    seed_lesson: str
+    claim: str
+    caption: str
+    question: str
+    answer: Answer
+    reveal_from: Reveal
+    backend: str
+    workload: ComparisonWorkload
+    configs: tuple  # of compare.Variant; the first is the baseline
+    min_requests: int
+    path: str
+
+    @property
+    def labels(self) -> list[str]:
+        return [c.label for c in self.configs]
+
+    @property
+    def num_requests(self) -> int:
+        return self.workload.spec.num_requests
+
+    @property
+    def seed(self) -> int:
+        return self.workload.seed
+
+    def comparison_spec(self, requests: int | None = None, seed: int | None = None) -> ComparisonSpec:
+        if requests is not None and requests < self.min_requests:
+            raise ConfigError(f"scenario {self.name}: needs at least {self.min_requests} requests for its claim to "
+                              f"show, got {requests}")
+        if seed is not None and seed < 0:
+            raise ConfigError(f"seed must be 0 or more, got {seed}")
+        return ComparisonSpec(list(self.configs), self.workload, title=self.title).with_overrides(requests, seed)
+
+    def reveal(self, result: ComparisonResult) -> tuple:
+        """(the answer, the answer as text with its unit), read from the run."""
+        r = self.reveal_from
+        if r.kind == "best":
+            values = {label: result[label].value(r.name) for label in self.answer.choices}
+            known = {k: v for k, v in values.items() if v is not None}
+            if not known:
+                raise ConfigError(f"scenario {self.name}: no configuration measured {r.name}")
+            best = (max if r.highest else min)(known, key=known.get)
+            measured = ", ".join(f"{label} {format_quantity(r.name, v)}" for label, v in values.items())
+            return best, f"{best} ({quantity_words(r.name)}: {measured})"
+        if r.kind == "ratio":
+            raw = result.ratio(r.name, r.numerator, r.denominator)
+        else:
+            raw = result[r.config].value(r.name)
+        if raw is None:
+            raise ConfigError(f"scenario {self.name}: the run measured no {r.name} to reveal the answer from")
+        value = raw * UNITS_BY_KIND[quantity_kind(r)][self.answer.unit]
+        return value, format_answer(value, self.answer.unit)
+
+    def check_guess(self, guess, result) -> str:
+        """How close a guess came. `result` is the ComparisonResult, or the value reveal() gave."""
+        actual = self.reveal(result)[0] if isinstance(result, ComparisonResult) else result
+        if self.answer.kind == "choice":
+            picked = parse_choice(guess, self.answer.choices)
+            if picked == actual:
+                return f"Right: \"{actual}\"."
+            return f"Not this time: you picked \"{picked}\"; the run says \"{actual}\"."
+        value = parse_number(guess)
+        unit = self.answer.unit
+        shown = format_answer(actual, unit)
+        if actual == 0:
+            off = "exact" if value == 0 else f"off by {format_answer(abs(value), unit)}"
+            return f"You guessed {format_answer(value, unit)}; the run says {shown}: {off}."
+        error = (value - actual) / abs(actual)
+        if abs(error) <= CLOSE:
+            verdict = f"close: within {abs(error) * 100:.0f} %"
+        else:
+            verdict = f"{abs(error) * 100:.0f} % {'high' if error > 0 else 'low'}"
+            factor = value / actual if actual else math.inf
+            if factor >= 2 or 0 < factor <= 0.5:
+                verdict += f" ({factor:.2g} times the answer)"
+        return f"You guessed {format_answer(value, unit)}; the run says {shown}: {verdict}."
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "order": self.order, "title": self.title, "seed_lesson": self.seed_lesson,
+            "claim": self.claim, "caption": self.caption, "question": self.question,
+            "answer": {"kind": self.answer.kind, "unit": self.answer.unit, "choices": list(self.answer.choices)},
+            "reveal": self.reveal_from.describe(), "backend": self.backend, "num_requests": self.num_requests,
+            "min_requests": self.min_requests, "seed": self.seed, "configurations": self.labels, "path": self.path,
+        }
+
+
+QUANTITY_WORDS = {
+    "throughput_tokens_per_s": "output throughput", "peak_running": "peak running requests",
+    "peak_kv_usage": "peak KV cache usage", "itl_max_s": "longest pause between tokens",
+    "prefix_cache_hit_rate": "prefix cache hit rate", "max_concurrent_sequences": "max concurrent sequences",
+    "ttft_p50_s": "median time to first token", "ttft_p99_s": "p99 time to first token",
+}
+
+
+def quantity_words(name: str) -> str:
+    return QUANTITY_WORDS.get(name) or name.removesuffix("_s").replace("_", " ")
+
+
+def quantity_kind(reveal: Reveal) -> str:
+    if reveal.kind == "ratio":
+        return "ratio"
+    name = reveal.name
+    if name in FRACTION_METRICS:
+        return "fraction"
+    if name.endswith("_s"):
+        return "time"
+    if name.endswith("_bytes") or name.startswith("kv_bytes"):
+        return "bytes"
+    return "count"
+
+
+def format_quantity(name: str, value) -> str:
+    """A metric or memory quantity in its natural unit, for text beside an answer."""
+    if value is None:
+        return "-"
+    kind = quantity_kind(Reveal("metric", name))
+    if kind == "fraction":
+        return f"{value * 100:.1f} %"
+    if kind == "time":
+        return format_answer(value * 1e3, "ms") if value < 1 else format_answer(value, "s")
+    if kind == "bytes":
+        return format_answer(value / GiB, "GiB")
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return format_answer(value, "").rstrip()
+
+
+def format_answer(value, unit: str) -> str:
+    if isinstance(value, str):
+        return value
+    if unit == "x":
+        return f"{value:.2f}x"
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return f"{text} {unit}"
+
+
+_NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def parse_number(guess) -> float:
+    if isinstance(guess, (int, float)) and not isinstance(guess, bool):
+        value = float(guess)
+    else:
+        match = _NUMBER.search(str(guess))
+        if not match:
+            raise ConfigError(f"a guess is a number, got {guess!r}")
+        value = float(match.group(0).replace(",", "").replace("_", ""))
+    if not math.isfinite(value):
+        raise ConfigError(f"a guess is a finite number, got {guess!r}")
+    return value
+
+
+def parse_choice(guess, choices: tuple) -> str:
+    text = str(guess).strip()
+    for choice in choices:
+        if text.lower() == choice.lower():
+            return choice
+    if text.isdigit() and 1 <= int(text) <= len(choices):
+        return choices[int(text) - 1]
+    raise ConfigError(f"choose one of: {', '.join(f'{i}. {c}' for i, c in enumerate(choices, 1))}; got {guess!r}")
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def scenario_names() -> list[str]:
+    """The built-in scenarios, in their order (a window maps keys 1-9 to them)."""
+    found = []
+    try:
+        files = [p for p in scenarios_root().iterdir() if p.name.endswith(".toml")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for path in files:
+        name = path.name[: -len(".toml")]
+        try:
+            order = read_toml(path, f"scenario file {path}").get("order")
+        except ConfigError:
+            order = None
+        found.append((order if isinstance(order, int) and not isinstance(order, bool) else math.inf, name))
+    return [name for _, name in sorted(found)]
+
+
+def load_scenario(name_or_path) -> Scenario:
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text or "\\" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"scenario file {path}: no such file")
+    else:
+        path = scenarios_root() / f"{text}.toml"
+        if not path.is_file():
+            raise ConfigError(f"unknown scenario {text!r}; known: {', '.join(scenario_names())}")
+    label = f"scenario file {path}"
+    return scenario_from_dict(read_toml(path, label), label, path)
+
+
+class _Fields:
+    """Reads one TOML table, naming the file and the field in every error."""
+
+    def __init__(self, data, where: str, label: str, allowed: set):
+        self.label = label
+        self.where = where
+        if not isinstance(data, dict):
+            raise self.error(f"expected a table, got {data!r}")
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise self.error(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        self.data = data
+
+    def error(self, message: str, key: str | None = None) -> ConfigError:
+        field = f"{self.where}.{key}" if self.where and key else (key or self.where)
+        return ConfigError(f"{self.label}: {field}: {message}" if field else f"{self.label}: {message}")
+
+    def text(self, key: str, required: bool = True, default: str = "") -> str:
+        if key not in self.data:
+            if required:
+                raise self.error("missing (a text field)", key)
+            return default
+        value = self.data[key]
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(f"must be non-empty text, got {value!r}", key)
+        return value.strip()
+
+    def whole(self, key: str, required: bool = True, default=None, minimum: int = 1):
+        if key not in self.data:
+            if required:
+                raise self.error("missing (a whole number)", key)
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(f"must be a whole number >= {minimum}, got {value!r}", key)
+        return value
+
+    def number(self, key: str, default=None):
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise self.error(f"must be a number greater than 0, got {value!r}", key)
+        return float(value)
+
+
+def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scenario:
+    top = _Fields(data, "", label, _TOP_KEYS)
+    name = top.text("name")
+    order = top.whole("order")
+    answer = _answer(top, data.get("answer"))
+    base = _Fields(data.get("base", {}), "base", label, _BASE_KEYS)
+    backend = base.text("backend")
+    if backend not in BACKENDS:
+        raise base.error(f"must be one of {', '.join(BACKENDS)}, got {backend!r}", "backend")
+    configs_data = data.get("configs")
+    if not isinstance(configs_data, list) or not MIN_CONFIGURATIONS <= len(configs_data) <= MAX_CONFIGURATIONS:
+        count = len(configs_data) if isinstance(configs_data, list) else 0
+        raise ConfigError(f"{label}: configs: needs {MIN_CONFIGURATIONS} to {MAX_CONFIGURATIONS} [[configs]] "
+                          f"tables, got {count}")
+    configs = tuple(_config(base, backend, c, i, label) for i, c in enumerate(configs_data))
+    labels = [c.label for c in configs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{label}: configs: labels must differ, got {', '.join(labels)}")
+    reveal = _reveal(top, data.get("reveal"), answer, labels)
+    workload = _workload(base, path)
+    min_requests = base.whole("min_requests", required=False, default=1)
+    if min_requests > workload.spec.num_requests:
+        raise base.error(f"({min_requests}) is more than num_requests ({workload.spec.num_requests})", "min_requests")
+    return Scenario(
+        name=name, order=order, title=top.text("title"), seed_lesson=top.text("seed_lesson"),
+        claim=top.text("claim"), caption=top.text("caption"), question=top.text("question"), answer=answer,
+        reveal_from=reveal, backend=backend, workload=workload, configs=configs, min_requests=min_requests,
+        path=str(path) if path is not None else "",
+    )
+
+
+def _answer(top: _Fields, data) -> Answer:
+    if data is None:
+        raise top.error("missing [answer] table", "answer")
+    fields = _Fields(data, "answer", top.label, _ANSWER_KEYS)
+    kind = fields.text("kind")
+    if kind not in ANSWER_KINDS:
+        raise fields.error(f"must be one of {', '.join(ANSWER_KINDS)}, got {kind!r}", "kind")
+    if kind == "choice":
+        choices = data.get("choices")
+        if (not isinstance(choices, list) or len(choices) < 2
+                or not all(isinstance(c, str) and c.strip() for c in choices)):
+            raise fields.error("a choice answer needs a list of at least two configuration labels", "choices")
+        return Answer("choice", "", tuple(c.strip() for c in choices))
+    if "choices" in data:
+        raise fields.error("only a choice answer has choices", "choices")
+    unit = fields.text("unit")
+    known = sorted({u for units in UNITS_BY_KIND.values() for u in units})
+    if unit not in known:
+        raise fields.error(f"must be one of {', '.join(known)}, got {unit!r}", "unit")
+    return Answer("number", unit)
+
+
+def _reveal(top: _Fields, data, answer: Answer, labels: list[str]) -> Reveal:
+    if data is None:
+        raise top.error("missing [reveal] table", "reveal")
+    fields = _Fields(data, "reveal", top.label, _REVEAL_KEYS)
+    kinds = [k for k in REVEAL_KINDS if k in data]
+    if len(kinds) != 1:
+        raise fields.error("give exactly one of: metric (with config), ratio (with numerator and denominator), "
+                           "memory (with config), best (for a choice answer)")
+    kind = kinds[0]
+    name = fields.text(kind)
+    allowed = MEMORY_QUANTITIES if kind == "memory" else METRIC_NAMES | MEMORY_QUANTITIES
+    if name not in allowed:
+        raise fields.error(f"unknown quantity {name!r}; known: {', '.join(sorted(allowed))}", kind)
+
+    def config_label(key: str) -> str:
+        value = fields.text(key)
+        if value not in labels:
+            raise fields.error(f"no configuration labelled {value!r}; the configs are: {', '.join(labels)}", key)
+        return value
+
+    if kind == "best":
+        if answer.kind != "choice":
+            raise fields.error("best reveals a choice answer; use metric, ratio or memory for a number", "best")
+        for choice in answer.choices:
+            if choice not in labels:
+                raise ConfigError(f"{top.label}: answer.choices: {choice!r} is not a configuration label; "
+                                  f"the configs are: {', '.join(labels)}")
+        highest = data.get("highest", True)
+        if not isinstance(highest, bool):
+            raise fields.error(f"must be true or false, got {highest!r}", "highest")
+        reveal = Reveal("best", name, highest=highest)
+    elif answer.kind == "choice":
+        raise fields.error("a choice answer is revealed by best = METRIC", kind)
+    elif kind == "ratio":
+        reveal = Reveal("ratio", name, numerator=config_label("numerator"), denominator=config_label("denominator"))
+    else:
+        reveal = Reveal(kind, name, config=config_label("config"))
+    if answer.kind == "number":
+        quantity = quantity_kind(reveal)
+        units = UNITS_BY_KIND[quantity]
+        if answer.unit not in units:
+            raise ConfigError(f"{top.label}: answer.unit: {name} is a {quantity} quantity; "
+                              f"its unit is one of {', '.join(units)}, got {answer.unit!r}")
+    return reveal
+
+
+def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
+    data = base.data.get("workload")
+    if data is None:
+        raise base.error("missing [base.workload] table", "workload")
+    if not isinstance(data, dict):
+        raise base.error(f"expected a table, got {data!r}", "workload")
+    where = f"{base.label}: base.workload"
+    fields = dict(data)
+    shaping = {k: fields.pop(k) for k in _SHAPING_KEYS if k in fields}
+    preset = fields.pop("preset", None)
+    try:
+        if preset is not None:
+            if not isinstance(preset, str):
+                raise ConfigError(f"preset must be a workload preset name, got {preset!r}")
+            spec = load_workload(preset)
+            if fields:
+                override = workload_from_dict({"name": spec.name, **fields}, where,
+                                              trace_dir=path.parent if path else None)
+                field_names = {"trace": "trace_path"}
+                spec = dataclasses.replace(spec, **{field_names.get(k, k): getattr(override, field_names.get(k, k))
+                                                   for k in fields})
+        else:
+            spec = workload_from_dict({"name": "scenario workload", **fields}, where,
+                                      trace_dir=path.parent if path else None)
+        num_requests = base.whole("num_requests")
+        spec = spec.with_overrides(num_requests=num_requests)
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith(base.label) else f"{where}: {message}") from None
+    shape = _Fields(shaping, "base.workload", base.label, _SHAPING_KEYS)
+    max_output = shape.whole("max_output_tokens", required=False)
+    all_at_once = shaping.get("all_at_once", False)
+    if not isinstance(all_at_once, bool):
+        raise shape.error(f"must be true or false, got {all_at_once!r}", "all_at_once")
+    try:
+        return ComparisonWorkload(
+            spec=spec, seed=base.whole("seed", required=False, default=0, minimum=0),
+            prompt_scale=shape.number("prompt_scale", 1.0), output_scale=shape.number("output_scale", 1.0),
+            max_output_tokens=max_output, all_at_once=all_at_once,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{base.label}: base.{exc}") from None
+
+
+def _engine_overrides(table, where: str, label: str) -> dict:
+    fields = _Fields(table, where, label, _ENGINE_KEYS)
+    for key in _BOOL_ENGINE_KEYS & set(table):
+        if not isinstance(table[key], bool):
+            raise fields.error(f"must be true or false, got {table[key]!r}", key)
+    return dict(table)
+
+
+def _config(base: _Fields, backend: str, data, index: int, label: str) -> Variant:
+    where = f"configs[{index + 1}]"
+    fields = _Fields(data, where, label, _CONFIG_KEYS)
+    name = fields.text("label")
+    where = f"configs[{index + 1}] ({name})"
+    fields.where = where
+
+    def pick(key: str):
+        return fields.data.get(key, base.data.get(key))
+
+    model_name = pick("model")
+    if not isinstance(model_name, str):
+        raise fields.error("missing: set model in [base] or in the configuration", "model")
+    hardware_name = pick("hardware")
+    memory_gib = fields.number("memory_gib", base.number("memory_gib"))
+    if backend == "real" and (hardware_name is not None or memory_gib is not None):
+        raise fields.error("the real backend runs on this machine: size its KV pool with "
+                           "engine.kv_cache_memory_bytes, not hardware or memory_gib", "hardware")
+    if backend == "simulated" and not isinstance(hardware_name, str):
+        raise fields.error("missing: the simulated backend needs a hardware preset (in [base] or here)", "hardware")
+    engine = {**_engine_overrides(base.data.get("engine", {}), "base.engine", label),
+              **_engine_overrides(data.get("engine", {}), f"{where}.engine", label)}
+    try:
+        model = load_model(model_name)
+    except ConfigError as exc:
+        raise fields.error(str(exc), "model") from None
+    try:
+        args = EngineArgs(**engine)
+        if backend == "simulated":
+            hardware = load_hardware(hardware_name)
+            if memory_gib is not None:
+                hardware = hardware.with_memory(int(memory_gib * GiB))
+        else:
+            from kvscope.app.lab.this_machine import detect_this_machine
+
+            hardware = detect_this_machine(use_cuda=False)
+        plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
+        if backend == "simulated":
+            require_fit(plan)
+    except (ConfigError, TypeError) as exc:
+        raise fields.error(str(exc)) from None
+    return Variant(
+        label=name, backend=backend, model=model_name, hardware=hardware_name if backend == "simulated" else None,
+        memory_bytes=int(memory_gib * GiB) if memory_gib is not None else None, engine_args=args,
+        output_tokens=fields.whole("output_tokens", required=False),
+    )

@@ -1,0 +1,40 @@
+"""Numbers for people: every figure printed or drawn carries its unit. One set of formatters for the
+command line, the window and the widgets (plain Python: the widgets may import it)."""
+
+from __future__ import annotations
+
+import math
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+
+
+def format_bytes(n: float) -> str:
+    """Binary units (GiB, MiB, KiB), as memory is sized; decimal GB follows for large values."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            text = f"{sign}{n / size:.2f} {unit}"
+            if size >= GiB:
+                text += f" ({sign}{n / 1e9:.1f} GB)"
+            return text
+    return f"{sign}{n:.0f} B"
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def format_percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f} %"
