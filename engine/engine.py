@@ -85,9 +85,9 @@ class Engine:
         self.sink = EventSink()
         num_blocks = self.plan.num_blocks
         if args.allocation == "contiguous":
-            self.kv = ContiguousKVCacheManager(num_blocks, args.block_size, self.resolved.max_model_len, self.sink)
+            self.kv = ContiguousKVCacheManager(num_blocks, self.plan.block_size, self.resolved.max_model_len, self.sink)
         else:
-            self.kv = PagedKVCacheManager(num_blocks, args.block_size, args.enable_prefix_caching, self.sink)
+            self.kv = PagedKVCacheManager(num_blocks, self.plan.block_size, args.enable_prefix_caching, self.sink)
         self.scheduler = Scheduler(self.resolved, self.kv, self.sink)
         if runner_factory is None:
             from kvscope.engine.runners.simulated import SimulatedRunner as runner_factory

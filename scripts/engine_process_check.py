@@ -1,6 +1,7 @@
-"""The window's engine process without the window: the default run (real backend, tiny-llama,
-Azure trace, 64 MiB KV budget) in a spawned process on this machine's GPU or CPU, played for a
-few seconds, frames taken as the window takes them, the run recorded to a .kvrec and read back.
+"""The window's live engine process (a SessionHost running an EngineSession) without the window:
+the default run (real backend, tiny-llama, Azure trace, 64 MiB KV budget) in a spawned process on
+this machine's GPU or CPU, played for a few seconds, frames taken as the window takes them, the
+run recorded to a .kvrec and read back.
 For a CUDA machine with no display (scripts/gpu_check.sh runs it): python scripts/engine_process_check.py OUTDIR
 """
 
@@ -11,7 +12,8 @@ from types import SimpleNamespace
 
 
 def main(out: Path, seconds: float = 8.0) -> int:
-    from kvscope.app.host.engine_process import EngineProcess
+    from kvscope.app.host.process_host import SessionHost
+    from kvscope.app.host.session import EngineSession
     from kvscope.app.cli.gui import initial_values
     from kvscope.app.gui.run_settings import build_run_config
     from kvscope.app.lab.recording import Recording
@@ -20,7 +22,7 @@ def main(out: Path, seconds: float = 8.0) -> int:
     config = build_run_config(initial_values(args))
     out.mkdir(parents=True, exist_ok=True)
     recording = out / "engine-process.kvrec"
-    worker = EngineProcess()
+    worker = SessionHost(EngineSession)
     worker.start()
     worker.set_speed(0.0)
     worker.apply(config, play=True)

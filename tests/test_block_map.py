@@ -21,6 +21,8 @@ from kvscope.engine.snapshot import (
     Snapshot,
 )
 from kvscope.widgets import block_map as bm
+from kvscope.widgets import block_map_colors as colors
+from kvscope.widgets import block_map_grid as grid
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.palette import DARK, LIGHT, NUM_REQUEST_COLORS, REQUEST_COLORS, request_color_index
 
@@ -106,16 +108,16 @@ def rgb(c):
 # --- colours and the index image -----------------------------------------------------------------
 def test_known_allocation_colours(view):
     view.update_snapshot(known_snapshot())
-    colours = bm.state_colors(DARK)
+    colours = colors.state_colors(DARK)
     red5 = rgb(REQUEST_COLORS[5])
     for b in (0, 1, 2):
-        assert view.index_image()[view.cell_at(b)] == bm.LUT_USED + 5
+        assert view.index_image()[view.cell_at(b)] == colors.LUT_USED + 5
         assert color_at(view, b) == red5
-    assert view.index_image()[view.cell_at(3)] == bm.LUT_CACHED + 5
+    assert view.index_image()[view.cell_at(3)] == colors.LUT_CACHED + 5
     assert color_at(view, 3) == rgb(colours["cached"][5])
-    assert view.index_image()[view.cell_at(4)] == bm.LUT_SHARED + 5
+    assert view.index_image()[view.cell_at(4)] == colors.LUT_SHARED + 5
     assert color_at(view, 4) == rgb(colours["shared"][5])
-    assert view.index_image()[view.cell_at(5)] == bm.LUT_RESERVED + 5
+    assert view.index_image()[view.cell_at(5)] == colors.LUT_RESERVED + 5
     assert color_at(view, 5) == rgb(colours["reserved"][5])
     assert color_at(view, 6) == rgb(REQUEST_COLORS[9])
     for b in range(7, 20):
@@ -134,14 +136,14 @@ def test_padding_cells_use_the_no_block_entry(view):
     assert view.index_image().shape == (rows, width)
     assert rows * width > 20
     flat = view.index_image().reshape(-1)
-    assert np.all(flat[20:] == bm.LUT_NO_BLOCK)
-    assert rgb(view.lut()[bm.LUT_NO_BLOCK]) == DARK.background != DARK.free_block
+    assert np.all(flat[20:] == colors.LUT_NO_BLOCK)
+    assert rgb(view.lut()[colors.LUT_NO_BLOCK]) == DARK.background != DARK.free_block
 
 
 def test_index_image_matches_a_per_block_reference(view):
     """The vectorised index image equals a plain loop over blocks, for random pools and owner ids
     on both colour paths (table lookup and the modulo fallback for huge ids)."""
-    for seed, max_owner in ((1, 300), (2, bm._MAX_COLOR_TABLE * 4)):
+    for seed, max_owner in ((1, 300), (2, grid._MAX_COLOR_TABLE * 4)):
         snap = random_snapshot(5000, seed=seed, max_owner=max_owner)
         view.update_snapshot(snap)
         img = view.index_image().reshape(-1)
@@ -149,15 +151,15 @@ def test_index_image_matches_a_per_block_reference(view):
             s, o, r = int(snap.block_state[b]), int(snap.block_owner[b]), int(snap.block_ref_cnt[b])
             c = int(request_color_index(np.array([o]))[0])
             if s == BLOCK_FREE:
-                expected = bm.LUT_FREE
+                expected = colors.LUT_FREE
             elif s == BLOCK_USED and r > 1:
-                expected = bm.LUT_SHARED + c
+                expected = colors.LUT_SHARED + c
             elif s == BLOCK_USED:
-                expected = bm.LUT_USED + c
+                expected = colors.LUT_USED + c
             elif s == BLOCK_CACHED:
-                expected = bm.LUT_CACHED + c
+                expected = colors.LUT_CACHED + c
             else:
-                expected = bm.LUT_RESERVED + c
+                expected = colors.LUT_RESERVED + c
             assert img[b] == expected, (b, s, o, r)
 
 
@@ -165,17 +167,17 @@ def test_unknown_state_is_not_drawn_as_a_block_colour(view):
     snap = known_snapshot(20)
     snap.block_state[8] = 9
     view.update_snapshot(snap)
-    assert view.index_image()[view.cell_at(8)] == bm.LUT_NO_BLOCK
+    assert view.index_image()[view.cell_at(8)] == colors.LUT_NO_BLOCK
 
 
 def test_lut_layout_fits_and_has_request_colours():
-    lut = bm.build_lut(DARK)
+    lut = colors.build_lut(DARK)
     assert lut.shape == (256, 3) and lut.dtype == np.uint8
-    assert np.array_equal(lut[bm.LUT_USED:bm.LUT_USED + NUM_REQUEST_COLORS], REQUEST_COLORS)
+    assert np.array_equal(lut[colors.LUT_USED:colors.LUT_USED + NUM_REQUEST_COLORS], REQUEST_COLORS)
     # the four variants of every request colour are distinct from each other and from free
     for i in range(NUM_REQUEST_COLORS):
-        entries = {rgb(lut[base + i]) for base in (bm.LUT_USED, bm.LUT_CACHED, bm.LUT_RESERVED, bm.LUT_SHARED)}
-        entries.add(rgb(lut[bm.LUT_FREE]))
+        entries = {rgb(lut[base + i]) for base in (colors.LUT_USED, colors.LUT_CACHED, colors.LUT_RESERVED, colors.LUT_SHARED)}
+        entries.add(rgb(lut[colors.LUT_FREE]))
         assert len(entries) == 5, i
 
 
@@ -203,13 +205,13 @@ def test_rendered_pixels_match_the_lut(view, qtbot):
 
 # --- layout -------------------------------------------------------------------------------------
 def test_grid_width_rule():
-    assert bm.grid_width(1) == 8
-    assert bm.grid_width(20) == 8
-    assert bm.grid_width(3000) == round(math.sqrt(6000))
-    assert bm.grid_width(500_000) == 1000
-    assert bm.grid_width(10_000_000) == 1024
+    assert grid.grid_width(1) == 8
+    assert grid.grid_width(20) == 8
+    assert grid.grid_width(3000) == round(math.sqrt(6000))
+    assert grid.grid_width(500_000) == 1000
+    assert grid.grid_width(10_000_000) == 1024
     for n in (1, 7, 8, 9, 1000, 3001, 500_000):
-        rows, width = bm.grid_shape(n)
+        rows, width = grid.grid_shape(n)
         assert rows * width >= n > (rows - 1) * width
 
 
@@ -278,7 +280,7 @@ def test_flash_decays_after_enough_fast_updates_without_fake_clock(view):
     view.update_snapshot(snap, changed={"prefix_hit": np.array([2, 5]), "preempted": np.array([9]),
                                         "allocated": np.array([99, -1])})  # out of range: ignored
     assert view.flash_image()[view.cell_at(2)] > 0 and view.flash_image()[view.cell_at(9)] > 0
-    for _ in range(int(bm.FLASH_SECONDS / bm._FLASH_MIN_STEP_S) + 2):
+    for _ in range(int(grid.FLASH_SECONDS / grid._FLASH_MIN_STEP_S) + 2):
         view.update_snapshot(snap)
     assert not view.flash_image().any()
 
@@ -402,7 +404,7 @@ def test_theme_switch_changes_lut_and_background(view):
     assert not np.array_equal(view.lut(), dark_lut)
     assert np.array_equal(view.index_image(), dark_index)  # the image is theme-free
     assert color_at(view, 10) == LIGHT.free_block
-    assert rgb(view.lut()[bm.LUT_NO_BLOCK]) == LIGHT.background
+    assert rgb(view.lut()[colors.LUT_NO_BLOCK]) == LIGHT.background
     assert view._glw.backgroundBrush().color().getRgb()[:3] == LIGHT.background
     assert view._image.lut is view.lut()
     assert rgb(view.flash_lut()[5][:3]) == LIGHT.flash
@@ -419,7 +421,7 @@ def test_legend_counts_with_units_and_tooltips(view):
     assert texts["cached"].endswith("1 blocks (5.0 % of the pool)") or texts["cached"].endswith("1 block (5.0 % of the pool)")
     assert "reserved" in texts["reserved"] and "(5.0 % of the pool)" in texts["reserved"]
     assert texts["free"] == "free 13 blocks (65.0 % of the pool)"
-    for entry in view._legend.values():
+    for entry in view._legend.entries.values():
         assert len(entry.toolTip()) > 20
 
 
@@ -452,7 +454,7 @@ def test_half_a_million_blocks(view, qtbot):
         view.update_snapshot(snap, changed if i % 4 == 0 else None)
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
-        view._compute_index(snap)
+        view._grid.draw(snap)
         numpy_times.append(time.perf_counter() - t)
     t = time.perf_counter()
     pixmap = view.grab()
@@ -468,19 +470,51 @@ def test_half_a_million_blocks(view, qtbot):
 
 
 # --- layering ------------------------------------------------------------------------------------
-def test_module_imports_only_what_widgets_may():
-    tree = ast.parse(Path(bm.__file__).read_text())
+BLOCK_MAP_FILES = sorted(Path(bm.__file__).parent.glob("block_map*.py"))
+
+
+def imported_modules(path: Path) -> set:
     modules = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             modules.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0
             modules.add(node.module)
+    return modules
+
+
+@pytest.mark.parametrize("path", BLOCK_MAP_FILES, ids=lambda p: p.name)
+def test_module_imports_only_what_widgets_may(path):
+    modules = imported_modules(path)
     allowed = {"__future__", "math", "time", "numpy", "pyqtgraph", "PySide6", "kvscope.engine.snapshot"}
     modules = {m for m in modules if not m.startswith("kvscope.widgets.")}  # other views: fine
     assert modules <= allowed, modules - allowed
-    assert "kvscope.engine.engine" not in Path(bm.__file__).read_text()
+    assert "kvscope.engine.engine" not in path.read_text()
+
+
+def test_the_colours_and_the_grid_are_plain_numpy():
+    """What each index means and how a snapshot becomes the images: checkable with no Qt."""
+    assert len(BLOCK_MAP_FILES) >= 5
+    for module in (colors, grid):
+        modules = imported_modules(Path(module.__file__))
+        assert not {m for m in modules if m.split(".")[0] in ("PySide6", "pyqtgraph")}, module.__name__
+        assert {m for m in modules if m.startswith("kvscope.widgets.")} <= {
+            "kvscope.widgets.block_map_colors", "kvscope.widgets.palette"}
+
+
+def test_the_grid_draws_a_snapshot_without_a_view():
+    snap = known_snapshot(20)
+    cells = grid.BlockGrid(20)
+    cells.draw(snap)
+    assert cells.index_image.shape == grid.grid_shape(20)
+    assert cells.index_image[cells.cell_at(0)] == colors.LUT_USED + 5
+    assert cells.index_image[cells.cell_at(4)] == colors.LUT_SHARED + 5
+    assert cells.block_counts() == {"used": 4, "shared": 1, "cached": 1, "reserved": 1, "free": 13}
+    assert cells.advance_flashes(0.0, {"evicted": [3]}) and cells.flash_image[cells.cell_at(3)] > 0
+    assert cells.advance_flashes(grid.FLASH_SECONDS, None) and not cells.flash_image.any()
+    cells.dim_all_but(snap, 9)
+    assert cells.undimmed_count() == 1 and cells.dim_image[cells.cell_at(6)] == 0
 
 
 def test_importing_the_widget_pulls_in_no_engine_module():
@@ -506,9 +540,9 @@ def test_empty_pool_and_pool_resize(view):
     assert view.index_image().size == 0
     assert view.legend_texts()["free"] == "free 0 blocks (0.0 % of the pool)"
     view.update_snapshot(known_snapshot(20), changed={"allocated": [7]})
-    assert view.index_image().shape == bm.grid_shape(20)
+    assert view.index_image().shape == grid.grid_shape(20)
     view.update_snapshot(random_snapshot(3000), changed={"allocated": [2999]})
-    assert view.index_image().shape == bm.grid_shape(3000)
+    assert view.index_image().shape == grid.grid_shape(3000)
     assert view.flash_image()[view.cell_at(2999)] > 0
     assert view.flash_image()[view.cell_at(7)] == 0  # old pool's flashes do not carry over
 

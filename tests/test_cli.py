@@ -8,6 +8,7 @@ The last section holds regressions for input-handling bugs found while these tes
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -21,12 +22,12 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-from kvscope.engine.config import ConfigError
+from kvscope.engine.config import ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload_file, read_toml
 from cli_helper import cli
 
 GiB = 1024**3
-H100_MEMORY = 85520809984  # h100-80gb preset, per device
+H100_MEMORY = 85029027840  # h100-80gb preset, per device: the CUDA-visible 79.19 GiB vLLM logs
 MATH_KEYS = (
     "kv_bytes_per_token",
     "kv_bytes_per_sequence",
@@ -122,7 +123,7 @@ def write_trace(path: Path, *rows: str) -> Path:
 
 
 def test_math_prints_a_readable_table_with_units(capsys):
-    rc, out, err = cli(capsys, "math", "--model", "llama-3-8b", "--hardware", "h100-80gb")
+    rc, out, err = cli(capsys, "math", "--model", "llama-3-8b", "--hardware", "h100-80gb", "--accounting", "lesson")
     assert rc == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "KV cache memory math"
@@ -137,13 +138,13 @@ def test_math_prints_a_readable_table_with_units(capsys):
     assert "1.00 GiB" in rows["KV per sequence"] and "8,192 tokens" in rows["KV per sequence"]
     assert "GiB" in rows["KV pool"] and "GiB" in rows["weights"]
     assert "16 tokens = 2.00 MiB" in rows["block"]
-    assert "29,043" in rows["blocks"]
-    assert "56.72" in rows["max concurrent sequences"]
+    assert "28,832" in rows["blocks"]  # (0.9 x 79.19 GiB - 14.96 GiB) / 2 MiB
+    assert "56.31" in rows["max concurrent sequences"]
     assert "does not fit" not in out
 
 
 def test_math_json_is_one_object_with_consistent_numbers(capsys):
-    rc, out, err = cli(capsys, "math", "--json")
+    rc, out, err = cli(capsys, "math", "--json", "--accounting", "lesson")
     assert rc == 0 and err == ""
     plan = json.loads(out)  # the whole of stdout is one JSON object
     assert isinstance(plan, dict)
@@ -202,8 +203,8 @@ def test_math_kv_cache_dtype_auto_follows_the_model(capsys):
 @pytest.mark.parametrize("hardware, tp", [("h100-80gb", 1), ("8x-h100-80gb", 8)])
 def test_math_reserve_bytes_lowers_the_pool_by_exactly_that_per_device(capsys, hardware, tp):
     model = "llama-3-70b" if tp > 1 else "llama-3-8b"
-    base = math_json(capsys, "--model", model, "--hardware", hardware)
-    reserved = math_json(capsys, "--model", model, "--hardware", hardware, "--reserve-bytes", GiB)
+    base = math_json(capsys, "--model", model, "--hardware", hardware, "--accounting", "lesson")
+    reserved = math_json(capsys, "--model", model, "--hardware", hardware, "--reserve-bytes", GiB, "--accounting", "lesson")
     assert base["tensor_parallel_size"] == tp
     assert base["kv_pool_bytes"] - reserved["kv_pool_bytes"] == GiB * tp
     assert reserved["reserve_bytes"] == GiB * tp
@@ -215,6 +216,25 @@ def test_math_reserve_is_shown_in_the_table(capsys):
     rc, out, _ = cli(capsys, "math", "--reserve-bytes", 2 * GiB)
     assert rc == 0
     assert any(line.startswith("reserve") and "2.00 GiB" in line for line in out.splitlines()), out
+
+
+def test_math_shows_what_vllm_holds_back_and_the_lessons_formula_beside_it(capsys):
+    rc, out, err = cli(capsys, "math", "--model", "gemma-3-27b", "--gpu-memory-utilization", 0.95,
+                       "--vllm-version", "0.19", "--max-num-seqs", 1024, "--max-model-len", 8192)
+    assert rc == 0 and err == ""
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
+    for label in ("accounting", "weights", "activation peak", "non-torch memory", "CUDA graphs", "KV pool",
+                  "layer groups", "GPU KV cache size", "the lesson's formula"):
+        assert label in rows, f"no {label!r} row in:\n{out}"
+    assert "vLLM 0.19" in rows["accounting"]
+    assert "7 groups of 10 layers" in rows["layer groups"] and "8 padding layers" in rows["layer groups"]
+    assert "not subtracted" in rows["CUDA graphs"]  # vLLM 0.19 captured graphs after sizing the KV cache
+    plan = math_json(capsys, "--model", "gemma-3-27b", "--gpu-memory-utilization", 0.95, "--vllm-version", "0.19",
+                     "--max-num-seqs", 1024, "--max-model-len", 8192)
+    assert plan["kv_cache_size_tokens"] == pytest.approx(36560, rel=0.03)  # vLLM 0.19 logged 36,560 tokens
+    # at 8K the windows save nothing, so the reserve makes vLLM's figure the smaller one
+    assert plan["lesson_max_concurrent_sequences"] > plan["max_concurrent_sequences"]
+    assert plan["reserve_bytes"] == plan["activation_bytes"] + plan["non_torch_bytes"] + plan["cudagraph_bytes"]
 
 
 @pytest.mark.parametrize("dtype, expected", [("fp16", 14e9), ("bf16", 14e9), ("fp32", 28e9), ("fp8", 7e9),
@@ -257,17 +277,22 @@ def test_math_explicit_geometry_names_what_is_missing(capsys, argv, missing):
 def test_math_memory_flags(capsys):
     gib = math_json(capsys, "--memory-gib", 80)
     raw = math_json(capsys, "--memory-bytes", 80 * GiB)
-    a100 = math_json(capsys, "--hardware", "a100-80gb")
+    a100 = math_json(capsys, "--hardware", "a100-80gb", "--memory-gib", 80)
     assert gib["memory_bytes"] == raw["memory_bytes"] == a100["memory_bytes"] == 80 * GiB
-    assert gib["kv_pool_bytes"] == raw["kv_pool_bytes"] == a100["kv_pool_bytes"]
-    assert math_json(capsys, "--hardware", "a100-40gb")["memory_bytes"] == 40 * GiB
+    assert gib["kv_pool_bytes"] == raw["kv_pool_bytes"]
+    # the same memory on another card: the lesson's pool is the same (vLLM's token budget differs)
+    assert math_json(capsys, "--memory-gib", 80, "--accounting", "lesson")["kv_pool_bytes"] == \
+        math_json(capsys, "--hardware", "a100-80gb", "--memory-gib", 80, "--accounting", "lesson")["kv_pool_bytes"]
+    # presets hold the CUDA-visible total: A100 80GB 79.15 GiB, A100 40GB 39.50 GiB
+    assert math_json(capsys, "--hardware", "a100-80gb")["memory_bytes"] == 81050 * 1024**2
+    assert math_json(capsys, "--hardware", "a100-40gb")["memory_bytes"] == int(39.5 * GiB)
     assert math_json(capsys, "--hardware", "l4-24gb", "--memory-gib", 48)["memory_bytes"] == 48 * GiB
 
 
 def test_math_gpu_memory_utilization(capsys):
     low = math_json(capsys, "--gpu-memory-utilization", 0.5)
     high = math_json(capsys, "--gpu-memory-utilization", 0.9)
-    full = math_json(capsys, "--gpu-memory-utilization", 1)
+    full = math_json(capsys, "--gpu-memory-utilization", 1, "--accounting", "lesson")
     assert low["gpu_memory_utilization"] == 0.5
     assert abs((high["kv_pool_bytes"] - low["kv_pool_bytes"]) - 0.4 * H100_MEMORY) <= 2
     assert full["kv_pool_bytes"] == H100_MEMORY - full["weights_bytes"]
@@ -376,6 +401,78 @@ def test_no_command_prints_help_and_exits_2(capsys):
     rc, out, _ = cli(capsys)
     assert rc == 2
     assert "math" in out and "run" in out and "presets" in out
+
+
+# -- the command line's shape: one module per command, engine flags generated from EngineArgs ------
+
+
+def test_each_command_is_one_module_named_after_it():
+    import importlib
+
+    from kvscope.app.cli.main import COMMANDS, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(commands.choices) == [*COMMANDS, "bench"]
+    for name in COMMANDS:
+        module = importlib.import_module(f"kvscope.app.cli.{name}")
+        assert callable(module.add_parser) and callable(module.run), name
+        assert commands.choices[name].get_default("func") is module.run, name
+
+
+def test_every_engine_argument_with_a_flag_is_generated_from_engine_args(capsys):
+    from kvscope.app.cli import options
+
+    rc, usage, _ = cli(capsys, "run", "--help")
+    assert rc == 0
+    fields = options.engine_flag_fields()
+    assert {f.name for f in fields} >= {"block_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+                                         "max_num_batched_tokens", "kv_cache_dtype", "enable_prefix_caching",
+                                         "enable_chunked_prefill", "tensor_parallel_size"}
+    text = " ".join(usage.split())  # argparse wraps the help
+    for field in fields:
+        flag = "--" + field.name.replace("_", "-")  # vLLM's spelling
+        assert flag in usage, flag
+        if field.metadata["default_text"] is None and type(field.default) in (int, float):
+            assert f"{field.metadata['help']} (default {field.default:g})" in text, flag
+    assert "(default 256)" in text and "(default 0.9)" in text and "(default 16)" in text
+    # no flags given: every engine argument is at EngineArgs' default
+    from kvscope.app.cli.main import build_parser
+
+    assert options.engine_args_from_args(build_parser().parse_args(["run"])) == EngineArgs()
+    assert options.engine_args_from_args(build_parser().parse_args(["math"])) == EngineArgs()
+
+
+def test_a_new_engine_argument_gets_its_flag_with_no_edit_to_the_command_line(monkeypatch):
+    """What `add a field to EngineArgs` means for the CLI: nothing, the flag follows."""
+    from dataclasses import dataclass, field as dataclass_field
+
+    from kvscope.app.cli import options
+
+    @dataclass(frozen=True)
+    class WithLoras(EngineArgs):
+        max_loras: int = dataclass_field(default=4, metadata={
+            "help": "adapters in one batch", "flags": "scheduler", "default_text": None, "choices": (), "unit": ""})
+
+    monkeypatch.setattr(options, "EngineArgs", WithLoras)
+    parser = argparse.ArgumentParser(prog="kvscope")
+    options.add_scheduler_options(parser)
+    assert "adapters in one batch (default 4)" in " ".join(parser.format_help().split())
+    assert options.engine_args_from_args(parser.parse_args(["--max-loras", "2"])).max_loras == 2
+    assert options.engine_args_from_args(parser.parse_args([])).max_loras == 4
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--max-loras", "1.5"])  # an int field takes whole numbers only
+
+
+def test_kvscope_math_imports_neither_torch_nor_qt():
+    code = ("import sys, contextlib, io\n"
+            "from kvscope.app.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['math']) == 0\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'PySide6', 'pyqtgraph') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 # -- kvscope run -----------------------------------------------------------------------------------
@@ -504,7 +601,8 @@ def test_run_prefix_caching_switch(capsys):
 
 
 def test_run_small_memory_preempts_and_fills_the_pool(capsys):
-    report = run_json(capsys, "--memory-gib", 16.8)  # ~83 blocks left after llama-3-8b's weights
+    # ~83 blocks left after llama-3-8b's weights, by the lesson's accounting (vLLM's reserve would leave none)
+    report = run_json(capsys, "--memory-gib", 16.8, "--accounting", "lesson")
     assert report["num_blocks"] < 100
     assert report["peak_kv_usage"] == pytest.approx(1.0)
     assert report["preemptions"] > 0
@@ -710,7 +808,7 @@ def test_trace_that_does_not_exist(capsys, tmp_path):
     (["run", "--allocation", "buddy"], "--allocation"),
     (["math", "--model", "llama-3-8b", "--config", "x.json"], "not allowed with"),
     (["math", "--memory-gib", 1, "--memory-bytes", 1], "not allowed with"),
-    (["math", "--max-num-seqs", 4], "unrecognized arguments"),
+    (["math", "--requests", 4], "unrecognized arguments"),  # math takes the scheduler flags (its reserve), not run's
     (["presets", "gpus"], "invalid choice"),
 ])
 def test_argparse_errors(capsys, argv, fragment):

@@ -15,9 +15,10 @@ from PySide6.QtWidgets import QMessageBox
 
 import kvscope.app.gui.main_window as main_window_module
 from kvscope.app.gui.compare_window import METRIC_ROWS
+from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.cli.gui import initial_values
 from kvscope.app.gui.main_window import MainWindow
-from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+from kvscope.app.lab.compare import ComparisonSpec, ComparisonWorkload, Variant
 from kvscope.engine.config import ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload
 from kvscope.app.lab.scenarios import load_scenario, scenario_names
@@ -101,7 +102,7 @@ def test_each_scenario_asks_takes_a_guess_runs_and_reveals(window, qtbot, monkey
     answer, verdict = view.revealed
     value, text = scenario.reveal(view.results)
     assert answer == text
-    assert verdict == scenario.check_guess(guess, value)
+    assert verdict == guess_verdict(scenario, guess, value)
     assert panel.reveal.isVisible() and text in panel.reveal.text()
     n = len(scenario.configs)
     assert view.table.rowCount() == len(METRIC_ROWS) and view.table.columnCount() == 1 + n + (n - 1)
@@ -117,7 +118,7 @@ def test_a_comparison_differing_in_any_setting_runs_in_lockstep(window, qtbot):
         Variant("static", engine_args=EngineArgs(scheduling="static", **small)),
         Variant("contiguous", engine_args=EngineArgs(allocation="contiguous", **small)),
     ], workload)
-    window.open_comparison(lambda: Comparison(spec), "four settings")
+    window.open_comparison(spec, "four settings")
     view = window.compare
     qtbot.waitUntil(lambda: view.info is not None, timeout=20000)
     assert [c.label for c in view.columns] == ["paged", "block 64", "static", "contiguous"]
@@ -198,15 +199,47 @@ def test_the_results_table_formats_values_and_colours_ratios(qtbot):
 
 def test_a_configurations_columns_sum_output_tokens_as_points_arrive():
     from kvscope.app.gui.compare_window import _Columns
-    from kvscope.app.host.comparison import POINT_FIELDS
+    from kvscope.app.host.points import POINT_DTYPE, POINT_FIELDS
 
     rng = np.random.default_rng(2)
     columns, everything = _Columns(), []
     for size in (3, 1500, 1, 700):  # past the first 1,024 rows: the array grows
-        rows = rng.integers(0, 50, size=(size, len(POINT_FIELDS))).astype(float)
+        rows = np.zeros(size, dtype=POINT_DTYPE)
+        for name in POINT_FIELDS:
+            rows[name] = rng.integers(0, 50, size=size)
         columns.extend(rows)
         everything.append(rows)
     rows = np.concatenate(everything)
-    out = POINT_FIELDS.index("output_tokens")
-    assert np.array_equal(columns.column("output_tokens"), rows[:, out])
-    assert np.array_equal(columns.output_tokens_so_far(), np.cumsum(rows[:, out]))
+    assert np.array_equal(columns.column("output_tokens"), rows["output_tokens"])
+    assert np.array_equal(columns.column("kv_usage"), rows["kv_usage"])
+    assert np.array_equal(columns.output_tokens_so_far(), np.cumsum(rows["output_tokens"]))
+
+
+def test_the_comparison_session_hands_over_every_step_as_points_and_flashes_and_a_final_table():
+    """The comparison's process side, driven directly as its process drives it."""
+    from kvscope.app.host.comparison import ComparisonSession
+    from kvscope.app.host.points import POINT_DTYPE
+    from kvscope.app.host.protocol import APPLY, SPEED
+
+    workload = ComparisonWorkload(load_workload("chat").with_overrides(num_requests=40, arrival_rate_per_s=20.0))
+    small = dict(gpu_memory_utilization=0.3, max_model_len=4096)
+    spec = ComparisonSpec([Variant("paged", engine_args=EngineArgs(**small)),
+                           Variant("block 64", engine_args=EngineArgs(block_size=64, **small))], workload)
+    session = ComparisonSession()
+    session.handle(SPEED, 0.0)
+    session.handle(APPLY, (spec, True))
+    frames = [session.take_frame()]
+    assert frames[0].info["labels"] == ["paged", "block 64"] and len(frames[0].snapshots) == 2
+    while session.playing:
+        session.advance(0.001)
+        frames.append(session.take_frame())
+    done = [f for f in frames if f.done]
+    assert len(done) == 1 and done[0].status == "comparison complete"
+    for i, config in enumerate(done[0].results.configurations):
+        points = np.concatenate([f.points[i] for f in frames if f.points])
+        assert points.dtype == POINT_DTYPE  # the format of the live run and the replay
+        assert len(points) == config.metrics["steps"]  # one point per step: nothing dropped
+        assert points["output_tokens"].sum() == config.metrics["output_tokens"]
+        assert np.all(np.diff(points["time_s"]) > 0)
+        flashed = [f.flashes[i] for f in frames if f.flashes]
+        assert sum(len(f.get("allocated", ())) for f in flashed) > 0

@@ -1,10 +1,10 @@
-"""The engine process as the window drives it, without a window: frames of a flat-out simulated
-engine carry the newest steps, and a rebuild answers a frame request at once."""
+"""The live engine in its process as the window drives it, without a window: frames of a flat-out
+simulated engine carry the newest steps, and a rebuild answers a frame request at once."""
 
 import time
 
-from kvscope.app.host.engine_process import EngineProcess
-from kvscope.app.host.session import STEPS_KEPT, RunConfig
+from kvscope.app.host.process_host import SessionHost
+from kvscope.app.host.session import STEPS_KEPT, EngineSession, RunConfig
 from kvscope.engine import EngineArgs
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 
@@ -16,7 +16,7 @@ def endless_config(seed: int = 0) -> RunConfig:
                      load_workload("chat").with_overrides(num_requests=1_000_000), seed=seed)
 
 
-def next_frame(process: EngineProcess, condition=lambda frame: True):
+def next_frame(process: SessionHost, condition=lambda frame: True):
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         frame = process.take_frame()
@@ -27,7 +27,7 @@ def next_frame(process: EngineProcess, condition=lambda frame: True):
 
 
 def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_once():
-    process = EngineProcess()
+    process = SessionHost(EngineSession)
     process.start()
     try:
         process.set_speed(0.0)
@@ -55,7 +55,7 @@ def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_record
     the engine process from reading "stop" (it was killed after 5 s, its recording unfinished)."""
     from kvscope.app.lab.recording import Recording
 
-    process = EngineProcess()
+    process = SessionHost(EngineSession)
     process.start()
     path = tmp_path / "run.kvrec"
     process.set_speed(0.0)
@@ -69,3 +69,25 @@ def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_record
     process.stop()
     assert process._process.exitcode == 0  # it stopped by itself, not terminated after the timeout
     assert Recording.open(path).summary is not None  # finished: an unfinished one has no index
+
+
+def test_a_frame_made_before_a_rebuild_is_dropped_not_shown():
+    """A frame on its way when the window applies new settings shows an engine that is gone: the
+    host drops it, and the next frame shows the new engine."""
+    process = SessionHost(EngineSession)
+    process.start()
+    try:
+        old = endless_config()
+        process.apply(old, play=False)
+        next_frame(process, lambda f: f.engine_info is not None)
+        process._next_request_at = 0.0
+        assert process.take_frame() is None and process._awaiting_frame  # asked for ...
+        assert process._conn.poll(TIMEOUT_S)  # ... and made, of the old engine
+        new = RunConfig("simulated", load_model("llama-3-8b"), load_hardware("h100-80gb"), EngineArgs(),
+                        load_workload("chat").with_overrides(num_requests=123))
+        process.apply(new, play=False)
+        assert process.take_frame() is None  # the old engine's frame, read and dropped
+        rebuilt = next_frame(process, lambda f: f.engine_info is not None)
+        assert rebuilt.engine_info.workload.num_requests == 123
+    finally:
+        process.stop()

@@ -1,5 +1,5 @@
-"""Recordings out of kvscope and back into the window: `kvscope run --record`, `kvscope export`
-(Perfetto trace, CSV, a description) and ReplayWorker, the window's source for a replay."""
+"""Recordings out of kvscope: `kvscope run --record`, `kvscope export` (Perfetto trace, CSV, a
+description). The replay of a recording in the window is tests/test_replay_session.py's."""
 
 from __future__ import annotations
 
@@ -13,15 +13,13 @@ import time
 import numpy as np
 import pytest
 
-from kvscope.app.host.replay import ReplayWorker
 from kvscope.engine import Engine, EngineArgs
-from kvscope.app.lab.perfetto import ENGINE_PID, REQUESTS_PID, perfetto_trace
+from kvscope.app.lab.export.perfetto import ENGINE_PID, REQUESTS_PID, perfetto_trace
+from kvscope.app.lab.export.series_csv import CSV_COLUMNS, write_series_csv
 from kvscope.app.lab.presets import load_hardware, load_model
-from kvscope.app.lab.recording import Recording, RecordingError, RunRecorder
+from kvscope.app.lab.recording import Recording, RunRecorder
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
 from cli_helper import cli
-
-WAIT_S = 20.0  # deadline for a background thread to get somewhere; a test never just sleeps
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +38,6 @@ def recording_path(tmp_path_factory):
         recorder.record_step(result)
     recorder.close(engine.summary())
     return path
-
-
-def wait_for(condition, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 # -- Perfetto ----------------------------------------------------------------------------------------
@@ -109,6 +100,23 @@ def test_a_capped_trace_says_what_it_left_out(recording_path):
     assert stats.steps_exported == 100 and stats.steps_left_out == recording.num_steps - 100
     assert len([e for e in events if e["name"] == "KV cache usage"]) == 100
     assert "requests after the first 5 have no track" in trace["otherData"]["left_out"]
+
+
+# -- CSV -----------------------------------------------------------------------------------------------
+
+
+def test_the_series_csv_has_a_row_per_step_and_units_in_its_column_names(recording_path, tmp_path):
+    recording = Recording.open(recording_path)
+    table = tmp_path / "steps.csv"
+    assert write_series_csv(recording, table) == recording.num_steps
+    with open(table, newline="") as handle:
+        rows = list(csv.reader(handle))
+    header = rows[0]
+    assert header == [name for name, _ in CSV_COLUMNS] and len(rows) == 1 + recording.num_steps
+    assert [int(row[0]) for row in rows[1:]] == list(range(recording.num_steps))
+    series = recording.series()
+    for name, key in CSV_COLUMNS[1:]:
+        np.testing.assert_array_equal([float(row[header.index(name)]) for row in rows[1:]], series[key])
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -194,105 +202,3 @@ def test_what_a_user_sees_for_an_unreadable_recording_and_an_unwritable_record_p
 def test_a_record_path_that_is_a_folder_fails_before_the_run(capsys, tmp_path):
     rc, out, err = cli(capsys, "run", "--requests", "5", "--record", tmp_path)
     assert rc == 2 and "is a folder" in err and "Run:" not in out
-
-
-# -- ReplayWorker ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def replay(recording_path):
-    worker = ReplayWorker(recording_path)
-    worker.start()
-    yield worker
-    worker.stop()
-    assert not worker.alive
-
-
-def snapshot_equal(a, b) -> bool:
-    return (all(np.array_equal(getattr(a, f), getattr(b, f)) for f in
-                ("block_owner", "block_state", "block_ref_cnt", "block_fill", "block_hash"))
-            and (a.time_s, a.step, a.kv_usage, a.num_running, a.num_waiting)
-            == (b.time_s, b.step, b.kv_usage, b.num_running, b.num_waiting)
-            and len(a.requests) == len(b.requests)
-            and all(np.array_equal(a.requests[n], b.requests[n], equal_nan=True) for n in a.requests.dtype.names))
-
-
-def test_replay_frames_carry_the_recordings_snapshots_and_end_done(replay):
-    recording = Recording.open(replay.recording.path)
-    first = replay.take_frame()
-    assert first.engine_info is not None and first.engine_info["plan"].num_blocks == recording.num_blocks
-    assert first.engine_info["workload"].name == "small" and first.engine_info["backend"] == "simulated"
-    assert snapshot_equal(first.snapshot, recording.initial_snapshot())
-    end_times = recording.series()["time_s"]
-    replay.set_speed(0)
-    replay.play()
-    steps_seen, snapshots_checked, done = [], 0, None
-    deadline = time.monotonic() + WAIT_S
-    while done is None:
-        assert time.monotonic() < deadline, "the replay did not finish"
-        time.sleep(0.01)
-        frame = replay.take_frame()
-        steps_seen += list(frame.steps)
-        if frame.snapshot is not None:  # the state after the step that ended at the snapshot's time
-            i = int(np.searchsorted(end_times, frame.snapshot.time_s))
-            assert snapshot_equal(frame.snapshot, recording.snapshot_at(i))
-            snapshots_checked += 1
-        if frame.done:
-            done = frame
-    assert snapshots_checked >= 2
-    assert steps_seen == recording.steps(0, recording.num_steps)  # at speed 0 no step is dropped
-    assert done.summary == recording.summary and replay.position == recording.num_steps
-    assert snapshot_equal(done.snapshot, recording.snapshot_at(recording.num_steps - 1))
-
-
-def test_replay_seeks_backwards_and_steps_one_at_a_time(replay):
-    recording = Recording.open(replay.recording.path)
-    replay.take_frame()
-    replay.seek(150)
-    wait_for(lambda: replay.position == 150, "the seek")
-    frame = replay.take_frame()
-    assert frame.engine_info is not None  # the window clears its views and takes the history that follows
-    assert snapshot_equal(frame.snapshot, recording.snapshot_at(149))
-    assert list(frame.steps) == recording.steps(0, 150)
-    assert sum(p.output_tokens for p in frame.points) == recording.series()["output_tokens"][:150].sum()
-    assert len(frame.finished) == int(np.count_nonzero(recording.finished_requests()["step"] < 150))
-    replay.step_once()
-    wait_for(lambda: replay.position == 151, "one step after the seek")
-    replay.seek(10)
-    wait_for(lambda: replay.position == 10, "a seek backwards")
-    assert snapshot_equal(replay.take_frame().snapshot, recording.snapshot_at(9))
-    replay.seek(0)
-    wait_for(lambda: replay.position == 0, "a seek to the start")
-    assert snapshot_equal(replay.take_frame().snapshot, recording.initial_snapshot())
-
-
-def test_replay_steps_once_to_the_recordings_next_snapshot(replay):
-    recording = Recording.open(replay.recording.path)
-    replay.take_frame()
-    for position in (1, 2, 3):
-        replay.step_once()
-        wait_for(lambda: replay.position == position, f"step {position}")
-        frames = []
-        wait_for(lambda: frames.append(replay.take_frame()) or frames[-1].snapshot is not None, "a snapshot")
-        assert snapshot_equal(frames[-1].snapshot, recording.snapshot_at(position - 1))
-        assert [s for f in frames for s in f.steps] == [recording.step(position - 1)]
-
-
-def test_replay_paces_the_recorded_clock(replay):
-    replay.set_speed(1.0)
-    replay.take_frame()
-    replay.play()
-    started = time.monotonic()
-    wait_for(lambda: replay.position > 0, "the first steps")
-    time.sleep(0.3)
-    position = replay.position
-    end_times = Recording.open(replay.recording.path).series()["time_s"]
-    elapsed = time.monotonic() - started
-    # at 1x, the recorded clock replayed so far is about the wall time that passed
-    assert end_times[position - 1] <= elapsed + 0.05
-    assert position < replay.num_steps
-
-
-def test_replay_of_an_unreadable_file_fails_before_any_window(tmp_path):
-    with pytest.raises(RecordingError, match="no such file"):
-        ReplayWorker(tmp_path / "missing.kvrec")

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from kvscope.app.cli.gui import initial_values
 from kvscope.app.gui.main_window import MainWindow
-from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+from kvscope.app.lab.compare import ComparisonSpec, ComparisonWorkload, Variant
 from kvscope.engine.config import EngineArgs
 from kvscope.app.lab.presets import load_workload
 from kvscope.widgets.live_plots import TITLES
@@ -69,10 +69,10 @@ def test_every_plot_exports_as_png_and_svg(window, qtbot, tmp_path, saving_to, n
     plot = window.plots.plots[name]
     png, svg = tmp_path / f"{name}.png", tmp_path / f"{name}.svg"
     saving_to(png)
-    assert window.ask_export_plot(name)
+    assert window.exports.ask_plot(name)
     assert_png(png, min_width=int(plot.sceneBoundingRect().width()))  # exported at twice the size on screen
     saving_to(svg)
-    assert window.ask_export_plot(name)
+    assert window.exports.ask_plot(name)
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg")
     assert any(el.tag.endswith(("path", "polyline")) for el in root.iter())  # the curves, as vectors
@@ -83,7 +83,7 @@ def test_the_block_map_and_the_timeline_export_as_png(window, qtbot, tmp_path, s
     running(window, qtbot)
     path = tmp_path / f"{key}.png"
     saving_to(path)
-    assert window.ask_export_view(key)
+    assert window.exports.ask_view(key)
     widget = window.block_map if key == "block_map" else window.timeline
     assert_png(path, min_width=widget.width())
 
@@ -95,22 +95,22 @@ def test_the_comparison_plots_and_results_table_export(window, qtbot, tmp_path, 
                            Variant("fp8 KV", engine_args=EngineArgs(kv_cache_dtype="fp8", **small)),
                            Variant("block 32", engine_args=EngineArgs(block_size=32, **small))], workload)
     window.speed.setCurrentText("max")
-    window.open_comparison(lambda: Comparison(spec), "csv")
+    window.open_comparison(spec, "csv")
     window.play_pressed()
     view = window.compare
     qtbot.waitUntil(lambda: view.done, timeout=30000)
     for name in view.plots.plots:  # the comparison's plots, every configuration on them
         png, svg = tmp_path / f"compare-{name}.png", tmp_path / f"compare-{name}.svg"
         saving_to(png)
-        assert window.ask_export_compare_plot(name)
+        assert window.exports.ask_compare_plot(name)
         assert_png(png)
         saving_to(svg)
-        assert window.ask_export_compare_plot(name)
+        assert window.exports.ask_compare_plot(name)
         assert ET.parse(svg).getroot().tag.endswith("svg")
     path = tmp_path / "results.csv"
     saving_to(path)
     assert window.export_actions["results"].isEnabled()
-    assert window.ask_export_results()
+    assert window.exports.ask_results()
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     table = view.table
@@ -131,9 +131,9 @@ def test_the_comparison_plots_and_results_table_export(window, qtbot, tmp_path, 
 
 def test_a_path_that_cannot_be_written_is_refused_with_the_reason(window, qtbot, tmp_path, saving_to):
     warnings = saving_to(tmp_path / "missing-folder" / "kv.png")
-    assert not window.ask_export_plot("kv")
+    assert not window.exports.ask_plot("kv")
     assert warnings and "does not exist" in warnings[-1]
     saving_to(tmp_path / "kv.jpg")
-    assert not window.ask_export_plot("kv")
+    assert not window.exports.ask_plot("kv")
     assert ".png or .svg" in warnings[-1]
     assert not (tmp_path / "kv.jpg").exists()

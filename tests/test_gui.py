@@ -63,7 +63,7 @@ def test_the_window_runs_the_engine_off_the_gui_thread_and_draws_it(window, qtbo
     assert "running" in window.status.text() and "KV" in window.status.text()
     assert len(window.timeline.steps_shown()) > 0
     window.timer.stop()  # hold still: the bar and the snapshot must describe the same moment
-    window._update_memory_bar()
+    window.panels.update(window.state.nothing_new())  # the memory bar drawn again from the state
     from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_RESERVED, BLOCK_USED
     state = window.latest_snapshot.block_state
     sizes = {seg.label: seg.nbytes for seg in window.memory_bar.segments}
@@ -128,7 +128,7 @@ def test_an_invalid_value_is_refused_in_its_field_with_the_reason(window, qtbot)
 
 def test_a_model_edit_that_cannot_exist_is_refused_and_a_good_one_is_applied(window, qtbot):
     window.settings.set_values({"model": "llama-2-7b"})
-    window._refresh_editor_from_settings()
+    window.settings_form.show_selected_presets()
     window.editor.model_boxes["num_key_value_heads"].setValue(5)  # 32 heads cannot share 5 KV heads
     assert "must divide" in window.settings.errors["model"].text()
     assert not window.settings.apply_button.isEnabled()
@@ -141,15 +141,15 @@ def test_a_model_edit_that_cannot_exist_is_refused_and_a_good_one_is_applied(win
 
 def test_user_presets_are_saved_listed_and_deleted(window, qtbot):
     window.settings.set_values({"model": "llama-3-8b"})
-    window._refresh_editor_from_settings()
+    window.settings_form.show_selected_presets()
     window.editor.model_boxes["num_hidden_layers"].setValue(16)
-    window.save_user_preset("models", "llama-3-8b-half")
+    window.settings_form.save_user_preset("models", "llama-3-8b-half")
     assert window.settings.model.findText("llama-3-8b-half") >= 0
     assert window.editor.user_presets.count() == 1
     window.settings.set_values({"model": "llama-3-8b-half"})
     assert window.apply_settings()
     engine_of(window, qtbot, lambda e: e.model.num_hidden_layers == 16)
-    window.delete_user_preset("models", "llama-3-8b-half")
+    window.settings_form.delete_user_preset("models", "llama-3-8b-half")
     assert window.settings.model.findText("llama-3-8b-half") < 0
 
 

@@ -20,7 +20,8 @@ import pytest
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.events import EventKind
 from kvscope.app.lab.presets import load_hardware, load_model
-from kvscope.app.lab.recording import FILE_HEADER, FRAME, RECORD_NAMES, Recording, RecordingError, RunRecorder
+from kvscope.app.lab.recording import Recording, RecordingError, RunRecorder
+from kvscope.app.lab.recording.format import FILE_HEADER, FRAME, RECORD_NAMES
 from kvscope.engine.runners.base import StepOutOfMemory
 from kvscope.engine.runners.simulated import SimulatedRunner
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests

@@ -3,7 +3,7 @@ the points were split into frames."""
 
 import numpy as np
 
-from kvscope.app.host.session import SeriesPoint
+from kvscope.app.host.points import SeriesPoint, point_array
 from kvscope.app.gui.series import RunSeries
 
 
@@ -34,3 +34,13 @@ def test_throughput_is_tokens_over_the_trailing_second():
     assert np.allclose(series.throughput()[4:], 40.0)  # four points' tokens in every trailing second
     series.add_points([SeriesPoint(6.8, 0.0, 1, 0, 0, 0.0, 0)])
     assert series.throughput()[-1] == 10.0  # only the point at 6.0 s lies in the second before 6.8 s
+
+
+def test_a_frames_point_array_gives_the_series_its_series_points_give():
+    points = random_points(300, seed=3)
+    from_points, from_array = RunSeries(), RunSeries()
+    from_points.add_points(points)
+    from_array.add_points(point_array(points))  # what a frame carries across the pipe
+    for key, values in from_points.arrays().items():
+        assert np.array_equal(values, from_array.arrays()[key]), key
+    assert from_array.total_output == sum(p.output_tokens for p in points)

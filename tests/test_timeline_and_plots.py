@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from kvscope.widgets.batch_timeline import (
-    DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchTimelineView, TimelineStep,
+from kvscope.widgets.batch_lanes import (
+    DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchLanes, TimelineStep,
 )
+from kvscope.widgets.batch_timeline import BatchTimelineView
 from kvscope.widgets.live_plots import BIG_SCATTER_INTERVAL_S, BIG_SCATTER_POINTS, LivePlots, decimate_minmax
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 
@@ -85,6 +86,29 @@ def test_marks_at_step_and_lane(timeline):
     _, decode = timeline._decode_curve.getData()
     assert total.tolist() == [512, 1, 101, 2, 41, 1, 2001]
     assert decode.tolist() == [0, 1, 1, 2, 1, 1, 1]
+
+
+def test_the_lanes_are_plain_data_a_view_only_draws():
+    """The lane bookkeeping and the ring buffer need no Qt: the same answers with no widget."""
+    import ast
+    from pathlib import Path
+
+    from kvscope.widgets import batch_lanes
+
+    tree = ast.parse(Path(batch_lanes.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m.split(".")[0] in ("PySide6", "pyqtgraph")}
+    lanes = BatchLanes(capacity=400, max_lanes=256)
+    lanes.add_steps(KNOWN)
+    img = lanes.index_image()
+    assert img[0].tolist() == [P_256_1023, DECODE, DECODE, DECODE, P_32_255, DECODE, DECODE]
+    assert img[1].tolist() == [EMPTY, EMPTY, P_32_255, DECODE, DECODE, EMPTY, P_1024]
+    assert lanes.marks(PREEMPTED) == [(5, 1, 2)]
+    assert lanes.cells_of(3)[0].tolist() == [False] * 4 + [True] * 3
+    assert lanes.step_label(6) == "6" and lanes.step_label(9) == "9"  # extrapolated past the newest
+    lanes.clear()
+    assert lanes.count == 0 and lanes.lanes_in_use == 0 and lanes.index_image().shape == (256, 0)
 
 
 def test_ring_buffer_keeps_capacity(qtbot):

@@ -21,8 +21,6 @@ from PySide6.QtWidgets import (
 
 from kvscope.widgets.settings_panel import let_combos_shrink
 
-WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
-
 MODEL_FIELDS = [  # (key, label, tooltip)
     ("num_hidden_layers", "Layers", "num_hidden_layers"),
     ("num_attention_heads", "Attention heads", "num_attention_heads: query heads"),
@@ -59,7 +57,8 @@ class PresetEditor(QScrollArea):
     save_requested = Signal(str, str)  # kind ("models" | "hardware"), name
     delete_requested = Signal(str, str)
 
-    def __init__(self, parent=None):
+    def __init__(self, weight_dtypes: tuple[str, ...] = (), parent=None):
+        """weight_dtypes: the weight precisions to offer (the app reads them from the engine's config)."""
         super().__init__(parent)
         self.setWidgetResizable(True)
         body = QWidget()
@@ -77,7 +76,7 @@ class PresetEditor(QScrollArea):
             self.model_boxes[key] = box
             form.addRow(label, box)
         self.weight_dtype = QComboBox()
-        self.weight_dtype.addItems(WEIGHT_DTYPES)
+        self.weight_dtype.addItems(weight_dtypes)
         self.weight_dtype.setToolTip("weight precision or quantisation: sets the weights' share of memory")
         form.addRow("Weights", self.weight_dtype)
         self.model_note = QLabel("On the real backend an edited shape runs with random weights.")

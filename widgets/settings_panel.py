@@ -1,7 +1,8 @@
 """The run's settings as a form: model, hardware, backend, engine arguments, workload.
 
-The panel only collects values and shows what the app tells it: the live memory math and, next
-to a field, why a value is refused. Spin boxes carry their units; nothing here knows the engine.
+The panel only collects values and shows what the app tells it: its lists of choices, the live
+memory math and, next to a field, why a value is refused. Spin boxes carry their units; nothing
+here knows the engine.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-KV_DTYPES = ("auto", "fp32", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")
 DEFAULT_TEXT = "default"
+# The fields whose choices the app gives (value, label) for; the engine's config lists them.
+CHOICE_FIELDS = ("backend", "kv_cache_dtype", "block_size", "scheduling", "allocation")
 
 
 def _spin(minimum: int, maximum: int, suffix: str, tooltip: str, special: str | None = None, step: int = 1) -> QSpinBox:
@@ -66,7 +68,8 @@ class SettingsPanel(QScrollArea):
     changed = Signal()  # any field edited: the app recomputes the memory math and validates
     apply_requested = Signal()
 
-    def __init__(self, parent=None):
+    def __init__(self, choices: dict[str, list[tuple]] | None = None, parent=None):
+        """choices: for each of CHOICE_FIELDS, its (value, label) pairs in the order to offer them."""
         super().__init__(parent)
         self.setWidgetResizable(True)
         body = QWidget()
@@ -81,8 +84,6 @@ class SettingsPanel(QScrollArea):
         # model and hardware ---------------------------------------------------------------------
         box, form = self._group("Model and hardware", outer)
         self.backend = QComboBox()
-        self.backend.addItem("real (runs here)", "real")
-        self.backend.addItem("simulated (roofline)", "simulated")
         self.backend.setToolTip("real: a transformers model on this machine's GPU or CPU, over the paged KV pool;\n"
                                 "simulated: the same scheduler and block manager priced by a roofline model")
         self._row(form, "backend", "Backend", self.backend)
@@ -109,12 +110,9 @@ class SettingsPanel(QScrollArea):
         self.max_model_len = _spin(0, 1_048_576, " tokens", "max_model_len: longest prompt + output", DEFAULT_TEXT, 256)
         self._row(form, "max_model_len", "Context length", self.max_model_len)
         self.kv_cache_dtype = QComboBox()
-        self.kv_cache_dtype.addItems(KV_DTYPES)
         self.kv_cache_dtype.setToolTip("kv_cache_dtype: precision of the stored K/V; auto = the model's 16-bit type")
         self._row(form, "kv_cache_dtype", "KV precision", self.kv_cache_dtype)
         self.block_size = QComboBox()
-        for size in (1, 8, 16, 32, 64, 128):
-            self.block_size.addItem(f"{size} tokens", size)
         self.block_size.setToolTip("block_size: token slots per KV block")
         self._row(form, "block_size", "Block size", self.block_size)
         self.gpu_memory_utilization = _dspin(0.05, 1.0, 2, "", "gpu_memory_utilization: share of device memory the engine may use", 0.05)
@@ -138,11 +136,9 @@ class SettingsPanel(QScrollArea):
         self.fields["enable_prefix_caching"] = self.enable_prefix_caching
         self.fields["enable_chunked_prefill"] = self.enable_chunked_prefill
         self.scheduling = QComboBox()
-        self.scheduling.addItems(["continuous", "static"])
         self.scheduling.setToolTip("continuous: refill the batch every step; static: a batch runs until its longest member ends")
         self._row(form, "scheduling", "Scheduling", self.scheduling)
         self.allocation = QComboBox()
-        self.allocation.addItems(["paged", "contiguous"])
         self.allocation.setToolTip("paged: blocks on demand; contiguous: reserve max_model_len slots per request")
         self._row(form, "allocation", "KV allocation", self.allocation)
 
@@ -181,6 +177,9 @@ class SettingsPanel(QScrollArea):
         self.apply_button.setDefault(True)
         outer.addWidget(self.apply_button)
         outer.addStretch(1)
+        for key, pairs in (choices or {}).items():
+            for value, label in pairs:
+                self.fields[key].addItem(label, value)
         let_combos_shrink(body)
 
         for widget in self.fields.values():
@@ -241,7 +240,7 @@ class SettingsPanel(QScrollArea):
             "config_path": self.config_path,
             "hardware": self.hardware.currentText(),
             "max_model_len": self.max_model_len.value() or None,
-            "kv_cache_dtype": self.kv_cache_dtype.currentText(),
+            "kv_cache_dtype": self.kv_cache_dtype.currentData(),
             "block_size": self.block_size.currentData(),
             "gpu_memory_utilization": self.gpu_memory_utilization.value(),
             "kv_cache_memory_bytes": int(self.kv_budget.value() * 1024**2) or None,
@@ -249,8 +248,8 @@ class SettingsPanel(QScrollArea):
             "max_num_batched_tokens": self.max_num_batched_tokens.value() or None,
             "enable_prefix_caching": self.enable_prefix_caching.isChecked(),
             "enable_chunked_prefill": self.enable_chunked_prefill.isChecked(),
-            "scheduling": self.scheduling.currentText(),
-            "allocation": self.allocation.currentText(),
+            "scheduling": self.scheduling.currentData(),
+            "allocation": self.allocation.currentData(),
             "workload": self.workload.currentText(),
             "trace_path": self.trace_path,
             "num_requests": self.num_requests.value(),
@@ -268,15 +267,13 @@ class SettingsPanel(QScrollArea):
             w.blockSignals(True)
         try:
             v = values
-            if "backend" in v:
-                self.backend.setCurrentIndex(max(0, self.backend.findData(v["backend"])))
-            for key, combo in (("model", self.model), ("hardware", self.hardware), ("workload", self.workload),
-                               ("kv_cache_dtype", self.kv_cache_dtype), ("scheduling", self.scheduling),
-                               ("allocation", self.allocation)):
+            for key in CHOICE_FIELDS:
+                index = self.fields[key].findData(v[key]) if key in v else -1
+                if index >= 0:  # a value not offered leaves the choice as it was
+                    self.fields[key].setCurrentIndex(index)
+            for key, combo in (("model", self.model), ("hardware", self.hardware), ("workload", self.workload)):
                 if key in v and v[key] is not None:
                     combo.setCurrentText(str(v[key]))
-            if "block_size" in v:
-                self.block_size.setCurrentIndex(max(0, self.block_size.findData(v["block_size"])))
             if "max_model_len" in v:
                 self.max_model_len.setValue(v["max_model_len"] or 0)
             if "gpu_memory_utilization" in v:

@@ -50,7 +50,7 @@ def _wait(app, predicate, timeout: float) -> None:
 
 
 def bench_frame(frames: int = 120) -> dict:
-    from kvscope.app.host.engine_process import decode_frame, encode_frame
+    from kvscope.app.host.protocol import decode_frame, encode_frame
     from kvscope.app.host.session import EngineSession
     from kvscope.app.gui.main_window import MainWindow
 

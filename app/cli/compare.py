@@ -1,4 +1,5 @@
-"""`kvscope scenarios` and `kvscope compare`: a question, configurations side by side, the answer."""
+"""`kvscope compare --scenario NAME`: a scenario's question, its configurations run side by side on
+the identical workload, and the answer."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError
-from kvscope.app.lab.scenarios import load_scenario, scenario_names
+from kvscope.engine.config import ConfigError
+from kvscope.app.lab.scenarios import load_scenario
+from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
+from kvscope.engine.checks import MAX_SEED, whole_number
 
 from kvscope.app.cli import options
 from kvscope.app.cli.run import Progress, status
@@ -15,27 +18,17 @@ from kvscope.engine.units import GiB, format_bytes, format_percent, format_secon
 from kvscope.app.cli.output import table
 
 
-def cmd_scenarios(args) -> int:
-    entries = []
-    for name in scenario_names():
-        try:
-            entries.append(load_scenario(name))
-        except ConfigError as exc:
-            entries.append(exc)
-    if args.json:
-        print(json.dumps([e.to_dict() if not isinstance(e, ConfigError) else {"invalid": str(e)} for e in entries],
-                         indent=2))
-        return 0
-    print("Guided scenarios: a question, a comparison on one workload, the answer measured")
-    print("(kvscope compare --scenario NAME)")
-    for entry in entries:
-        if isinstance(entry, ConfigError):
-            print(f"\n  (invalid: {entry})")
-            continue
-        print(f"\n{entry.order:>2}  {entry.name:<22} {entry.backend:<9}  {entry.title}")
-        print(f"    {entry.question}")
-        print(f"    {len(entry.configs)} configurations: {'; '.join(entry.labels)}")
-    return 0
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("compare",
+                                   help="run a scenario's configurations on the identical workload, side by side")
+    parser.add_argument("--scenario", metavar="NAME", required=True, help="a scenario name (`kvscope scenarios`)")
+    parser.add_argument("--requests", type=options.whole, help="override the scenario's number of requests")
+    parser.add_argument("--seed", type=options.whole, help="override the scenario's random seed")
+    parser.add_argument("--json", metavar="OUT",
+                        help="write one object per configuration as JSON to OUT ('-' for stdout)")
+    parser.add_argument("--csv", metavar="OUT", help="write the results table as CSV to OUT")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.set_defaults(func=run)
 
 
 class ComparisonProgress(Progress):
@@ -53,10 +46,7 @@ def _write(flag: str, path: str, text: str) -> None:
     if path == "-":
         print(text, end="" if text.endswith("\n") else "\n")
         return
-    try:
-        Path(path).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+    write_text_atomic(flag, path, text if text.endswith("\n") else text + "\n")
 
 
 def _count(value, unit: str) -> str:
@@ -165,12 +155,16 @@ def compare_report(scenario, result, answer) -> dict:
     }
 
 
-def cmd_compare(args) -> int:
+def run(args) -> int:
     scenario = load_scenario(args.scenario)
-    options.check_output_path("--json", args.json)
-    options.check_output_path("--csv", args.csv)
+    inputs = {"scenario file": scenario.path} if scenario.path else {}
+    check_output_path("--json", args.json, inputs)
+    check_output_path("--csv", args.csv, inputs)
     if args.json == "-" and args.csv == "-":
         raise ConfigError("--json - and --csv - would both write to stdout; send one to a file")
+    check_distinct_outputs({"--json": args.json, "--csv": args.csv})
+    if args.seed is not None:
+        whole_number(args.seed, "--seed", 0, MAX_SEED)
     to_stdout = "-" in (args.json, args.csv)
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if to_stdout else print
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading
@@ -192,7 +186,7 @@ def cmd_compare(args) -> int:
     if scenario.backend == "real" and not args.quiet:
         status(f"loading {', '.join(sorted({c.model for c in scenario.configs}))} for the real backend ...")
 
-    from kvscope.app.lab.compare import Comparison
+    from kvscope.app.lab.compare import Comparison, kv_quality_is_measured
 
     comparison = Comparison(spec)
     progress = ComparisonProgress(enabled=not args.quiet)
@@ -201,8 +195,7 @@ def cmd_compare(args) -> int:
         progress(comparison)
     progress(comparison, force=True)
     progress.done()
-    if not args.quiet and any(e.runner.name == "real" and KV_CACHE_DTYPE_BYTES[e.resolved.kv_cache_dtype] < 2
-                              for e in comparison.engines):
+    if not args.quiet and any(kv_quality_is_measured(e) for e in comparison.engines):
         status("measuring the 8-bit KV cache's quality cost against transformers' generate() ...")
     result = comparison.results()
     answer = scenario.reveal(result)

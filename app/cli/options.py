@@ -1,16 +1,23 @@
 """Command-line options shared by the commands, and turning them into engine inputs.
 
-A preset gives the starting point; any explicit flag overrides the field it names.
+A preset gives the starting point; any explicit flag overrides the field it names. The engine's
+flags are generated from EngineArgs (its fields' help, defaults and choices), so a new engine
+argument gets its flag, with the same name as vLLM's, without an edit here.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import dataclasses
 import math
+import typing
 
 from kvscope.engine.config import (
-    KV_CACHE_DTYPE_BYTES,
+    BACKENDS,
+    COMPUTE_DTYPES,
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    QUANTIZATIONS,
     WEIGHT_DTYPE_BYTES,
     ConfigError,
     EngineArgs,
@@ -19,11 +26,12 @@ from kvscope.engine.config import (
     normalize_dtype,
 )
 from kvscope.app.lab.presets import load_hardware, load_model
+from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
 from kvscope.engine.hf_config import load_hf_config
 from kvscope.engine.units import GiB
 
-DEFAULT_MODEL = "llama-3-8b"
-DEFAULT_HARDWARE = "h100-80gb"
+# EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.
+ENGINE_FLAG_GROUPS = {"engine": "engine (vLLM's names)", "scheduler": "scheduler (vLLM's names)"}
 
 
 def number(text: str) -> float:
@@ -44,9 +52,26 @@ def whole(text: str) -> int:
     return int(value)
 
 
-def _positive_flag(flag: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise ConfigError(f"{flag} must be greater than 0, got {value:g}")
+def bounded(low: float, high: float, whole_only: bool = False, low_open: bool = False):
+    """An argparse type: a number (80e9, -1, 0.5) within [low, high] ((low, high] when low_open),
+    refused with the bound it crosses: "argument --quit-after: must be 0 or more, got -1"."""
+    def parse(text: str):
+        value = number(text)
+        if value.is_integer() and abs(value) < 1e18:
+            value = int(value)  # "-1" is said back as -1, not -1.0
+        try:
+            if whole_only:
+                return whole_number(value, "", int(low), int(high))
+            return real_number(value, "", low, high, low_open=low_open)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).strip()) from None
+    parse.__name__ = "whole number" if whole_only else "number"  # how argparse names the type in its errors
+    return parse
+
+
+def _positive_flag(flag: str, value: float | None, high: float = MAX_BYTES) -> None:
+    if value is not None:
+        real_number(value, flag, 0.0, high, low_open=True)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -73,44 +98,68 @@ def add_hardware_options(parser: argparse.ArgumentParser) -> None:
     memory.add_argument("--memory-gib", type=number, help="memory per device, GiB")
 
 
+def engine_flag_fields(group: str | None = None) -> list[dataclasses.Field]:
+    """The EngineArgs fields that have a flag, in their order; of one flag group if given."""
+    return [f for f in dataclasses.fields(EngineArgs)
+            if f.metadata["flags"] is not None and (group is None or f.metadata["flags"] == group)]
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def _value_type(field: dataclasses.Field) -> type:
+    """The field's type without its None (int | None -> int)."""
+    hint = typing.get_type_hints(EngineArgs)[field.name]
+    return next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+
+
+def _flag_help(field: dataclasses.Field) -> str:
+    meta, default = field.metadata, field.default
+    said = meta["default_text"]
+    if said is None:
+        value = ("on" if default else "off") if isinstance(default, bool) else \
+            f"{default:g}" if isinstance(default, float) else default
+        said = f"default {value}"
+    return f"{meta['help']} ({said})" if said else meta["help"]
+
+
+def add_engine_arg_flags(parser: argparse.ArgumentParser, group: str) -> None:
+    """One flag per EngineArgs field of the group, named, typed, defaulted and explained by the field."""
+    flags = parser.add_argument_group(ENGINE_FLAG_GROUPS[group])
+    for field in engine_flag_fields(group):
+        kind = _value_type(field)
+        options = {"default": field.default, "help": _flag_help(field)}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif field.metadata["choices"]:
+            options["choices"] = field.metadata["choices"]
+        elif kind is int and field.metadata["unit"] != "bytes":
+            options["type"] = whole
+        elif kind in (int, float):
+            options["type"] = number  # bytes too: 80e9 reads better than 80000000000
+        flags.add_argument(flag_name(field), **options)
+
+
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("engine (vLLM's names)")
-    group.add_argument("--kv-cache-dtype", default="auto",
-                       help=f"KV precision: auto (the model's), {', '.join(KV_CACHE_DTYPE_BYTES)}")
-    group.add_argument("--gpu-memory-utilization", type=number, default=0.9, help="share of device memory to use (default 0.9)")
-    group.add_argument("--max-model-len", type=whole, help="longest prompt + output, tokens (default: the model's)")
-    group.add_argument("--block-size", type=whole, default=16, help="tokens per KV block (default 16)")
-    group.add_argument("--tensor-parallel-size", type=whole, help="devices the model is split over (default: all the hardware has)")
-    group.add_argument("--reserve-bytes", type=number, default=0, help="memory held back per device for activations (default 0)")
-    group.add_argument("--kv-cache-memory-bytes", type=number,
-                       help="size the KV pool directly, bytes per device (default on a CPU: 1 GiB)")
+    add_engine_arg_flags(parser, "engine")
+
+
+def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
+    add_engine_arg_flags(parser, "scheduler")
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("backend")
-    group.add_argument("--backend", choices=("simulated", "real"), default="simulated",
+    group.add_argument("--backend", choices=BACKENDS, default="simulated",
                        help="simulated: roofline cost model of --hardware; real: a transformers model running on "
                             "this machine over the paged KV pool (default simulated)")
     group.add_argument("--device", help="real backend: cpu, cuda or cuda:N (default: cuda if present, else cpu)")
-    group.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+    group.add_argument("--dtype", choices=COMPUTE_DTYPES,
                        help="real backend: weight dtype (default fp32 on CPU, the model's 16-bit type on CUDA)")
-    group.add_argument("--quantization", choices=("int8", "nf4"), help="real backend: bitsandbytes weight quantisation")
+    group.add_argument("--quantization", choices=QUANTIZATIONS, help="real backend: bitsandbytes weight quantisation")
     group.add_argument("--allow-pickle", action="store_true",
                        help="real backend: allow pickled *.bin weights (they can run code when loaded)")
-
-
-def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("scheduler (vLLM's names)")
-    group.add_argument("--max-num-seqs", type=whole, default=256, help="most requests running at once (default 256)")
-    group.add_argument("--max-num-batched-tokens", type=whole, help="token budget per step (default 8192)")
-    group.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                       help="reuse KV blocks of identical prefixes (default on)")
-    group.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
-                       help="split long prompts over steps, mixed with decodes (default on)")
-    group.add_argument("--scheduling", choices=("continuous", "static"), default="continuous",
-                       help="continuous (iteration-level) or static batching (default continuous)")
-    group.add_argument("--allocation", choices=("paged", "contiguous"), default="paged",
-                       help="paged blocks on demand, or a contiguous max_model_len reservation (default paged)")
 
 
 def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
@@ -155,7 +204,7 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
 
 def hardware_from_args(args) -> HardwareSpec:
     _positive_flag("--memory-bytes", args.memory_bytes)
-    _positive_flag("--memory-gib", args.memory_gib)
+    _positive_flag("--memory-gib", args.memory_gib, MAX_BYTES / GiB)
     memory = args.memory_bytes if args.memory_bytes is not None else (
         args.memory_gib * GiB if args.memory_gib is not None else None)
     hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
@@ -163,50 +212,33 @@ def hardware_from_args(args) -> HardwareSpec:
         hardware = hardware.with_memory(int(memory))
     changes = {}
     tp = getattr(args, "tensor_parallel_size", None)
+    if tp is not None and tp > MAX_DEVICES:  # before it sizes the node below (EngineArgs says the rest)
+        whole_number(tp, "--tensor-parallel-size", 1, MAX_DEVICES)
     if tp is not None and tp > hardware.gpu_count and args.hardware is None:
         changes["gpu_count"] = tp  # no preset named: assume as many devices as asked for
     return hardware.replace(**changes) if changes else hardware
 
 
+def _whole_bytes(field: dataclasses.Field, value: float) -> int:
+    """A size given as a number (80e9), checked before int() drops its sign: a size that defaults
+    to 0 may be 0; one that defaults to None (derive it) must be more when given."""
+    if field.default == 0:
+        real_number(value, flag_name(field), 0.0, MAX_BYTES)
+    else:
+        _positive_flag(flag_name(field), value)
+    return int(value)
+
+
 def engine_args_from_args(args, **extra) -> EngineArgs:
-    if args.reserve_bytes < 0:
-        raise ConfigError(f"--reserve-bytes must be 0 or more, got {args.reserve_bytes:g}")
-    _positive_flag("--kv-cache-memory-bytes", args.kv_cache_memory_bytes)
-    return EngineArgs(
-        block_size=args.block_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        kv_cache_dtype=args.kv_cache_dtype,
-        tensor_parallel_size=args.tensor_parallel_size,
-        reserve_bytes=int(args.reserve_bytes),
-        kv_cache_memory_bytes=None if args.kv_cache_memory_bytes is None else int(args.kv_cache_memory_bytes),
-        max_num_seqs=getattr(args, "max_num_seqs", 256),
-        max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
-        enable_prefix_caching=getattr(args, "enable_prefix_caching", True),
-        enable_chunked_prefill=getattr(args, "enable_chunked_prefill", True),
-        scheduling=getattr(args, "scheduling", "continuous"),
-        allocation=getattr(args, "allocation", "paged"),
-        seed=getattr(args, "seed", 0),
-        **extra,
-    )
-
-
-def check_output_path(flag: str, path: str | None) -> None:
-    """An output that cannot be written fails now, in one line naming the flag, not after a long
-    run. '-' (stdout) and no path pass."""
-    if not path or path == "-":
-        return
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
-    folder = out.resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder does not exist ({folder})")
-    existed = out.exists()
-    try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
-        with open(out, "ab"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
-    if not existed:
-        out.unlink()
+    """EngineArgs from the flags the command has; a field without a flag here keeps its default."""
+    given = {}
+    for field in engine_flag_fields():
+        if not hasattr(args, field.name):
+            continue
+        value = getattr(args, field.name)
+        if field.metadata["unit"] == "bytes" and value is not None:
+            value = _whole_bytes(field, value)
+        given[field.name] = value
+    if getattr(args, "seed", None) is not None:
+        given["seed"] = args.seed
+    return EngineArgs(**given, **extra)

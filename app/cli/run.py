@@ -8,18 +8,50 @@ import time
 from pathlib import Path
 
 from kvscope.engine import Engine
-from kvscope.engine.config import ConfigError
+from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload, load_workload_file
-from kvscope.app.lab.workload import WorkloadSpec, generate_requests
+from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
+from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
+from kvscope.engine.checks import MAX_SEED, whole_number
 
 from kvscope.app.cli import options
-from kvscope.app.cli.main import math_rows
+from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 from kvscope.app.cli.output import table
 
-ALL_ROWS = 10**9
-REAL_DEFAULT_MODEL = "tiny-llama"
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="run a workload through the engine headlessly and summarise it")
+    options.add_model_options(parser)
+    options.add_hardware_options(parser)
+    options.add_engine_options(parser)
+    options.add_scheduler_options(parser)
+    options.add_backend_options(parser)
+    group = parser.add_argument_group("workload")
+    group.add_argument("--workload", metavar="PRESET", default="chat",
+                       help="workload preset, or a workload .toml file (default chat)")
+    group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
+    group.add_argument("--requests", type=options.whole, help="number of requests (default: the workload's)")
+    group.add_argument("--arrival-rate", type=options.number, help="Poisson arrivals per second (0: all at once)")
+    seed = EngineArgs().seed
+    group.add_argument("--seed", type=options.whole, default=seed,
+                       help=f"random seed (default {seed}): same seed, same run")
+    parser.add_argument("--json", metavar="OUT", help="write the summary as JSON to OUT ('-' for stdout)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--record", metavar="FILE",
+                        help="record the run (steps, events, block-map deltas) to FILE (.kvrec) for "
+                             "`kvscope gui --replay`")
+    parser.set_defaults(func=run)
+
+
+def input_files(args) -> dict:
+    """The files a run reads, by what they are: an output flag naming one of them is refused."""
+    given = {"trace": args.trace, "model config": args.config,
+             "workload file": args.workload if args.workload.endswith(".toml") else None}
+    if args.model_path:
+        given["model config"] = str(Path(args.model_path) / "config.json")
+    return {what: path for what, path in given.items() if path}
 
 
 def workload_from_args(args) -> WorkloadSpec:
@@ -58,13 +90,13 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 
     edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
-    architecture = options.model_from_args(args, default_model=REAL_DEFAULT_MODEL) if edited else None
+    architecture = options.model_from_args(args, default_model=DEFAULT_REAL_MODEL) if edited else None
     if not args.model_path:
-        name = architecture.name if architecture else (args.model or REAL_DEFAULT_MODEL)
+        name = architecture.name if architecture else (args.model or DEFAULT_REAL_MODEL)
         status(f"loading {name} with random weights (built into the kvscope cache on first use) ...")
     else:
         status(f"loading {args.model_path} ...")
-    loaded = load_for_real_backend(args.model or REAL_DEFAULT_MODEL, args.model_path, args.device, args.dtype,
+    loaded = load_for_real_backend(args.model or DEFAULT_REAL_MODEL, args.model_path, args.device, args.dtype,
                                    args.quantization, args.allow_pickle, architecture)
     status(f"loaded {loaded.label}")
     return create_real_engine(loaded, options.engine_args_from_args(args), record_outputs=record_outputs)
@@ -161,13 +193,14 @@ def start_recording(engine: Engine, spec: WorkloadSpec, args):
                                              "arguments": arguments})
 
 
-def cmd_run(args) -> int:
+def run(args) -> int:
     tune_for_engine()
     # Say what is wrong with an output path before a long run, not after it.
-    options.check_output_path("--json", args.json)
-    options.check_output_path("--record", args.record)
-    if args.seed < 0:
-        raise ConfigError(f"--seed must be 0 or more, got {args.seed}")
+    inputs = input_files(args)
+    check_output_path("--json", args.json, inputs)
+    check_output_path("--record", args.record, inputs)
+    check_distinct_outputs({"--json": args.json, "--record": args.record})
+    whole_number(args.seed, "--seed", 0, MAX_SEED)
     engine, spec = build_engine(args)
     progress = Progress(enabled=not args.quiet)
     recorder = start_recording(engine, spec, args) if args.record else None
@@ -181,8 +214,14 @@ def cmd_run(args) -> int:
 
         try:
             summary = engine.run(on_step=on_step)
-        except BaseException as exc:  # the steps so far stay readable, and the file says why it stops there
-            recorder.close(engine.summary(), note=f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": "))
+        except BaseException as exc:  # a new file keeps the steps so far, and says why it stops there
+            note = f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": ")
+            recorder.close(engine.summary(), note=note, failed=True)
+            if recorder.replaced:
+                raise
+            if isinstance(exc, ConfigError):  # its one line says both
+                raise ConfigError(f"{exc} (the run stopped; {args.record} was left as it was)") from None
+            status(f"the run stopped early: {args.record} was left as it was")
             raise
     progress(engine, None, force=True)
     progress.done()
@@ -205,10 +244,7 @@ def cmd_run(args) -> int:
         if args.json == "-":
             print(text)
         else:
-            try:
-                Path(args.json).write_text(text + "\n", encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+            write_text_atomic("--json", args.json, text + "\n")
     if recording_size is not None:
         # stdout may hold the JSON summary (--json -): the note goes to stderr then
         print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} steps); "

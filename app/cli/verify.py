@@ -5,26 +5,62 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError
+from kvscope.engine.config import (
+    COMPUTE_DTYPES,
+    DEFAULT_REAL_MODEL,
+    KV_CACHE_DTYPE_BYTES,
+    KV_CACHE_PRECISIONS,
+    ConfigError,
+)
 
+from kvscope.app.cli import options
 from kvscope.app.cli.run import status
 from kvscope.app.cli.output import table
+from kvscope.app.lab.output_path import check_output_path, write_text_atomic
 
-ALL_KV_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+# Each prompt runs through the paged engine and through generate(): a few dozen take minutes on a
+# CPU already. The longest parity prompt is 220 tokens (app/lab/verify/parity.py).
+MAX_PROMPTS = 256
+MAX_TOKENS = 4096
+LONGEST_PROMPT = 220
 
 
-def cmd_verify(args) -> int:
-    dtypes = ALL_KV_DTYPES if args.kv_cache_dtype == "all" else (args.kv_cache_dtype,)
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("verify", help="check the real paged engine against transformers' generate()")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", metavar="PRESET", default=DEFAULT_REAL_MODEL,
+                        help=f"a model preset, run with random weights of its shape (default {DEFAULT_REAL_MODEL})")
+    source.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory")
+    parser.add_argument("--kv-cache-dtype", default="all",
+                        help=f"{', '.join(KV_CACHE_PRECISIONS)}, or all (default)")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
+    parser.add_argument("--dtype", choices=COMPUTE_DTYPES, help="weight dtype (default fp32 on CPU)")
+    parser.add_argument("--prompts", type=options.bounded(1, MAX_PROMPTS, whole_only=True), default=8,
+                        help=f"prompts to compare, 1 to {MAX_PROMPTS} (default 8)")
+    parser.add_argument("--max-tokens", type=options.bounded(1, MAX_TOKENS, whole_only=True), default=16,
+                        help=f"tokens generated per prompt, 1 to {MAX_TOKENS} (default 16)")
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT ('-' for stdout)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    dtypes = KV_CACHE_PRECISIONS if args.kv_cache_dtype == "all" else (args.kv_cache_dtype,)
     for dtype in dtypes:
         if dtype not in KV_CACHE_DTYPE_BYTES:
             raise ConfigError(f"unknown kv_cache_dtype {dtype!r}; choose all or one of: {', '.join(KV_CACHE_DTYPE_BYTES)}")
     if args.json and args.json != "-" and not Path(args.json).resolve().parent.is_dir():
         raise ConfigError(f"--json {args.json}: the folder does not exist")
+    check_output_path("--json", args.json,
+                      {"model config": str(Path(args.model_path) / "config.json")} if args.model_path else None)
     from kvscope.app.lab.verify.parity import run_parity
     from kvscope.app.lab.real_backend import load_for_real_backend
 
     status(f"loading {args.model_path or args.model} ...")
     loaded = load_for_real_backend(args.model, args.model_path, args.device, args.dtype)
+    context = loaded.config.max_position_embeddings
+    if LONGEST_PROMPT + args.max_tokens > context:
+        raise ConfigError(f"--max-tokens {args.max_tokens}: a prompt of up to {LONGEST_PROMPT} tokens and its answer "
+                          f"must fit the model's {context:,}-token context; give at most {context - LONGEST_PROMPT:,}")
     status(f"loaded {loaded.label}; running {args.prompts} prompts through the paged engine and through generate()")
     results = []
     for dtype in dtypes:
@@ -46,7 +82,7 @@ def cmd_verify(args) -> int:
         if args.json == "-":
             print(text)
         else:
-            Path(args.json).write_text(text + "\n", encoding="utf-8")
+            write_text_atomic("--json", args.json, text + "\n")
     # fp32 KV must reproduce generate() exactly; narrower types only report their cost.
     failed = [r for r in results if r.kv_cache_dtype == "fp32" and not r.exact]
     if failed:
@@ -54,28 +90,3 @@ def cmd_verify(args) -> int:
         return 1
     return 0
 
-
-def cmd_models(args) -> int:
-    from kvscope.app.lab.presets import load_model, preset_names
-    from kvscope.engine.runners.model_loader import discover_cached_models, hf_cache_root
-    from kvscope.app.lab.verify.tiny_model import cache_dir
-
-    from kvscope.engine.units import format_bytes
-
-    print("presets (real backend: random weights of this shape, built on first use):")
-    for name in preset_names("models"):
-        print(f"  {name:<22} {load_model(name).description}")
-    cached = discover_cached_models()
-    print(f"\nHugging Face cache ({hf_cache_root()}):")
-    if not cached:
-        print("  no models")
-    for m in cached:
-        note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
-        print(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}")
-    built = sorted(p for p in (cache_dir() / "models").glob("*") if (p / "config.json").is_file())
-    print(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
-    if not built:
-        print("  none yet")
-    for p in built:
-        print(f"  {p.name}")
-    return 0

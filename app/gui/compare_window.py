@@ -5,13 +5,13 @@ plots put every configuration on the same axes, and the results table gives each
 its ratio to the first configuration. A guided scenario adds its strip on top: the question, the
 guess committed before the run, and the measured answer revealed when the run is over.
 
-A CompareWorker thread owns the engines; a frame timer here takes its latest frame and hands
-plain snapshots and arrays to the views.
+The engines run in a process of their own (a ComparisonSession behind a SessionHost, as every
+engine the window shows); a frame timer here takes the latest frame and hands plain snapshots and
+arrays to the views.
 """
 
 from __future__ import annotations
 
-import time
 import traceback
 from pathlib import Path
 
@@ -28,19 +28,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvscope.widgets.block_map import BlockMapView, state_colors
+from kvscope.widgets.block_map import BlockMapView
+from kvscope.widgets.block_map_colors import state_colors
 from kvscope.widgets.compare_plots import ComparePlots, configuration_colors
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
 
-from kvscope.app.host.comparison import POINT_FIELDS, CompareWorker
 from kvscope.engine.units import format_percent
+from kvscope.app.host.comparison import ComparisonSession
+from kvscope.app.host.points import POINT_FIELDS
+from kvscope.app.host.process_host import SessionHost
+from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
 
-FRAME_INTERVAL_MS = 33
-FRAME_BUDGET_FACTOR = 4  # drawing gets at most ~1/4 of wall time: the engines share this interpreter
-MAX_FRAME_GAP_S = 0.3
+FRAME_INTERVAL_MS = 33  # four block maps at 30 frames a second read as smooth
 WIDE_PX = 1500  # from this width the plots and the results table sit side by side
 COLUMNS_SHARE = 0.5  # of the height below the scenario strip: the block maps; the rest plots and table
 REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the results table more room
@@ -103,15 +105,17 @@ class _Columns:
         self.data = np.zeros((1024, len(POINT_FIELDS) + 1))
         self.size = 0
 
-    def extend(self, rows: np.ndarray) -> None:
-        need = self.size + len(rows)
+    def extend(self, points: np.ndarray) -> None:
+        """points: a frame's POINT_DTYPE array (host/points.py)."""
+        need = self.size + len(points)
         if need > len(self.data):
             grown = np.zeros((max(need, 2 * len(self.data)), self.data.shape[1]))
             grown[: self.size] = self.data[: self.size]
             self.data = grown
-        self.data[self.size:need, :-1] = rows
+        for i, name in enumerate(POINT_FIELDS):
+            self.data[self.size:need, i] = points[name]
         before = self.data[self.size - 1, -1] if self.size else 0.0
-        self.data[self.size:need, -1] = before + np.cumsum(rows[:, POINT_FIELDS.index("output_tokens")])
+        self.data[self.size:need, -1] = before + np.cumsum(points["output_tokens"])
         self.size = need
 
     def column(self, name: str) -> np.ndarray:
@@ -173,7 +177,7 @@ class ConfigColumn(QWidget):
 
 
 class CompareView(QWidget):
-    """Open a comparison with ``open_comparison(build, ...)``; Space / Right / R reach it through
+    """Open a comparison with ``open_comparison(spec, ...)``; Space / Right / R reach it through
     ``toggle_play``, ``step_once`` and ``restart``."""
 
     finished = Signal()  # every configuration finished and the final table is shown
@@ -184,7 +188,7 @@ class CompareView(QWidget):
     def __init__(self, parent=None, theme: Theme = DARK):
         super().__init__(parent)
         self._theme = theme
-        self.worker: CompareWorker | None = None
+        self.host: SessionHost | None = None  # the comparisons' process, from the first one opened on
         self.scenario = None
         self.info: dict | None = None
         self.results = None  # the latest ComparisonResult
@@ -196,7 +200,6 @@ class CompareView(QWidget):
         self.finished_counts: list[int] = []
         self.latest_snapshots: list = []
         self.speed = 1.0
-        self._next_frame_at = 0.0
         self._playing = False
 
         self.panel = ScenarioPanel(theme=theme)
@@ -311,11 +314,12 @@ class CompareView(QWidget):
             self.bottom_tabs.setCurrentWidget(self.table)
 
     # -- opening -----------------------------------------------------------------------------------
-    def open_comparison(self, build, title: str, scenario_texts: dict | None = None, scenario=None,
+    def open_comparison(self, spec, title: str, scenario_texts: dict | None = None, scenario=None,
                         play: bool = False) -> None:
-        """build() -> engine.compare.Comparison, called on the worker thread. scenario_texts, if
-        given, are the ScenarioPanel's set_scenario arguments; a scenario's run waits for the guess."""
-        self.stop()
+        """spec: a lab.compare.ComparisonSpec, built into engines in the comparisons' process (one
+        for every comparison this view opens: a real model loaded once serves the next ones too).
+        scenario_texts, if given, are the ScenarioPanel's set_scenario arguments; a scenario's run
+        waits for the guess."""
         self.scenario = scenario
         self.info, self.results, self.done, self.revealed = None, None, False, None
         self._title = title if scenario_texts is None else ""
@@ -331,11 +335,11 @@ class CompareView(QWidget):
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
-        self.worker = CompareWorker(build)
-        self.worker.set_speed(self.speed)
-        self.worker.start(play=play and scenario is None)
+        if self.host is None:
+            self.host = SessionHost(ComparisonSession, name="comparison")
+        self.host.set_speed(self.speed)
+        self.host.apply(spec, play=play and scenario is None)
         self._set_playing(False)
-        self._next_frame_at = 0.0
         self.timer.start()
         self.setFocus()
 
@@ -371,7 +375,7 @@ class CompareView(QWidget):
             self.play_state_changed.emit(playing)
 
     def toggle_play(self) -> None:
-        if self.worker is None:
+        if self.host is None:
             return
         if self.scenario is not None and self.panel.committed_guess is None:
             self.panel.commit()  # Space before a guess commits the guess on screen, then runs
@@ -379,24 +383,24 @@ class CompareView(QWidget):
         if self.done:
             self.restart(play=True)
         elif self._playing:
-            self.worker.pause()
+            self.host.pause()
             self._set_playing(False)
         else:
-            self.worker.play()
+            self.host.play()
             self._set_playing(True)
 
     def step_once(self) -> None:
-        if self.worker is None or self.done:
+        if self.host is None or self.done:
             return
         if self.scenario is not None and self.panel.committed_guess is None:
             self.panel.commit()
-            self.worker.pause()  # the guess is locked; the audience steps through by hand
-        self.worker.step_once()
+            self.host.pause()  # the guess is locked; the audience steps through by hand
+        self.host.step_once()
         self._set_playing(False)
 
     def restart(self, play: bool = False) -> None:
         """The same comparison from the start (a scenario asks for a fresh guess)."""
-        if self.worker is None:
+        if self.host is None:
             return
         self.done, self.results, self.revealed = False, None, None
         if self.scenario is not None:
@@ -406,34 +410,33 @@ class CompareView(QWidget):
         self.plots.clear()
         self.series = [_Columns() for _ in self.columns]
         self.finished_counts = [0] * len(self.columns)
-        self.worker.restart(play=play)
+        self.host.restart(play=play)
         self._set_playing(play)
 
     def set_speed(self, speed: float) -> None:
         self.speed = speed
-        if self.worker is not None:
-            self.worker.set_speed(speed)
+        if self.host is not None:
+            self.host.set_speed(speed)
 
     def _guess_committed(self, _guess) -> None:
-        if self.worker is not None and not self.done:
-            self.worker.play()
+        if self.host is not None and not self.done:
+            self.host.play()
             self._set_playing(True)
 
     def stop(self) -> None:
+        """Ends the comparisons' process (the window closes)."""
         self.timer.stop()
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker = None
+        if self.host is not None:
+            self.host.stop()
+            self.host = None
         self._set_playing(False)
 
     # -- frames ------------------------------------------------------------------------------------
     def on_frame(self) -> None:
-        now = time.perf_counter()
-        if self.worker is None or now < self._next_frame_at:
-            return
-        self.render_frame(self.worker.take_frame())
-        spent = time.perf_counter() - now
-        self._next_frame_at = now + min(spent * FRAME_BUDGET_FACTOR, MAX_FRAME_GAP_S)
+        frame = self.host.take_frame() if self.host is not None else None
+        # None: the comparison has not answered the last request yet; an idle frame: it is paused
+        if frame is not None and not frame.idle:
+            self.render_frame(frame)
 
     def render_frame(self, frame) -> None:
         if frame.info is not None:
@@ -510,7 +513,7 @@ class CompareView(QWidget):
         try:
             value, answer = self.scenario.reveal(self.results)
             guess = self.panel.committed_guess
-            verdict = self.scenario.check_guess(guess, value) if guess is not None else "no guess was committed"
+            verdict = guess_verdict(self.scenario, guess, value) if guess is not None else "no guess was committed"
         except Exception:  # noqa: BLE001 - a scenario's own bug must not take the window down
             self._show_error(traceback.format_exc())
             return

@@ -19,6 +19,10 @@ from PySide6.QtWidgets import QApplication, QMainWindow
 
 DEMO_FONT_SCALE = 1.5  # a 9 pt desktop font becomes 13.5 pt (18 px): readable from the back of a room at 1280x720
 DEMO_THEME = "contrast"
+DEMO_HIDDEN_PLOTS = ("latency", "preemptions")  # the plots left out at large font sizes
+DEMO_PLOTS_SHARE = 0.4  # of the window's width
+DEMO_BLOCK_MAP_SHARE = 0.5  # of the live-run page's split: the block map's share of its height
+QWIDGETSIZE_MAX = 16777215
 
 # QGraphicsItem.setData keys for what the item looked like before demo mode touched it
 _BASE_WIDTH, _BASE_HEIGHT, _BASE_LABEL_SIZE, _BASE_TITLE_SIZE, _BASE_FONT = range(7301, 7306)
@@ -126,17 +130,25 @@ class GraphicsFontScaler:
 
 
 class DemoMode:
-    """Enter / leave demo mode on a main window that offers ``set_theme(name)``, ``theme``,
-    ``update_docks()`` (which hides the settings docks while ``active``) and
-    ``arrange_for_demo(on)`` (its own layout at demo font sizes)."""
+    """Enter / leave demo mode on the main window: it offers ``set_theme(name)``, ``theme``,
+    ``state.demo`` (the flag itself, so the status line reads it too), ``update_docks()`` (which
+    hides ``hidden_docks()`` while active), ``arrange_docks()`` and the views this lays out at demo
+    font sizes: ``plots`` in ``plots_dock`` and the live-run page's ``center_split``."""
 
     def __init__(self, window: QMainWindow, font_scale: float = DEMO_FONT_SCALE, theme: str = DEMO_THEME):
         self.window = window
         self.font_scale = font_scale
         self.theme = theme
-        self.active = False
         self.fonts = GraphicsFontScaler(window)
         self._saved: _Saved | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.window.state.demo
+
+    def hidden_docks(self) -> list:
+        """The docks demo mode hides: settings and the request / event lists (the plots stay)."""
+        return [self.window.settings_dock, self.window.bottom_dock]
 
     def toggle(self) -> None:
         if self.active:
@@ -150,7 +162,7 @@ class DemoMode:
         w, app = self.window, QApplication.instance()
         self._saved = _Saved(font=QFont(app.font()), theme=w.theme.name, window_state=w.windowState(),
                              geometry=w.saveGeometry(), menu_bar=w.menuBar().isVisible())
-        self.active = True
+        w.state.demo = True
         w.update_docks()
         w.menuBar().hide()  # every menu action keeps its key; the bar is only room taken
         font = QFont(self._saved.font)
@@ -159,13 +171,13 @@ class DemoMode:
         w.set_theme(self.theme)
         self.fonts.apply(self.font_scale)
         w.showFullScreen()
-        w.arrange_for_demo(True)
+        self._arrange(True)
 
     def leave(self) -> None:
         if not self.active:
             return
         w, app, saved = self.window, QApplication.instance(), self._saved
-        self.active = False
+        w.state.demo = False
         app.setFont(saved.font)
         self.fonts.apply(1.0)
         w.set_theme(saved.theme)
@@ -178,5 +190,26 @@ class DemoMode:
             w.restoreGeometry(saved.geometry)
         w.menuBar().setVisible(saved.menu_bar)
         w.update_docks()
-        w.arrange_for_demo(False)
+        self._arrange(False)
         self._saved = None
+
+    def _arrange(self, on: bool) -> None:
+        """At demo font sizes five stacked plots leave each a sliver at 720 px: demo mode shows the
+        three that carry the story (KV vs compute, requests, throughput), one time axis title under
+        the last, and gives the plots 40 % of the width."""
+        w = self.window
+        plots = w.plots.plots
+        shown = [name for name in plots if not (on and name in DEMO_HIDDEN_PLOTS)]
+        for name, plot in plots.items():
+            plot.setVisible(name in shown)
+            # a hidden item keeps its row in a graphics layout unless it may shrink to nothing
+            plot.setMaximumHeight(QWIDGETSIZE_MAX if name in shown else 0)
+            plot.getAxis("bottom").showLabel(not on or name == shown[-1])
+        if on:
+            w.resizeDocks([w.plots_dock], [int(w.width() * DEMO_PLOTS_SHARE)], Qt.Horizontal)
+            split = w.center_split  # the block map first; the rest (the batch timeline) share the other half
+            total, others = sum(split.sizes()), max(split.count() - 1, 1)
+            first = int(total * DEMO_BLOCK_MAP_SHARE)
+            split.setSizes([first] + [(total - first) // others] * (split.count() - 1))
+        else:
+            w.arrange_docks()

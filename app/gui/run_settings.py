@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
+from kvscope.engine.config import (
+    ALLOCATIONS,
+    BACKENDS,
+    BLOCK_SIZES,
+    KV_CACHE_DTYPE_BYTES,
+    KV_CACHE_DTYPES,
+    SCHEDULINGS,
+    WEIGHT_DTYPE_BYTES,
+    ConfigError,
+    EngineArgs,
+    resolve_engine_args,
+)
 from kvscope.engine.memory_math import plan_memory
-from kvscope.app.lab.presets import load_hardware, load_model, load_workload
+from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.engine.hf_config import load_hf_config
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec
 
@@ -17,6 +28,11 @@ from kvscope.app.host.session import RunConfig
 from kvscope.engine.units import format_bytes
 
 ALL_ROWS = 10**9
+# The engine arguments the settings form holds, by EngineArgs' names.
+FORM_ENGINE_FIELDS = ("max_model_len", "kv_cache_dtype", "block_size", "gpu_memory_utilization",
+                      "kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
+                      "enable_chunked_prefill", "scheduling", "allocation")
+BACKEND_LABELS = {"real": "real (runs here)", "simulated": "simulated (roofline)"}
 MODEL_EDIT_FIELDS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
                      "intermediate_size", "vocab_size", "weight_dtype")
 # Which field a ConfigError is about, by the words its message uses.
@@ -44,6 +60,29 @@ class SettingsError(Exception):
     def __init__(self, errors: dict[str, str]):
         super().__init__("; ".join(errors.values()))
         self.errors = errors
+
+
+def settings_choices() -> dict[str, list[tuple]]:
+    """The settings form's lists, (value, label) each, from the engine's config: the only place
+    they are written. The real backend comes first, as the window starts on it."""
+    return {
+        "backend": [(b, BACKEND_LABELS.get(b, b)) for b in sorted(BACKENDS, key=lambda b: b != "real")],
+        "kv_cache_dtype": [(d, d) for d in KV_CACHE_DTYPES],
+        "block_size": [(size, f"{size} tokens") for size in BLOCK_SIZES],
+        "scheduling": [(name, name) for name in SCHEDULINGS],
+        "allocation": [(name, name) for name in ALLOCATIONS],
+    }
+
+
+def weight_dtype_choices() -> tuple[str, ...]:
+    """The weight precisions the model editor offers."""
+    return tuple(WEIGHT_DTYPE_BYTES)
+
+
+def engine_defaults() -> dict:
+    """The form's engine fields at EngineArgs' defaults."""
+    defaults = EngineArgs()
+    return {name: getattr(defaults, name) for name in FORM_ENGINE_FIELDS}
 
 
 def field_of(message: str) -> str:
@@ -119,17 +158,11 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                    "peak_flops": flops, "gpu_count": hardware_edits.get("gpu_count", hardware.gpu_count)}
         if any(getattr(hardware, k) != v for k, v in changes.items()):
             hardware = attempt("hardware", lambda: hardware.replace(name=f"{hardware.name} (edited)", **changes))
-    args = attempt("general", lambda: EngineArgs(
-        block_size=values["block_size"], gpu_memory_utilization=values["gpu_memory_utilization"],
-        max_model_len=values["max_model_len"], kv_cache_dtype=values["kv_cache_dtype"],
-        kv_cache_memory_bytes=values["kv_cache_memory_bytes"], max_num_seqs=values["max_num_seqs"],
-        max_num_batched_tokens=values["max_num_batched_tokens"],
-        enable_prefix_caching=values["enable_prefix_caching"], enable_chunked_prefill=values["enable_chunked_prefill"],
-        scheduling=values["scheduling"], allocation=values["allocation"], seed=seed))
+    args = attempt("general", lambda: EngineArgs(**{name: values[name] for name in FORM_ENGINE_FIELDS}, seed=seed))
     workload = attempt("workload", lambda: _workload(values))
     backend = values["backend"]
     if backend == "real":
-        hardware = attempt("hardware", lambda: load_hardware("this-machine"))
+        hardware = attempt("hardware", lambda: load_hardware(THIS_MACHINE))
     if model is not None and hardware is not None and args is not None:
         def check():
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
@@ -150,7 +183,7 @@ def memory_preview(config: RunConfig) -> str:
     model, hardware = config.model, config.hardware
     plan = plan_memory(model, hardware, resolve_engine_args(config.engine_args, model, hardware))
     kv_line = (f"2 x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x {model.head_dim} x "
-               f"{plan.kv_bytes_per_token // (2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim)}"
+               f"{KV_CACHE_DTYPE_BYTES[plan.kv_cache_dtype]}"
                f" B ({plan.kv_cache_dtype})")
     rows = [
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}", kv_line),

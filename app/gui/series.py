@@ -1,14 +1,15 @@
-"""The run's time series, grown frame by frame from the worker's plot points, as the live plots
+"""The run's time series, grown frame by frame from the session's plot points, as the live plots
 want them: numpy arrays keyed by name."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from kvscope.app.host.points import POINT_FIELDS, point_array
+
 THROUGHPUT_WINDOW_S = 1.0  # output tokens per second over the last second of engine time
 
-STEP_KEYS = ("time_s", "kv_usage", "num_running", "num_waiting", "output_tokens", "compute_utilization",
-             "preemptions")
+STEP_KEYS = POINT_FIELDS  # preemptions summed since the start, output tokens per point
 FINISH_KEYS = ("finish_time_s", "ttft_s", "queue_time_s")
 
 
@@ -41,18 +42,17 @@ class RunSeries:
         self.total_preemptions = 0
 
     def add_points(self, points) -> None:
-        """SeriesPoints from the worker: one per step, or fewer when steps come faster than they can be drawn."""
+        """Plot points from a frame (host/points.py: a POINT_DTYPE array, or SeriesPoints): one per
+        step, or fewer when steps come faster than they can be drawn."""
+        points = point_array(points)
         c = self.columns
-        c["time_s"].extend([p.time_s for p in points])
-        c["kv_usage"].extend([p.kv_usage for p in points])
-        c["num_running"].extend([p.num_running for p in points])
-        c["num_waiting"].extend([p.num_waiting for p in points])
-        outputs = np.array([p.output_tokens for p in points], dtype=np.float64)
+        for key in ("time_s", "kv_usage", "num_running", "num_waiting", "compute_utilization"):
+            c[key].extend(points[key])
+        outputs = points["output_tokens"].astype(np.float64)
         c["output_tokens"].extend(outputs)
         c["cumulative_output"].extend(self.total_output + np.cumsum(outputs))
         self.total_output += int(outputs.sum())
-        c["compute_utilization"].extend([p.compute_utilization for p in points])
-        preemptions = np.cumsum([p.preemptions for p in points]) + self.total_preemptions
+        preemptions = np.cumsum(points["preemptions"]) + self.total_preemptions
         c["preemptions"].extend(preemptions)
         self.total_preemptions = int(preemptions[-1]) if len(preemptions) else self.total_preemptions
         self._extend_throughput()

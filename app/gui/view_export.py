@@ -1,5 +1,6 @@
 """Saving what a view shows: a plot as PNG or SVG (pyqtgraph's own exporters, so an SVG stays
-vector), a whole view (block map, batch timeline) as a PNG of the widget, a table as CSV."""
+vector), a whole view (block map, batch timeline) as a PNG of the widget, a table as CSV. The
+Qt-free part (names, path checks, the Perfetto trace) is in export_files.py."""
 
 from __future__ import annotations
 
@@ -11,33 +12,12 @@ from pathlib import Path
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401 - registers pg.exporters
 
+from kvscope.app.gui.export_files import ExportError, writable
+
 PLOT_FORMATS = "PNG image (*.png);;SVG drawing (*.svg)"
 PNG_FORMAT = "PNG image (*.png)"
 CSV_FORMAT = "CSV table (*.csv)"
 PNG_SCALE = 2  # plots are exported at twice their size on screen: sharp on a slide
-
-
-class ExportError(Exception):
-    """Why a file could not be written, in words for a dialog."""
-
-
-def default_name(title: str, suffix: str) -> str:
-    """'KV cache vs compute' -> 'kvscope-kv-cache-vs-compute.png'."""
-    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return f"kvscope-{slug}{suffix}"
-
-
-def writable(path) -> Path:
-    """path, if a file can be written there; else ExportError with the reason."""
-    from kvscope.engine.config import ConfigError
-
-    from kvscope.app.cli.options import check_output_path
-
-    try:
-        check_output_path("export to", str(path))
-    except ConfigError as exc:
-        raise ExportError(str(exc).removeprefix("export to ")) from None
-    return Path(path)
 
 
 _CLOSE_SENTINEL = re.compile(r"Z[-+0-9.eE]+,[-+0-9.eE]+")

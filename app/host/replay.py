@@ -1,10 +1,12 @@
-"""A recorded run as the window's engine source: EngineProcess's API, a recording instead of an engine.
+"""A recorded run as a session (protocol.py): a recording in place of an engine.
 
-ReplayWorker reads a recording (`kvscope run --record`) on a thread of its own and hands the GUI
-the same FrameDeltas the engine process does: the snapshot as it was after the newest step replayed, and
-the steps, events, plot points and finished requests since the previous frame. No model, no GPU.
+ReplaySession reads a recording (`kvscope run --record`) and hands the window the same FrameDeltas
+the live engine does: the snapshot as it was after the newest step replayed, and the steps, events,
+plot points and finished requests since the previous frame. No model, no GPU. It runs in a
+process of its own like every session; read_replay_info() is what the window reads of the file
+first, to refuse a damaged one before any view changes.
 
-Playing paces the recorded engine clock at `speed` x real time, as the engine session paces the
+Playing paces the recorded engine clock at `speed` x real time, as the live session paces the
 simulated clock; speed 0 replays as fast as frames allow: each frame gets one timeline's worth of
 new steps (STEPS_KEPT), so nothing is dropped. seek(position) jumps anywhere, backwards too: the
 next frame carries engine_info again, so the window clears its views, and then the history up to
@@ -16,9 +18,9 @@ A position counts steps replayed: 0 shows the pool before the first step, num_st
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import traceback
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,20 +32,24 @@ from kvscope.engine.metrics import percentile
 from kvscope.app.lab.recording import Recording
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec
 
-from kvscope.app.host.session import (
-    EVENTS_KEPT,
-    SERIES_INTERVAL_S,
-    STEPS_KEPT,
-    SUMMARY_INTERVAL_S,
-    EngineInfo,
-    FrameDelta,
-    SeriesPoint,
-)
-from kvscope.app.host.command_thread import CommandThread
 from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
+from kvscope.app.host.points import POINT_DTYPE, point_array, step_point
+from kvscope.app.host.protocol import (
+    APPLY,
+    EVENTS_KEPT,
+    PAUSE,
+    PLAY,
+    SEEK,
+    SPEED,
+    STEP,
+    STEPS_KEPT,
+    FrameDelta,
+    Session,
+)
+from kvscope.app.host.session import SERIES_INTERVAL_S, SUMMARY_INTERVAL_S, EngineInfo
 
 HISTORY_POINTS = 2_000  # plot points a seek sends for the history before it: the plots' resolution
-SNAPSHOT_INTERVAL_S = 1 / 60  # a new snapshot at most this often: the window draws at most 60 a second
+FULL_WAIT_S = 0.002  # at speed 0, with a timeline's worth of steps unsent, wait this long for the frame
 
 
 def _known_fields(cls, values: dict) -> dict:
@@ -81,16 +87,84 @@ def engine_info_from_header(header: dict, label_suffix: str = "") -> EngineInfo:
     return EngineInfo(**_known_fields(EngineInfo, values))
 
 
-class ReplayWorker(CommandThread):
-    def __init__(self, path, allow_truncated: bool = True):
-        """Opens the recording now: a missing or corrupt file raises RecordingError here, before
-        any window shows. A truncated one replays up to its last complete record."""
-        super().__init__("kvscope-replay")
-        self.recording = Recording.open(path, allow_truncated=allow_truncated)
-        recording = self.recording
-        self.num_steps = recording.num_steps
+
+
+@dataclass(frozen=True)
+class ReplayInfo:
+    """What the window reads of a recording before replaying it (in the window's process)."""
+
+    path: str
+    num_steps: int
+    end_times: np.ndarray  # engine clock at the end of each step, for the scrubber
+    engine_info: EngineInfo
+    warning: str | None  # set when the file was cut short: it replays up to its last whole record
+
+
+def read_replay_info(path, allow_truncated: bool = True) -> ReplayInfo:
+    """Reads and checks the whole file: a missing or corrupt one raises RecordingError here, before
+    any view changes. A truncated one replays up to its last complete record."""
+    with Recording.open(path, allow_truncated=allow_truncated) as recording:
+        return ReplayInfo(str(path), recording.num_steps, recording.series()["time_s"],
+                          engine_info_from_header(recording.header, " (replay)"), recording.warning)
+
+
+class ReplaySession(Session):
+    """apply(path) opens a recording (checked already: read_replay_info) at its first step."""
+
+    def __init__(self):
+        self.recording: Recording | None = None
+        self.engine_info: EngineInfo | None = None
+        self.num_steps = 0
         self.position = 0  # steps replayed; the snapshot shown is the state after them
         self.speed = 1.0  # recorded engine seconds per wall second; 0 = as fast as frames allow
+        self.playing = False
+        self._pending = FrameDelta()
+        self._points: list = []  # SeriesPoints since the last frame
+        self._pacing = Pacing()
+
+    # -- commands ---------------------------------------------------------------------------------
+    def handle(self, command: str, arg) -> None:
+        try:
+            self._handle(command, arg)
+        except Exception:  # noqa: BLE001 - a record that fails its checksum mid-file: shown, the window lives
+            self._failed()
+
+    def _handle(self, command: str, arg) -> None:
+        if command == APPLY:
+            path, play = arg
+            self._open(path)
+            self.playing = play and self.recording is not None and self.num_steps > 0
+            self._pacing.restart()
+        elif self.recording is None:
+            return
+        elif command == PLAY:
+            self.playing = self.position < self.num_steps
+            self._pacing.restart()
+        elif command == PAUSE:
+            self.playing = False
+        elif command == STEP:
+            self.playing = False
+            if self.position < self.num_steps:
+                self._replay_step()
+            self._force_summary = True
+        elif command == SPEED:
+            self.speed = arg
+            self._pacing.restart()
+        elif command == SEEK:
+            self._seek(arg)
+
+    def _open(self, path) -> None:
+        if self.recording is not None:
+            self.recording.close()
+            self.recording = None
+        try:
+            # read_replay_info checked every record in the window's process just now
+            recording = Recording.open(path, verify=False, allow_truncated=True)
+        except Exception as exc:  # noqa: BLE001 - gone or changed since: said in the next frame
+            self._pending = FrameDelta(error=f"Cannot replay {path}: {exc}", status="the replay could not start")
+            return
+        self.recording = recording
+        self.num_steps = recording.num_steps
         self.engine_info = engine_info_from_header(recording.header, " (replay)")
         series = recording.series()
         self._end_times = series["time_s"]
@@ -99,113 +173,56 @@ class ReplayWorker(CommandThread):
         self._cum_preemptions = np.concatenate([[0], np.cumsum(series["preemptions"])])
         self._finished = recording.finished_requests()
         self._rejected_steps = recording.events_of_kind(EventKind.REJECTED)["step"]
-        self._lock = threading.Lock()
-        self._want_snapshot = True
-        self._snapshot_position = -1
-        self._last_snapshot = 0.0
-        self._last_summary = 0.0
-        self._last_point = 0.0
-        self._since_point = [0, 0.0, 0.0, 0]  # output tokens, compute time, step time, preemptions
-        self._steps_since_frame = 0
-        self._pacing = Pacing()
-        self._pending = self._history_frame(0)
+        self._seek(0)
         if recording.warning:
             self._pending.status = recording.warning
 
-    # -- commands, from the GUI thread ----------------------------------------------------------
-    def start(self) -> None:
-        self._start_thread()
+    def _seek(self, position: int) -> None:
+        position = min(max(int(position), 0), self.num_steps)
+        self._pending = self._history_frame(position)
+        self._points = []
+        self.position = position
+        self._snapshot_position = position
+        self._pacing.restart()
+        self._since_point = [0, 0.0, 0.0, 0]  # output tokens, compute time, step time, preemptions
+        self._steps_since_frame = 0
+        self._last_point = 0.0
+        self._last_summary = time.perf_counter()
+        self._force_summary = False
 
-    def apply(self, config=None, play: bool = True) -> None:
-        """A replay has no settings to apply: it restarts from the beginning."""
-        self.seek(0)
-        (self.play if play else self.pause)()
+    def _failed(self) -> None:
+        self.playing = False
+        self._pending.error = traceback.format_exc()
+        self._pending.status = "the replay stopped: the recording is damaged"
 
-    def seek(self, position: int) -> None:
-        """Jump to the state after `position` steps (0 .. num_steps)."""
-        self._commands.put(("seek", int(position)))
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop_thread(timeout)
-        self.recording.close()
-
-    def take_frame(self) -> FrameDelta:
-        """Everything since the last call; also asks for a fresh snapshot for the next frame."""
-        with self._lock:
-            frame, self._pending = self._pending, FrameDelta()
-            frame.playing = self._playing
-            self._want_snapshot = True
-            self._steps_since_frame = 0
-        return frame
-
-    # -- the replay thread ------------------------------------------------------------------------
-    def _run(self, command: str | None, arg) -> None:
+    # -- running ----------------------------------------------------------------------------------
+    def advance(self, budget_s: float = 0.0) -> float:
         try:
-            super()._run(command, arg)
-        except Exception:  # noqa: BLE001 - a record that fails its checksum mid-file: shown, the window lives
-            self._playing = False
-            self._publish(error=traceback.format_exc(), status="the replay stopped: the recording is damaged")
+            return self._advance()
+        except Exception:  # noqa: BLE001 - as in handle()
+            self._failed()
+            return 0.0
 
-    def _idle(self) -> None:
-        self._maybe_snapshot()
-
-    def _handle(self, command: str, arg) -> None:
-        if command == "play":
-            self._playing = self.position < self.num_steps
-            self._pacing.restart()
-        elif command == "pause":
-            self._playing = False
-        elif command == "step":
-            self._playing = False
-            if self.position < self.num_steps:
-                self._replay_step()
-            self._maybe_snapshot(force=True)
-        elif command == "speed":
-            self.speed = arg
-            self._pacing.restart()
-        elif command == "seek":
-            position = min(max(arg, 0), self.num_steps)
-            frame = self._history_frame(position)
-            self.position = position
-            self._pacing.restart()
-            self._since_point = [0, 0.0, 0.0, 0]
-            with self._lock:
-                self._pending = frame
-                self._want_snapshot = False
-                self._snapshot_position = position
-
-    def _publish(self, **fields) -> None:
-        with self._lock:
-            for key, value in fields.items():
-                setattr(self._pending, key, value)
-
-    def _advance(self) -> None:
+    def _advance(self) -> float:
         if self.position >= self.num_steps:
             self._finish()
-            return
+            return 0.0
         if self.speed > 0:
             clock = float(self._end_times[self.position - 1]) if self.position else 0.0
             target = self._pacing.target(clock, self.speed, time.perf_counter())
             due = int(np.searchsorted(self._end_times, target, side="right"))
             if due <= self.position:
-                ahead = float(self._end_times[self.position]) - target
-                time.sleep(min(ahead / self.speed, MAX_WAIT_S))
-                self._maybe_snapshot()
-                return
-            for _ in range(min(due - self.position, STEPS_KEPT)):
-                self._replay_step()
+                return min((float(self._end_times[self.position]) - target) / self.speed, MAX_WAIT_S)
+            count = min(due - self.position, STEPS_KEPT)
         else:
-            with self._lock:
-                room = STEPS_KEPT - self._steps_since_frame
-            if room <= 0:  # the frame has a timeline's worth: wait for the window to take it
-                time.sleep(0.002)
-                self._maybe_snapshot()
-                return
-            for _ in range(min(room, self.num_steps - self.position)):
-                self._replay_step()
-        self._maybe_snapshot()
+            count = min(STEPS_KEPT - self._steps_since_frame, self.num_steps - self.position)
+            if count <= 0:  # the frame has a timeline's worth: wait for the window to take it
+                return FULL_WAIT_S
+        for _ in range(count):
+            self._replay_step()
         if self.position >= self.num_steps:
             self._finish()
+        return 0.0
 
     def _replay_step(self) -> None:
         i = self.position
@@ -216,23 +233,50 @@ class ReplayWorker(CommandThread):
         acc[2] += result.duration_s
         acc[3] += result.num_preemptions
         now = time.perf_counter()
-        point = None
         if now - self._last_point >= SERIES_INTERVAL_S or i == self.num_steps - 1:
-            point = SeriesPoint(result.start_time_s + result.duration_s, result.kv_usage, result.num_running,
-                                result.num_waiting, acc[0], acc[1] / acc[2] if acc[2] > 0 else 0.0, acc[3])
+            self._points.append(step_point(result, *acc))
             self._since_point = [0, 0.0, 0.0, 0]
             self._last_point = now
-        finished = self._finished_between(i, i + 1)
-        with self._lock:
-            frame = self._pending
-            frame.steps.append(result)
-            frame.events.extend(result.events)
-            if point is not None:
-                frame.points.append(point)
-            if finished:
-                frame.finished.extend(finished)
-            self.position = i + 1
-            self._steps_since_frame += 1
+        frame = self._pending
+        frame.steps.append(result)
+        frame.events.extend(result.events)
+        frame.finished.extend(self._finished_between(i, i + 1))
+        self.position = i + 1
+        self._steps_since_frame += 1
+
+    def _finish(self) -> None:
+        self.playing = False
+        self._pending.done = True
+        self._pending.status = "replay complete"
+        self._force_summary = True
+
+    # -- frames -----------------------------------------------------------------------------------
+    def take_frame(self) -> FrameDelta:
+        """Everything since the last call, with the snapshot at the position reached if it moved."""
+        frame, self._pending = self._pending, FrameDelta()
+        frame.playing = self.playing
+        frame.position = self.position if self.recording is not None else None
+        if len(self._points):
+            frame.points = np.concatenate([frame.points, point_array(self._points)])
+            self._points = []
+        self._steps_since_frame = 0
+        if self.recording is None:
+            return frame
+        try:
+            now = time.perf_counter()
+            if frame.snapshot is None and self.position != self._snapshot_position:
+                frame.snapshot = self._snapshot(self.position)
+                self._snapshot_position = self.position
+            if frame.summary is None and (self._force_summary or now - self._last_summary >= SUMMARY_INTERVAL_S):
+                frame.summary = self._summary(self.position)
+                self._last_summary = now
+                self._force_summary = False
+        except Exception:  # noqa: BLE001 - as in handle()
+            self.playing = False
+            frame.playing = False
+            frame.error = traceback.format_exc()
+            frame.status = "the replay stopped: the recording is damaged"
+        return frame
 
     def _finished_between(self, start: int, stop: int) -> list:
         f = self._finished
@@ -240,37 +284,8 @@ class ReplayWorker(CommandThread):
         return list(zip(f["finish_time_s"][lo:hi].tolist(), f["ttft_s"][lo:hi].tolist(),
                         f["queue_time_s"][lo:hi].tolist()))
 
-    def _finish(self) -> None:
-        self._playing = False
-        with self._lock:
-            self._pending.done = True
-            self._pending.summary = self._summary(self.num_steps)
-            self._pending.status = "replay complete"
-        self._maybe_snapshot(force=True)
-
     def _snapshot(self, position: int):
         return self.recording.initial_snapshot() if position == 0 else self.recording.snapshot_at(position - 1)
-
-    def _maybe_snapshot(self, force: bool = False) -> None:
-        now = time.perf_counter()
-        with self._lock:
-            wanted = self._want_snapshot
-        position = self.position
-        if not force and (not wanted or position == self._snapshot_position
-                          or now - self._last_snapshot < SNAPSHOT_INTERVAL_S):
-            return
-        snapshot = self._snapshot(position)
-        self._last_snapshot = now
-        self._snapshot_position = position
-        summary = None
-        if force or now - self._last_summary >= SUMMARY_INTERVAL_S:
-            summary = self._summary(position)
-            self._last_summary = now
-        with self._lock:
-            self._pending.snapshot = snapshot
-            if summary is not None:
-                self._pending.summary = summary
-            self._want_snapshot = False
 
     def _summary(self, position: int) -> dict:
         """The final summary at the end of a closed recording; before it, what the steps so far give."""
@@ -308,15 +323,15 @@ class ReplayWorker(CommandThread):
             if len(events) >= EVENTS_KEPT:
                 break
         frame.events.extend(events)
-        frame.points.extend(self._history_points(position))
+        frame.points = self._history_points(position)
         frame.finished.extend(self._finished_between(0, position))
         return frame
 
-    def _history_points(self, position: int) -> list:
-        """SeriesPoints for steps 0 .. position - 1, at most HISTORY_POINTS of them: each covers a run
-        of steps and, as a live point does, sums what happened since the previous one."""
+    def _history_points(self, position: int) -> np.ndarray:
+        """Points for steps 0 .. position - 1, at most HISTORY_POINTS of them: each covers a run of
+        steps and, as a live point does, sums what happened since the previous one."""
         if position == 0:
-            return []
+            return point_array()
         s = self._series
         edges = np.unique(np.linspace(0, position, min(position, HISTORY_POINTS) + 1).astype(np.int64))
         ends = edges[1:] - 1
@@ -326,6 +341,10 @@ class ReplayWorker(CommandThread):
         duration = np.add.reduceat(s["duration_s"][:position], starts)
         preemptions = np.add.reduceat(s["preemptions"][:position], starts)
         utilization = np.divide(compute, duration, out=np.zeros_like(compute), where=duration > 0)
-        return [SeriesPoint(float(t), float(kv), int(r), int(w), int(o), float(u), int(p)) for t, kv, r, w, o, u, p in
-                zip(s["time_s"][ends], s["kv_usage"][ends], s["num_running"][ends], s["num_waiting"][ends],
-                    output, utilization, preemptions)]
+        points = np.zeros(len(ends), dtype=POINT_DTYPE)
+        for name, column in (("time_s", s["time_s"][ends]), ("kv_usage", s["kv_usage"][ends]),
+                             ("num_running", s["num_running"][ends]), ("num_waiting", s["num_waiting"][ends]),
+                             ("output_tokens", output), ("compute_utilization", utilization),
+                             ("preemptions", preemptions)):
+            points[name] = column
+        return points

@@ -1,4 +1,4 @@
-"""The engine's side of the window: what runs where the engine lives.
+"""The live engine as a session (protocol.py): what runs where the engine lives.
 
 An EngineSession owns the Engine: it builds it (loading a real model can take seconds), steps it
 while playing -- pacing the simulated clock to a multiple of real time -- and gathers what the
@@ -7,8 +7,8 @@ FrameDelta: a fresh snapshot and the steps, events and finished-request metrics 
 frame, bounded so a frame costs the same however fast the engine runs. The engine never waits for
 the window; what the window had no time to draw is dropped or summarised.
 
-The session runs in the engine process (app/engine_process.py); it is plain single-threaded
-code, so tests and benchmarks can also drive it directly.
+The session runs in a process of its own (process_host.py); it is plain single-threaded code, so
+tests and benchmarks can also drive it directly.
 """
 
 from __future__ import annotations
@@ -16,22 +16,37 @@ from __future__ import annotations
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from itertools import chain
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
+from kvscope.engine.units import format_bytes
 from kvscope.app.lab.workload import WorkloadSpec, generate_requests
 
 from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
-from kvscope.engine.units import format_bytes
+from kvscope.app.host.points import point_array, step_point
+from kvscope.app.host.protocol import (
+    APPLY,
+    EVENTS_KEPT,
+    FAIL,
+    PAUSE,
+    PLAY,
+    RECORD,
+    SPEED,
+    STEP,
+    STEPS_KEPT,
+    STOP_RECORDING,
+    FrameDelta,
+    Session,
+)
 
-STEPS_KEPT = 400  # steps a frame hands over for the timeline (it shows 400); older ones only count
-EVENTS_KEPT = 300  # the newest events of a frame, for the log (a fast run shows its latest)
+# the frame and its bounds, where the live engine's users have always imported them from
+__all__ = ["EVENTS_KEPT", "STEPS_KEPT", "EngineInfo", "EngineSession", "FrameDelta", "RunConfig"]
+
 # Holding the newest 400 steps alive costs ~1.5 us a step in cache misses: ~10 % of a 15 us
 # simulated step, nothing next to a real forward. Engines whose steps are this cheap keep no
-# steps or events between frames: asked for a frame, the engine process keeps the next 400.
+# steps or events between frames: asked for a frame, the session keeps the next 400 first.
 CHEAP_STEP_S = 0.0001
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
@@ -53,18 +68,6 @@ class RunConfig:
     model_path: str | None = None  # real backend: a local model directory instead of the preset's shape
 
 
-class SeriesPoint(NamedTuple):
-    """One point of the live plots: the state after a step, and what happened since the last point."""
-
-    time_s: float  # engine clock at the end of the step
-    kv_usage: float
-    num_running: int
-    num_waiting: int
-    output_tokens: int  # since the previous point
-    compute_utilization: float  # compute-bound time / step time, since the previous point
-    preemptions: int  # since the previous point
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """What the window knows of the engine it shows, reported by the engine itself once built."""
@@ -84,31 +87,9 @@ class EngineInfo:
         return getattr(self, key)
 
 
-@dataclass
-class FrameDelta:
-    snapshot: object | None = None  # engine Snapshot, None if unchanged
-    steps: deque = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))  # newest StepResults
-    events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))  # newest engine Events
-    points: list = field(default_factory=list)  # SeriesPoints since the last frame
-    finished: list = field(default_factory=list)  # (finish_time_s, ttft_s, queue_time_s)
-    summary: dict | None = None
-    status: str = ""
-    error: str | None = None  # an exception inside the engine, with its traceback
-    engine_info: EngineInfo | None = None  # set when a new engine was built
-    playing: bool = False
-    done: bool = False
-    build_cost_s: float = 0.0  # engine-side time spent building and sending the previous frame
-    recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
+class EngineSession(Session):
+    """The live engine: apply(RunConfig) builds it, record / stop_recording record it."""
 
-    @property
-    def idle(self) -> bool:
-        """Nothing happened and nothing runs: what a paused engine answers 60 times a second."""
-        return not (self.playing or self.done or self.snapshot is not None or self.steps or self.events
-                    or self.points or self.finished or self.summary is not None or self.status or self.error
-                    or self.engine_info is not None or self.recording_steps is not None)
-
-
-class EngineSession:
     def __init__(self):
         self.engine: Engine | None = None
         self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as possible
@@ -129,36 +110,38 @@ class EngineSession:
         self._config: RunConfig | None = None
         self._label = ""
         self._recorder = None  # a RunRecorder while the window records the run
+        self._points: list = []  # SeriesPoints since the last frame
+        self._frame_due_at_step: int | None = None  # a frame asked for goes out once the engine is here
 
     # -- commands -------------------------------------------------------------------------------
     def handle(self, command: str, arg) -> None:
         # Whatever comes next (a single step, a paced run, a new engine) is kept for the next frame;
         # after a pause or a single step that frame also brings a summary with the snapshot.
         self.keep_history_for_next_frame()
-        if command in ("pause", "step"):
+        if command in (PAUSE, STEP):
             self._stepped = self.engine is not None
             self._last_summary = -float("inf")
-        if command == "apply":
+        if command == APPLY:
             config, play = arg
             self._build(config)
             self.playing = play and self.engine is not None
             self._pacing.restart()
-        elif command == "play" and self.engine is not None:
+        elif command == PLAY and self.engine is not None:
             self.playing = True
             self._pacing.restart()
-        elif command == "pause":
+        elif command == PAUSE:
             self.playing = False
-        elif command == "step" and self.engine is not None:
+        elif command == STEP and self.engine is not None:
             self.playing = False
             self._run_one_step()
-        elif command == "speed":
+        elif command == SPEED:
             self.speed = arg
             self._pacing.restart()
-        elif command == "record":
+        elif command == RECORD:
             self._start_recording(arg)
-        elif command == "stop_recording":
+        elif command == STOP_RECORDING:
             self._stop_recording("recording stopped")
-        elif command == "fail":  # the self-test and tests check that an engine error reaches the window
+        elif command == FAIL:  # the self-test and tests check that an engine error reaches the window
             def broken_step():
                 raise RuntimeError(arg)
             if self.engine is not None:
@@ -175,13 +158,31 @@ class EngineSession:
             self._pending.steps = deque(maxlen=STEPS_KEPT)
             self._event_lists = deque(maxlen=EVENTS_KEPT)
 
-    def take_frame(self, keep_history: bool = True) -> FrameDelta:
-        """Everything since the last call, with a snapshot if the engine changed meanwhile. The
-        engine process passes keep_history=False for an engine of cheap steps running flat out,
-        and calls keep_history_for_next_frame() when the next frame is asked for."""
+    def frame_requested(self) -> None:
+        if self.flat_out and self.cheap_steps:
+            # Steps this cheap are kept only when asked for (holding the newest STEPS_KEPT all the
+            # time cost ~10 % of the engine's speed): the frame goes out after the next ones.
+            self.keep_history_for_next_frame()
+            self._frame_due_at_step = self.engine.step_count + STEPS_KEPT
+
+    def frame_ready(self) -> bool:
+        due = self._frame_due_at_step
+        return due is None or not self.flat_out or self.engine.step_count >= due
+
+    def close(self) -> None:
+        self._stop_recording("the window closed")  # a recording in progress is finished, not lost
+
+    def take_frame(self, keep_history: bool | None = None) -> FrameDelta:
+        """Everything since the last call, with a snapshot if the engine changed meanwhile. Unless
+        told, it keeps no steps for the next frame while cheap steps run flat out: the next
+        frame_requested() starts keeping them."""
+        if keep_history is None:
+            keep_history = not (self.flat_out and self.cheap_steps)
+        self._frame_due_at_step = None
         frame = self._pending
         self._pending = FrameDelta(steps=deque(maxlen=STEPS_KEPT if keep_history else 0))
         frame.playing = self.playing
+        frame.points, self._points = point_array(self._points), []
         if self._event_lists:  # lists, not events, are kept per step: flattened once per frame here
             frame.events.extend(chain.from_iterable(self._event_lists))
         self._event_lists = deque(maxlen=EVENTS_KEPT if keep_history else 0)
@@ -303,6 +304,7 @@ class EngineSession:
         self._steps_per_clock_check = 1
         self.mean_step_s = float("inf")
         self._summary_interval = SUMMARY_INTERVAL_S
+        self._points = []
         self._pending = FrameDelta(status=f"building the {config.backend} engine ...")
         try:
             if config.backend == "real":
@@ -377,10 +379,8 @@ class EngineSession:
         metrics = self.engine.metrics
         tokens0, compute0, busy0, preempt0 = self._point_base
         busy = metrics.busy_time - busy0
-        self._pending.points.append(SeriesPoint(
-            result.start_time_s + result.duration_s, result.kv_usage, result.num_running, result.num_waiting,
-            metrics.sampled_tokens - tokens0, (metrics.compute_time - compute0) / busy if busy > 0 else 0.0,
-            metrics.preemptions - preempt0))
+        self._points.append(step_point(result, metrics.sampled_tokens - tokens0, metrics.compute_time - compute0,
+                                       busy, metrics.preemptions - preempt0))
         self._point_base = (metrics.sampled_tokens, metrics.compute_time, metrics.busy_time, metrics.preemptions)
         self._point_steps = metrics.steps
         self._collect_finished()

@@ -21,13 +21,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, EngineArgs, HardwareSpec, ModelConfig
+from kvscope.engine.config import (
+    BACKENDS,
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    KV_CACHE_DTYPE_BYTES,
+    ConfigError,
+    EngineArgs,
+    HardwareSpec,
+    ModelConfig,
+)
 from kvscope.engine.engine import Engine, StepResult
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.app.lab.workload import WorkloadSpec, generate_requests
 from kvscope.engine.request import RequestSpec
 
-BACKENDS = ("simulated", "real")
 MIN_CONFIGURATIONS, MAX_CONFIGURATIONS = 2, 4
 
 # The metrics a comparison is read by; each gets a ratio to the baseline.
@@ -54,8 +62,8 @@ class Variant:
 
     label: str
     backend: str = "simulated"
-    model: str = "llama-3-8b"
-    hardware: str | None = "h100-80gb"  # simulated only: the real backend runs on this machine
+    model: str = DEFAULT_MODEL
+    hardware: str | None = DEFAULT_HARDWARE  # simulated only: the real backend runs on this machine
     memory_bytes: int | None = None  # per device, in place of the hardware preset's
     engine_args: EngineArgs = field(default_factory=EngineArgs)
     # Every request generates exactly this many tokens; prompts and arrivals stay the workload's.
@@ -205,19 +213,33 @@ def engine_settings(variant: Variant, engine: Engine) -> dict:
 _QUALITY_CACHE: dict = {}
 
 
-def measure_kv_quality(engine: Engine) -> tuple[float | None, str]:
-    """(1 - top-1 agreement with full precision, how it was obtained) for this engine's KV dtype:
-    measured for an 8-bit cache, exact for one as wide as the weights, reported as exact for 16-bit."""
+def _kv_quality_known_without_measuring(engine: Engine) -> tuple[float | None, str] | None:
+    """measure_kv_quality's answer where it needs no parity run, else None."""
     if engine.runner.name != "real":
         return None, SIMULATED_QUALITY_NOTE
-    loaded = engine.runner.loaded
-    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, loaded.config.weight_dtype
+    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, engine.runner.loaded.config.weight_dtype
     if kv_dtype in (weight_dtype, "fp32"):
         return 0.0, f"exact: the KV cache keeps the model's own {weight_dtype} values"
     if KV_CACHE_DTYPE_BYTES[kv_dtype] >= 2:
         # A parity run costs seconds; a 16-bit cache is reported as exact (its top-1 agreement
         # is what `kvscope verify` checks), so only 8-bit caches pay for a measurement.
         return 0.0, f"reported as exact: {kv_dtype} KV is 16-bit (not measured; `kvscope verify` measures it)"
+    return None
+
+
+def kv_quality_is_measured(engine: Engine) -> bool:
+    """Whether measure_kv_quality runs generate() beside this engine (seconds: worth a status line)."""
+    return _kv_quality_known_without_measuring(engine) is None
+
+
+def measure_kv_quality(engine: Engine) -> tuple[float | None, str]:
+    """(1 - top-1 agreement with full precision, how it was obtained) for this engine's KV dtype:
+    measured for an 8-bit cache, exact for one as wide as the weights, reported as exact for 16-bit."""
+    known = _kv_quality_known_without_measuring(engine)
+    if known is not None:
+        return known
+    loaded = engine.runner.loaded
+    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, loaded.config.weight_dtype
     key = (str(loaded.path), str(loaded.device), weight_dtype, kv_dtype)
     if key not in _QUALITY_CACHE:
         from kvscope.app.lab.verify.parity import run_parity

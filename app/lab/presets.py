@@ -17,16 +17,22 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from kvscope.engine.checks import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
+from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 
 KINDS = ("models", "hardware", "workloads")
 THIS_MACHINE = "this-machine"
+MAX_TOML_BYTES = 4 * 1024**2  # a preset or scenario is a few KiB
 
 _MODEL_KEYS = {
     "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
     "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes", "weights_source",
+    "layer_types", "sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
+    "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "num_dense_layers",
 }
 _HARDWARE_KEYS = {
     "name", "description", "source", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops",
@@ -68,18 +74,39 @@ def preset_names(kind: str) -> list[str]:
 
 
 def read_toml(path, label: str) -> dict:
+    if isinstance(path, Path) or not hasattr(path, "open"):
+        data = read_capped(path, label, MAX_TOML_BYTES, "TOML file")
+    else:  # a packaged preset (importlib.resources): ours, small
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        table = tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: malformed TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{label}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if nesting_depth(table) > MAX_JSON_DEPTH:
+        raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels")
+    return table
+
+
+def check_preset_name(name, kind: str = "models") -> str:
+    """A preset name is a file name in its folder: letters, digits, '-', '_', '.' (no path, not empty)."""
+    singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}.get(kind, kind)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"an empty {singular} preset name; give one of: {', '.join(preset_names(kind))}")
+    if name.startswith(".") or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"{singular} preset {name!r}: a preset name uses letters, digits, '-', '_' and '.'; "
+                          f"known: {', '.join(preset_names(kind))}")
+    return name
 
 
 def _preset_file(kind: str, name: str):
+    check_preset_name(name, kind)
     path = presets_root() / kind / f"{name}.toml"
     if not path.is_file():
         path = user_presets_root() / kind / f"{name}.toml"
@@ -96,19 +123,25 @@ def _check_keys(data: dict, allowed: set, label: str) -> None:
         raise ConfigError(f"{label}: unknown field(s) {', '.join(unknown)}")
 
 
-def model_from_dict(data: dict, label: str) -> ModelConfig:
+def model_from_dict(data: dict, label: str, default_name: str | None = None) -> ModelConfig:
+    """A ModelConfig from a preset's table (types and required fields checked by build_config);
+    default_name names it when the table does not (a user preset is named by its file)."""
     _check_keys(data, _MODEL_KEYS, label)
-    return build_config(ModelConfig, dict(data), label)
+    return build_config(ModelConfig, _named(data, default_name), label)
 
 
-def hardware_from_dict(data: dict, label: str) -> HardwareSpec:
+def hardware_from_dict(data: dict, label: str, default_name: str | None = None) -> HardwareSpec:
     _check_keys(data, _HARDWARE_KEYS, label)
-    return build_config(HardwareSpec, dict(data), label)
+    return build_config(HardwareSpec, _named(data, default_name), label)
+
+
+def _named(data: dict, default_name: str | None) -> dict:
+    return {"name": default_name, **data} if default_name is not None else dict(data)
 
 
 def load_model(name: str) -> ModelConfig:
     path = _preset_file("models", name)
-    return model_from_dict(read_toml(path, f"model preset {name}"), f"model preset {name}")
+    return model_from_dict(read_toml(path, f"model preset {name}"), f"model preset {name}", default_name=name)
 
 
 def load_hardware(name: str) -> HardwareSpec:
@@ -117,7 +150,7 @@ def load_hardware(name: str) -> HardwareSpec:
 
         return detect_this_machine()
     path = _preset_file("hardware", name)
-    return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}")
+    return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}", default_name=name)
 
 
 def _toml_value(value) -> str:
@@ -127,6 +160,8 @@ def _toml_value(value) -> str:
         return repr(value)
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
@@ -146,7 +181,7 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
     lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
     lines += [f"\n[{key}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
               for key, value in data.items() if isinstance(value, dict)]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(f"preset {name}", path, "\n".join(lines) + "\n")  # a failed save keeps the old preset
     return path
 
 
@@ -159,7 +194,10 @@ def delete_user_preset(kind: str, name: str) -> None:
 def load_workload(name: str) -> WorkloadSpec:
     path = _preset_file("workloads", name)
     label = f"workload preset {name}"
-    return workload_from_dict(read_toml(path, label), label, trace_dir=presets_root() / "traces")
+    builtin = presets_root() / "traces"
+    if isinstance(path, Path) and path.parent == user_presets_root() / "workloads":  # the user's own
+        return workload_from_dict(read_toml(path, label), label, trace_dir=path.parent, fallback_trace_dir=builtin)
+    return workload_from_dict(read_toml(path, label), label, trace_dir=builtin)
 
 
 def load_workload_file(path: str | Path) -> WorkloadSpec:

@@ -37,7 +37,8 @@ def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bo
         hardware = hardware.replace(memory_bytes=props.total_memory, gpu_count=1)
         if args.reserve_bytes == 0 and args.kv_cache_memory_bytes is None:
             budget = resolve_engine_args(args, loaded.config, hardware).max_num_batched_tokens
-            args = args.replace(reserve_bytes=profile_cuda_reserve(loaded, budget))
+            # measured here rather than estimated as vLLM's accounting would: the profile replaces it
+            args = args.replace(accounting="lesson", reserve_bytes=profile_cuda_reserve(loaded, budget))
     if args.tensor_parallel_size not in (None, 1):
         raise ConfigError("the real backend runs on one device; tensor parallelism is simulated only")
     return Engine(loaded.config, hardware, args.replace(tensor_parallel_size=1),

@@ -1,17 +1,20 @@
 """Guided scenarios: a question asked before a comparison runs, and its answer read from the run.
 
 Each scenario (presets/scenarios/*.toml) teaches one claim of the seed lessons: it asks a
-question, runs two to four configurations on the identical workload (engine/compare.py), and
+question, runs two to four configurations on the identical workload (app/lab/compare.py), and
 reveals the answer from what was measured — a metric of one configuration, a ratio between two,
 or a memory-math quantity — never from a number written in the file. Files are validated on
 load; an error names the file and the field.
+
+The answer's text (format_answer, format_quantity, Reveal.describe) stays here: `kvscope compare
+--scenario` prints it as the window does. The verdict on a guess is the window's alone
+(app/gui/scenario_verdict.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from kvscope.app.lab.compare import (
     ComparisonWorkload,
     Variant,
 )
+from kvscope.engine.checks import MAX_SEED, shown
 from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
@@ -48,8 +52,6 @@ UNITS_BY_KIND = {
     "bytes": {"GiB": 1 / GiB, "MiB": 1 / 1024**2, "KiB": 1 / 1024},
     "count": {"requests": 1.0, "sequences": 1.0, "tokens/s": 1.0, "blocks": 1.0, "tokens": 1.0, "steps": 1.0},
 }
-# A guess within this share of the answer is called close.
-CLOSE = 0.10
 
 _TOP_KEYS = {"name", "order", "title", "seed_lesson", "claim", "caption", "question", "answer", "reveal", "base",
              "configs"}
@@ -129,8 +131,8 @@ class Scenario:
         if requests is not None and requests < self.min_requests:
             raise ConfigError(f"scenario {self.name}: needs at least {self.min_requests} requests for its claim to "
                               f"show, got {requests}")
-        if seed is not None and seed < 0:
-            raise ConfigError(f"seed must be 0 or more, got {seed}")
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"seed must be from 0 to {MAX_SEED:,}, got {shown(seed)}")
         return ComparisonSpec(list(self.configs), self.workload, title=self.title).with_overrides(requests, seed)
 
     def reveal(self, result: ComparisonResult) -> tuple:
@@ -152,30 +154,6 @@ class Scenario:
             raise ConfigError(f"scenario {self.name}: the run measured no {r.name} to reveal the answer from")
         value = raw * UNITS_BY_KIND[quantity_kind(r)][self.answer.unit]
         return value, format_answer(value, self.answer.unit)
-
-    def check_guess(self, guess, result) -> str:
-        """How close a guess came. `result` is the ComparisonResult, or the value reveal() gave."""
-        actual = self.reveal(result)[0] if isinstance(result, ComparisonResult) else result
-        if self.answer.kind == "choice":
-            picked = parse_choice(guess, self.answer.choices)
-            if picked == actual:
-                return f"Right: \"{actual}\"."
-            return f"Not this time: you picked \"{picked}\"; the run says \"{actual}\"."
-        value = parse_number(guess)
-        unit = self.answer.unit
-        shown = format_answer(actual, unit)
-        if actual == 0:
-            off = "exact" if value == 0 else f"off by {format_answer(abs(value), unit)}"
-            return f"You guessed {format_answer(value, unit)}; the run says {shown}: {off}."
-        error = (value - actual) / abs(actual)
-        if abs(error) <= CLOSE:
-            verdict = f"close: within {abs(error) * 100:.0f} %"
-        else:
-            verdict = f"{abs(error) * 100:.0f} % {'high' if error > 0 else 'low'}"
-            factor = value / actual if actual else math.inf
-            if factor >= 2 or 0 < factor <= 0.5:
-                verdict += f" ({factor:.2g} times the answer)"
-        return f"You guessed {format_answer(value, unit)}; the run says {shown}: {verdict}."
 
     def to_dict(self) -> dict:
         return {
@@ -235,32 +213,6 @@ def format_answer(value, unit: str) -> str:
         return f"{value:.2f}x"
     text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
     return f"{text} {unit}"
-
-
-_NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
-def parse_number(guess) -> float:
-    if isinstance(guess, (int, float)) and not isinstance(guess, bool):
-        value = float(guess)
-    else:
-        match = _NUMBER.search(str(guess))
-        if not match:
-            raise ConfigError(f"a guess is a number, got {guess!r}")
-        value = float(match.group(0).replace(",", "").replace("_", ""))
-    if not math.isfinite(value):
-        raise ConfigError(f"a guess is a finite number, got {guess!r}")
-    return value
-
-
-def parse_choice(guess, choices: tuple) -> str:
-    text = str(guess).strip()
-    for choice in choices:
-        if text.lower() == choice.lower():
-            return choice
-    if text.isdigit() and 1 <= int(text) <= len(choices):
-        return choices[int(text) - 1]
-    raise ConfigError(f"choose one of: {', '.join(f'{i}. {c}' for i, c in enumerate(choices, 1))}; got {guess!r}")
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -331,7 +283,9 @@ class _Fields:
             return default
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(f"must be a whole number >= {minimum}, got {value!r}", key)
+            raise self.error(f"must be a whole number >= {minimum}, got {value!r:.60}", key)
+        if value > MAX_SEED:
+            raise self.error(f"must be at most {MAX_SEED:,}, got {shown(value)}", key)
         return value
 
     def number(self, key: str, default=None):

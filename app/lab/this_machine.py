@@ -24,6 +24,10 @@ def _cpu_memory_bytes() -> int:
 
 
 def _cuda_spec() -> HardwareSpec | None:
+    from kvscope.app.lab.cuda_device import cuda_device_visible
+
+    if not cuda_device_visible():  # asking torch would cost the GUI process its 1.5 s import
+        return None
     try:
         import torch
     except ImportError:

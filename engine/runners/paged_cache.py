@@ -12,13 +12,15 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-# torch dtypes the KV may be stored in; fp8 lives in uint8 storage so that indexing works on
-# every device (index kernels for float8 are not everywhere), viewed as float8 to convert.
-_STORAGE = {
+from kvscope.engine.config import KV_CACHE_DTYPE_ALIASES
+
+# The torch dtype of each KV precision in engine/config.py (aliases resolve to their precision);
+# fp8 lives in uint8 storage so that indexing works on every device (index kernels for float8 are
+# not everywhere), viewed as float8 to convert.
+STORAGE_DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
-    "fp8": torch.float8_e4m3fn,
     "fp8_e4m3": torch.float8_e4m3fn,
     "fp8_e5m2": torch.float8_e5m2,
 }
@@ -92,7 +94,7 @@ class PagedKVCache(Cache):
         self.step = None  # the StepMetadata of the forward in progress
         self.num_blocks = num_blocks
         self.block_size = block_size
-        kv_dtype = _STORAGE[kv_cache_dtype]
+        kv_dtype = STORAGE_DTYPES[KV_CACHE_DTYPE_ALIASES.get(kv_cache_dtype, kv_cache_dtype)]
         layers = [PagedLayer(self, num_blocks, block_size, kv_heads, head_dim, kv_dtype, device) for _ in range(num_layers)]
         super().__init__(layers=layers)
 

@@ -1,0 +1,40 @@
+"""`kvscope models`: what the real backend can run — the model presets (random weights of their
+shape), the models in the local Hugging Face cache, and those kvscope has built."""
+
+from __future__ import annotations
+
+from kvscope.engine.config import ConfigError
+from kvscope.engine.runners.model_loader import discover_cached_models, hf_cache_root
+from kvscope.engine.units import format_bytes
+from kvscope.app.lab.presets import load_model, preset_names
+from kvscope.app.lab.verify.tiny_model import cache_dir
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("models",
+                                   help="models the real backend can run: presets, the local Hugging Face cache")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    print("presets (real backend: random weights of this shape, built on first use):")
+    for name in preset_names("models"):
+        try:
+            description = load_model(name).description
+        except ConfigError as exc:  # one broken user preset is listed as such; the others still are
+            description = f"(invalid: {exc})"
+        print(f"  {name:<22} {description}")
+    cached = discover_cached_models()
+    print(f"\nHugging Face cache ({hf_cache_root()}):")
+    if not cached:
+        print("  no models")
+    for m in cached:
+        note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
+        print(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}")
+    built = sorted(p for p in (cache_dir() / "models").glob("*") if (p / "config.json").is_file())
+    print(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
+    if not built:
+        print("  none yet")
+    for p in built:
+        print(f"  {p.name}")
+    return 0

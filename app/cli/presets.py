@@ -1,0 +1,26 @@
+"""`kvscope presets [KIND]`: the built-in (and the user's own) presets, one line each."""
+
+from __future__ import annotations
+
+from kvscope.engine.config import ConfigError
+from kvscope.app.lab.presets import KINDS, load_hardware, load_model, load_workload, preset_names
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("presets", help="list the built-in presets")
+    parser.add_argument("kind", nargs="?", choices=KINDS)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    kinds = [args.kind] if args.kind else list(KINDS)
+    loaders = {"models": load_model, "hardware": load_hardware, "workloads": load_workload}
+    for kind in kinds:
+        print(f"{kind}:")
+        for name in preset_names(kind):
+            try:
+                description = loaders[kind](name).description
+            except ConfigError as exc:
+                description = f"(invalid: {exc})"
+            print(f"  {name:<22} {description}")
+    return 0

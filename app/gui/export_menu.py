@@ -1,0 +1,100 @@
+"""File > Export: every live plot as PNG or SVG, the panels registered for it as PNG, the replayed
+recording as a Perfetto trace, and the comparison's plots and results table. Each asks for a path
+with the window's file dialog and says in a dialog why a file could not be written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu, QMessageBox
+
+from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto
+from kvscope.app.gui.view_export import CSV_FORMAT, PLOT_FORMATS, PNG_FORMAT, export_plot, export_widget_png
+from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
+from kvscope.widgets.live_plots import TITLES as PLOT_TITLES
+
+
+class ExportMenu:
+    """The Export menu's actions (``actions``, by key: "plot:<name>", a panel's name, "perfetto",
+    "compare:<name>", "results") and what each does. The Perfetto trace is enabled while a
+    recording is open, the comparison's entries once a comparison is."""
+
+    def __init__(self, window, menu: QMenu):
+        self.window = window
+        self.actions: dict[str, QAction] = {}
+        for name in window.plots.plots:
+            title = PLOT_TITLES.get(name, name)
+            self._add(menu, f"plot:{name}", f"Plot: {title} (PNG or SVG)...",
+                      f"save the {title} plot as a PNG image or an SVG drawing", lambda n=name: self.ask_plot(n))
+        menu.addSeparator()
+        for panel in window.panels.exported_as_png():
+            self._add(menu, panel.name, f"{panel.title} (PNG)...",
+                      f"save the {panel.title.lower()} as it is on screen, with its legend, as a PNG image",
+                      lambda k=panel.name: self.ask_view(k))
+        menu.addSeparator()
+        self._add(menu, "perfetto", "Recording as a Perfetto trace (JSON)...",
+                  "the replayed recording as a Chrome / Perfetto trace: steps, requests and events on a timeline "
+                  "(ui.perfetto.dev)", self.ask_perfetto, enabled=False)
+        for name, (title, _unit) in COMPARE_PLOTS.items():
+            self._add(menu, f"compare:{name}", f"Comparison plot: {title} (PNG or SVG)...",
+                      f"save the comparison's {title} plot, every configuration on it, as PNG or SVG",
+                      lambda n=name: self.ask_compare_plot(n), enabled=False)
+        self._add(menu, "results", "Results table (CSV)...",
+                  "save the comparison's results table, ratios included, as CSV", self.ask_results, enabled=False)
+
+    def _add(self, menu: QMenu, key: str, text: str, tip: str, slot, enabled: bool = True) -> None:
+        action = menu.addAction(text)
+        action.setStatusTip(tip)
+        action.triggered.connect(lambda _=False: slot())
+        action.setEnabled(enabled)
+        self.actions[key] = action
+
+    def _save(self, title: str, default: str, formats: str, work) -> bool:
+        """Ask for a path (the window's dialog, which tests replace), write it, report the outcome."""
+        path = self.window._ask_save_path(title, default, formats)
+        if path is None:
+            return False
+        try:
+            written = work(path)
+        except ExportError as exc:
+            QMessageBox.warning(self.window, "Not saved", str(exc))
+            return False
+        self.window.statusBar().showMessage(f"saved {written}", 5000)
+        return True
+
+    def ask_plot(self, name: str) -> bool:
+        title = PLOT_TITLES.get(name, name)
+        plot = self.window.plots.plots[name]
+        return self._save(f"Save the {title} plot", default_name(title, ".png"), PLOT_FORMATS,
+                          lambda path: export_plot(plot, path))
+
+    def ask_view(self, key: str) -> bool:
+        panels = self.window.panels
+        widget, title = panels.views[key], panels.panel(key).title
+        return self._save(f"Save the {title.lower()}", default_name(title, ".png"), PNG_FORMAT,
+                          lambda path: export_widget_png(widget, path))
+
+    def ask_perfetto(self) -> bool:
+        recording = self.window.replay_path
+        if recording is None:
+            return False
+        return self._save("Save a Perfetto trace", default_name(Path(recording).stem, ".json"),
+                          "Chrome / Perfetto trace (*.json)", lambda path: export_perfetto(recording, path))
+
+    def ask_compare_plot(self, name: str) -> bool:
+        compare = self.window.compare
+        if compare is None:
+            return False
+        title = COMPARE_PLOTS[name][0]
+        return self._save(f"Save the comparison's {title} plot", default_name(f"comparison {title}", ".png"),
+                          PLOT_FORMATS, lambda path: export_plot(compare.plots.plots[name], path))
+
+    def ask_results(self) -> bool:
+        compare = self.window.compare
+        if compare is None or compare.results is None:
+            QMessageBox.information(self.window, "No results yet", "Open a scenario or a comparison first: "
+                                    "the table fills in as it runs.")
+            return False
+        return self._save("Save the results table", default_name("results", ".csv"), CSV_FORMAT,
+                          compare.export_table_csv)

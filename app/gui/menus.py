@@ -1,0 +1,124 @@
+"""The window's run-controls toolbar and its menus, built the way Qt Designer's ``setupUi`` builds
+a form: each action is made here, connected to the window's slot and kept as the window's
+attribute (``window.play_action``, ``window.speed``, ...), the names the window, its tests and the
+README's list of keys refer to. Every action is also added to the window itself, so its key works
+with the menu bar hidden (demo mode)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QComboBox, QLabel, QSpinBox, QToolBar
+
+from kvscope.app.gui.export_menu import ExportMenu
+from kvscope.app.lab.scenarios import load_scenario, scenario_names
+from kvscope.engine.config import ConfigError
+
+SPEEDS = [("0.1x", 0.1), ("0.25x", 0.25), ("0.5x", 0.5), ("1x", 1.0), ("2x", 2.0), ("5x", 5.0), ("10x", 10.0),
+          ("30x", 30.0), ("100x", 100.0), ("max", 0.0)]  # engine seconds per wall-clock second; max: 0
+SEED_TIP = "random seed of the workload: the same seed replays the same run"
+
+
+def add_action(window, text: str, shortcut, tip: str, slot, toolbar: QToolBar | None = None) -> QAction:
+    action = QAction(text, window)
+    keys = shortcut if isinstance(shortcut, list) else [shortcut]
+    action.setShortcuts([QKeySequence(k) for k in keys])
+    action.setToolTip(f"{tip} ({QKeySequence(keys[0]).toString()})")
+    action.setStatusTip(tip)
+    action.triggered.connect(slot)
+    window.addAction(action)
+    if toolbar is not None:
+        toolbar.addAction(action)
+    return action
+
+
+def build_run_controls(w) -> None:
+    """Play, Step, the speed, the seed, Reset, Apply, Theme (and Quit, for the File menu)."""
+    bar = QToolBar("Run controls")
+    bar.setObjectName("run controls")
+    w.addToolBar(bar)
+    w.play_action = add_action(w, "Play", Qt.Key_Space, "play or pause the engine", w.play_pressed, bar)
+    w.step_action = add_action(w, "Step", [Qt.Key_Right, Qt.Key_S], "run exactly one engine step", w.step_pressed, bar)
+    bar.addSeparator()
+    bar.addWidget(QLabel(" Speed "))
+    w.speed = QComboBox()
+    for label, value in SPEEDS:
+        w.speed.addItem(label, value)
+    w.speed.setCurrentText("1x")
+    w.speed.setToolTip("simulated backend: engine seconds per wall-clock second (+ / -); "
+                       "the real backend runs at this machine's speed")
+    w.speed.currentIndexChanged.connect(w._speed_changed)
+    bar.addWidget(w.speed)
+    add_action(w, "Faster", [Qt.Key_Plus, Qt.Key_Equal], "run the simulated clock faster", lambda: w._nudge_speed(1))
+    add_action(w, "Slower", Qt.Key_Minus, "run the simulated clock slower", lambda: w._nudge_speed(-1))
+    bar.addSeparator()
+    bar.addWidget(QLabel(" Seed "))
+    w.seed = QSpinBox()
+    w.seed.setRange(0, 2**31 - 1)
+    w.seed.setToolTip(SEED_TIP)
+    bar.addWidget(w.seed)
+    w.reset_action = add_action(w, "Reset", Qt.Key_R, "rebuild the engine and restart the workload with this seed",
+                                w.reset_pressed, bar)
+    w.apply_action = add_action(w, "Apply", [QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")],
+                                "apply the settings: rebuild the engine in place", lambda: w.apply_settings(play=True))
+    bar.addSeparator()
+    w.theme_action = add_action(w, "Theme", QKeySequence("Ctrl+T"), "switch between the light and dark themes",
+                                w.toggle_theme, bar)
+    w.quit_action = add_action(w, "Quit", QKeySequence.Quit, "close kvscope", w.close)
+
+
+def build_menus(w) -> None:
+    """File (recordings, Export, Quit), View (demo mode, theme, the docks) and Scenarios."""
+    file_menu = w.menuBar().addMenu("&File")
+    w.open_recording_action = add_action(
+        w, "Open recording...", QKeySequence.Open, "replay a recorded run (.kvrec): no model and no GPU needed",
+        w.ask_open_recording)
+    file_menu.addAction(w.open_recording_action)
+    w.live_action = add_action(w, "Back to the live engine", QKeySequence("Ctrl+L"),
+                               "close the recording and run the engine with the settings again", w.close_recording)
+    w.live_action.setEnabled(False)
+    file_menu.addAction(w.live_action)
+    w.record_action = add_action(
+        w, "Record the run...", QKeySequence("Ctrl+Shift+R"),
+        "record the live run from now on to a .kvrec file, for File > Open recording or "
+        "`kvscope gui --replay` (stops at the next Apply or Reset, or when unchecked)", w.toggle_recording)
+    w.record_action.setCheckable(True)
+    file_menu.addAction(w.record_action)
+    w.exports = ExportMenu(w, file_menu.addMenu("&Export"))
+    w.export_actions = w.exports.actions
+    file_menu.addSeparator()
+    file_menu.addAction(w.quit_action)
+
+    view_menu = w.menuBar().addMenu("&View")
+    w.demo_action = add_action(w, "Demo mode", Qt.Key_F11, "for talks: fullscreen, large fonts, high contrast, "
+                               "settings hidden; F11 or Esc leaves", w.toggle_demo)
+    w.demo_action.setCheckable(True)
+    view_menu.addAction(w.demo_action)
+    w.leave_demo_action = add_action(w, "Leave demo mode", Qt.Key_Escape, "leave demo mode", w.leave_demo)
+    w.leave_demo_action.setEnabled(False)  # Esc means nothing else to this window
+    view_menu.addAction(w.theme_action)
+    view_menu.addSeparator()
+    for dock in w.docks():
+        view_menu.addAction(dock.toggleViewAction())
+    _build_scenarios_menu(w)
+
+
+def _build_scenarios_menu(w) -> None:
+    """One entry per guided scenario, keys 1 to 9 for the first nine."""
+    menu = w.menuBar().addMenu("&Scenarios")
+    w.scenario_actions = []
+    w.scenario_names = scenario_names()
+    for i, name in enumerate(w.scenario_names):
+        try:
+            title = load_scenario(name).title
+        except ConfigError as exc:  # a broken file is listed, and opening it says why
+            title = f"{name} (cannot be read: {exc})"
+        action = QAction(f"&{i + 1}  {title}" if i < 9 else title, w)
+        action.setShortcuts([QKeySequence(getattr(Qt, f"Key_{i + 1}"))] if i < 9 else [])
+        action.setStatusTip(f"open the guided scenario {name}: a question, your guess, a comparison, the answer")
+        action.triggered.connect(lambda _=False, n=name: w.open_scenario(n))
+        w.addAction(action)
+        menu.addAction(action)
+        w.scenario_actions.append(action)
+    if not w.scenario_names:
+        menu.addAction("no scenarios found").setEnabled(False)

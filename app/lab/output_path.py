@@ -1,0 +1,122 @@
+"""Writing a file where the user asked: checked before the work that fills it, written whole or not at all.
+
+Shared by the commands' output flags (--json, --csv, --record, --perfetto) and the window's
+File > Export, so both refuse a path with the same words. `check_output_path` says before a long
+run what is wrong with a path (a folder, a missing folder, read-only, or a file the same command
+reads: `kvscope export run.kvrec --perfetto run.kvrec` must not destroy run.kvrec).
+`atomic_output` writes to a temporary file beside the target and renames it over the target only
+once it is complete, so a failed or interrupted write leaves an existing file as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from kvscope.engine.config import ConfigError
+
+
+def same_file(a, b) -> bool:
+    """Whether two paths name one file (the same path spelled twice, a symlink, a hard link)."""
+    a, b = Path(a), Path(b)
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -> None:
+    """An output that cannot be written fails now, in one line naming the flag, not after a long
+    run. inputs ({what: path}) are the files the command reads: an output that is one of them is
+    refused. '-' (stdout) and no path pass."""
+    if not path or path == "-":
+        return
+    out = Path(path)
+    for what, given in (inputs or {}).items():
+        if given and given != "-" and same_file(out, given):
+            raise ConfigError(f"{flag} {path}: is also the {what} this command reads; writing it would destroy "
+                              "it: give another file name")
+    if out.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder does not exist ({folder})")
+    existed = out.exists()
+    try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
+        with open(out, "ab"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
+    if not existed:
+        out.unlink()
+
+
+def check_distinct_outputs(outputs: dict) -> None:
+    """No two output flags ({flag: path}) may name the same file: the second would overwrite the first."""
+    given = [(flag, path) for flag, path in outputs.items() if path and path != "-"]
+    for i, (flag, path) in enumerate(given):
+        for other_flag, other in given[i + 1:]:
+            if same_file(path, other):
+                raise ConfigError(f"{flag} {path} and {other_flag} {other} name the same file; give each its own")
+
+
+def replaces_in_place(path) -> bool:
+    """Whether writing `path` should go through a temporary file: it is (or will be) a regular file.
+    A device or a pipe (/dev/null, /dev/stdout) is written directly: renaming over it would replace it."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def partial_path(path) -> Path:
+    """A new, empty temporary file beside `path`, to be renamed over it when complete."""
+    target = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.resolve().parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(name, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+    return Path(name)
+
+
+def commit_partial(partial: Path, path) -> None:
+    """Rename a finished temporary file over its target (atomic on one file system)."""
+    os.replace(partial, path)
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+    """Yields the path to write: a temporary file beside `path`, renamed over it on success and
+    removed on any failure (an existing file stays as it was). A device or pipe is yielded as is."""
+    if not replaces_in_place(path):
+        yield Path(path)
+        return
+    try:
+        partial = partial_path(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        yield partial
+        commit_partial(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+
+
+def write_text_atomic(flag: str, path, text: str) -> None:
+    """Write text to path as a whole (see atomic_output); a failure is a ConfigError naming the flag."""
+    try:
+        with atomic_output(path) as partial:
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.write(text)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None

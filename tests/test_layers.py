@@ -1,0 +1,143 @@
+"""The folders are the architecture: each layer imports only the layers below it, and nothing cycles.
+
+    engine  <-  app/lab  <-  app/host  <-  app/gui  ->  widgets
+    app/cli -> app/lab, app/host, app/gui, app/bench;  app/bench -> anything
+
+Read from the source with ast (nothing is imported), so a violation names the file and the import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QT = ("PySide6", "pyqtgraph")
+PACKAGE_FOLDERS = ("engine", "app", "widgets")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return "kvscope." + ".".join(parts)
+
+
+def source_files() -> dict[str, Path]:
+    return {module_name(p): p for folder in PACKAGE_FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def imports_of(path: Path, top_level_only: bool = False) -> set[str]:
+    """Absolute names of the modules a file imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names.add(base)
+            # `from kvscope.app.lab import presets` imports the module kvscope.app.lab.presets
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def kvscope_imports(path: Path, top_level_only: bool = False) -> set[str]:
+    known = source_files()
+    return {name for name in imports_of(path, top_level_only) if name in known}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[1] == "app" and len(parts) > 2 and parts[2] in ("lab", "host", "gui", "cli", "bench"):
+        return f"app.{parts[2]}"
+    return parts[1]
+
+
+# which layers each layer may import from kvscope (itself always)
+ALLOWED = {
+    "engine": set(),
+    "app.lab": {"engine"},
+    "app.host": {"engine", "app.lab"},
+    "app.gui": {"engine", "app.lab", "app.host", "widgets"},
+    "app.cli": {"engine", "app.lab", "app.host", "app.gui", "app.bench"},
+    "app.bench": {"app", "engine", "app.lab", "app.host", "app.gui", "app.cli", "widgets"},
+    "app": {"app.cli"},  # app/__main__.py
+    "widgets": set(),
+}
+WIDGETS_MAY_READ = {"kvscope.engine.snapshot", "kvscope.engine.units", "kvscope.engine"}
+
+
+@pytest.mark.parametrize("module", sorted(source_files()))
+def test_each_module_imports_only_the_layers_below_it(module):
+    path = source_files()[module]
+    layer = layer_of(module)
+    wrong = []
+    for name in kvscope_imports(path):
+        target = layer_of(name)
+        if target == layer:
+            continue
+        if layer == "widgets" and name in WIDGETS_MAY_READ:
+            continue
+        if target not in ALLOWED[layer]:
+            wrong.append(name)
+    assert not wrong, f"{path.relative_to(ROOT)} ({layer}) imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in source_files() if layer_of(m) in ("engine", "app.lab", "app.host")))
+def test_the_qt_free_layers_import_no_qt(module):
+    path = source_files()[module]
+    qt = sorted(name for name in imports_of(path) if name.split(".")[0] in QT)
+    assert not qt, f"{path.relative_to(ROOT)} imports {qt}"
+
+
+def test_only_the_engines_runners_import_torch():
+    for module, path in source_files().items():
+        if layer_of(module) == "engine" and ".runners." not in module:
+            heavy = sorted(n for n in imports_of(path) if n.split(".")[0] in ("torch", "transformers"))
+            assert not heavy, f"{path.relative_to(ROOT)} imports {heavy}"
+
+
+def test_no_import_cycles_at_module_level():
+    """Imports inside functions may run late on purpose (lazy heavy modules); module-level ones
+    decide import order, and a cycle among them breaks depending on which module loads first."""
+    files = source_files()
+    graph = {m: {n for n in kvscope_imports(p, top_level_only=True) if n != m} for m, p in files.items()}
+    # a package's __init__ is imported before its modules: an edge to a package is an edge to it
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_engine_is_the_serving_engine_only():
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "engine").rglob("*.py"))
+    # 3,100: the memory math grew by today's attention layouts (kv_layout.py: pages, layer groups,
+    # sliding windows, linear-attention state), vLLM's reserve by version, and the config.json
+    # fields of those layouts, MLA and experts with their validation (about 500 lines in all)
+    assert lines <= 3_100, f"engine/ has {lines:,} lines: what is not serving belongs in app/lab"
