@@ -1,11 +1,24 @@
-"""A ModelConfig from a Hugging Face config.json: the fields the memory math and the runners need."""
+"""A ModelConfig from a Hugging Face config.json: the fields the memory math and the runners need.
+
+Besides the dense shape it reads today's layouts: per-layer types (``layer_types``, or the older
+spellings of the same fact: Gemma 2's alternation, Gemma 3's ``sliding_window_pattern``, the
+``full_attention_interval`` of Qwen3-Next / Qwen3.5 hybrids, Mistral's every-layer window),
+multi-head latent attention (``kv_lora_rank``, ``qk_rope_head_dim``) and expert counts.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from kvscope.engine.checks import load_json, read_capped
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, build_config, normalize_dtype
+from kvscope.engine.hf_fields import checked_hf_fields
+
+MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
+
+# model_type -> how its layers alternate when config.json has no layer_types
+_EVERY_OTHER_SLIDING = {"gemma2", "cohere2"}  # even layers slide (Gemma 2: (i + 1) % 2)
+_ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when set, applies to every layer
 
 
 def _weight_dtype_from_hf(cfg: dict) -> str:
@@ -13,16 +26,84 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if not isinstance(quant, dict):
         raise ConfigError(f"quantization_config must be an object, got {quant!r}")
     method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8"
+    if method in ("fp8", "mxfp4"):
+        return "fp8" if method == "fp8" else "int4"
     if method == "bitsandbytes":
         if quant.get("load_in_4bit"):
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
         return "int8"
     if method in ("gptq", "awq") and quant.get("bits") == 4:
         return "int4"
+    if method == "compressed-tensors":  # llm-compressor checkpoints: the weights' bits and kind
+        weights = next((g.get("weights") or {} for g in (quant.get("config_groups") or {}).values()
+                        if isinstance(g, dict)), {})
+        bits, kind = weights.get("num_bits"), weights.get("type")
+        if bits == 8:
+            return "fp8" if kind == "float" else "int8"
+        if bits == 4:
+            return "int4"
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     return normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
+
+
+def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
+    """layer_types as config.json gives it, or as its older fields imply; None: all full attention."""
+    if cfg.get("layer_types") is not None:
+        return cfg["layer_types"]
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        return None  # the layer count's own check reports it
+    interval = cfg.get("full_attention_interval")
+    if interval is not None:  # Qwen3-Next / Qwen3.5: every interval-th layer is full attention
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ConfigError(f"full_attention_interval must be a whole number of layers > 0, got {interval!r}")
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
+        return None
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern is not None:  # Gemma 3: pattern - 1 sliding layers, then one full
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ConfigError(f"sliding_window_pattern must be a whole number of layers > 0, got {pattern!r}")
+        return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
+    if model_type in _EVERY_OTHER_SLIDING:
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if model_type in _ALL_SLIDING:
+        return ["sliding_attention"] * layers
+    return None
+
+
+def _linear_state_bytes(cfg: dict, weight_dtype: str) -> int:
+    """One Gated DeltaNet layer's state per request, as vLLM sizes it: a conv state of
+    (2 x key + value dims) x (kernel - 1) in the model's dtype and a recurrent state of
+    value heads x value dim x key dim in mamba_ssm_dtype (the model's dtype when not given)."""
+    fields = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+              "linear_conv_kernel_dim")
+    missing = [f for f in fields if not isinstance(cfg.get(f), int) or isinstance(cfg.get(f), bool)]
+    if missing:
+        raise ConfigError(f"linear_attention layers need {', '.join(missing)} (whole numbers) to size their state")
+    k_heads, v_heads, k_dim, v_dim, kernel = (cfg[f] for f in fields)
+    model_bytes = 2 if weight_dtype not in ("fp32",) else 4
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    ssm_bytes = WEIGHT_DTYPE_BYTES[normalize_dtype(ssm_dtype, WEIGHT_DTYPE_BYTES, "mamba_ssm_dtype")] \
+        if ssm_dtype else model_bytes
+    conv = (2 * k_heads * k_dim + v_heads * v_dim) * (kernel - 1) * model_bytes
+    return int(conv + v_heads * v_dim * k_dim * ssm_bytes)
+
+
+def _experts(cfg: dict, model_type: str) -> dict:
+    count = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts")
+    if not count:
+        return {}
+    per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+    # Mixtral and gpt-oss give the expert MLP as intermediate_size and have no dense layers
+    size = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+    shared = cfg.get("shared_expert_intermediate_size") or 0
+    if cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of moe_intermediate_size
+        shared = cfg["n_shared_experts"] * (cfg.get("moe_intermediate_size") or 0)
+    dense = cfg.get("first_k_dense_replace") or 0
+    if isinstance(cfg.get("mlp_only_layers"), list):  # Qwen-MoE: these layers keep a dense MLP
+        dense = max(dense, len(cfg["mlp_only_layers"]))
+    return {"num_experts": count, "num_experts_per_tok": per_token, "moe_intermediate_size": size,
+            "shared_expert_intermediate_size": shared, "num_dense_layers": dense}
 
 
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
@@ -30,13 +111,14 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     label = label or f"config {name}"
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
+    cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
     if missing:
         raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
     model_type = str(cfg.get("model_type", "llama"))
+    head_dim = cfg.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
@@ -49,7 +131,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "max_position_embeddings": cfg.get("max_position_embeddings") or 4096,
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
-        "qk_norm": model_type == "qwen3",
+        "qk_norm": model_type in ("qwen3", "qwen3_moe"),
         "model_type": model_type,
         "source": f"config.json ({name})",
     }
@@ -58,8 +140,22 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
             raise ConfigError(f"{label}: {key} must be a whole number, got {data[key]!r}")
     try:
         data["weight_dtype"] = _weight_dtype_from_hf(cfg)
+        if cfg.get("kv_lora_rank"):  # multi-head latent attention
+            data.update(kv_lora_rank=cfg["kv_lora_rank"], qk_rope_head_dim=cfg.get("qk_rope_head_dim"),
+                        q_lora_rank=cfg.get("q_lora_rank"), v_head_dim=cfg.get("v_head_dim"),
+                        head_dim=(cfg.get("qk_nope_head_dim") or 0) + (cfg.get("qk_rope_head_dim") or 0))
+        types = _layer_types(cfg, model_type, data["num_hidden_layers"])
+        if types is not None:
+            data["layer_types"] = types
+            if isinstance(types, list) and "sliding_attention" in types:
+                data["sliding_window"] = cfg.get("sliding_window")
+            if isinstance(types, list) and "linear_attention" in types:
+                data["linear_state_bytes"] = _linear_state_bytes(cfg, data["weight_dtype"])
+        data.update(_experts(cfg, model_type))
     except ConfigError as exc:
         raise ConfigError(f"{label}: {exc}") from None
+    except (TypeError, AttributeError) as exc:  # inside a table hf_fields does not describe field by field
+        raise ConfigError(f"{label}: a field has an unexpected type ({exc})") from None
     return build_config(ModelConfig, data, label)
 
 
@@ -67,16 +163,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"config {path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
-        raise ConfigError(f"config {path}: {exc}") from None
+    cfg = load_json(read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json"), f"config {path}")
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem

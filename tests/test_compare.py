@@ -240,7 +240,8 @@ def test_compare_json_holds_one_object_per_configuration(capsys, tmp_path):
     assert rc == 0 and err == ""
     report = json.loads(target.read_text())
     assert report["scenario"]["name"] == "qwen-h100-nvl"
-    assert [c["label"] for c in report["configurations"]] == ["fp8 KV (the deployment)", "bf16 KV"]
+    assert [c["label"] for c in report["configurations"]] == ["fp8 KV (the deployment)", "bf16 KV",
+                                                              "fp8 KV, what vLLM allocates"]
     for config in report["configurations"]:
         assert SUMMARY_KEYS <= set(config)
         assert config["completed"] == 10

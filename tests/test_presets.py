@@ -16,9 +16,11 @@ from kvscope.app.lab.presets import (
 )
 
 REQUIRED = {
-    "models": {"llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen3.6-27b-fp8", "tiny-llama"},
+    "models": {"llama-2-7b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen3.6-27b-fp8", "tiny-llama",
+               "llama-3.1-8b", "qwen3-14b", "gemma-2-9b", "gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3",
+               "deepseek-v2-lite", "qwen3-next-80b-a3b"},
     "hardware": {"h100-80gb", "h100-nvl-94gb", "a100-40gb", "a100-80gb", "l4-24gb", "rtx-4090-24gb", "8x-h100-80gb",
-                 "this-machine"},
+                 "rtx-3090-24gb", "this-machine"},
     "workloads": {"chat", "rag", "agent", "shared-system-prompt", "uniform-short", "azure-conv"},
 }
 
@@ -40,6 +42,19 @@ def test_hardware_presets_have_bandwidth_and_flops_per_dtype():
         assert hw.memory_bandwidth_bytes_per_s > 1e11
         assert {"fp16", "bf16", "fp32"} <= set(hw.peak_flops)
     assert load_hardware("8x-h100-80gb").gpu_count == 8
+
+
+# The total torch.cuda.mem_get_info reports, which vLLM applies gpu_memory_utilization to (not the
+# nvidia-smi figure: an H100 80GB shows 81,559 MiB there, 79.19 GiB = 81,090 MiB to CUDA).
+CUDA_VISIBLE_GIB = {"h100-80gb": 79.19, "8x-h100-80gb": 79.19, "a100-80gb": 79.15, "a100-40gb": 39.50, "l4-24gb": 22.05,
+                    "rtx-3090-24gb": 23.58, "rtx-4090-24gb": 23.58, "h100-nvl-94gb": 92.63}
+
+
+@pytest.mark.parametrize("name, gib", sorted(CUDA_VISIBLE_GIB.items()))
+def test_hardware_presets_hold_the_cuda_visible_memory_and_say_where_it_is_from(name, gib):
+    hw = load_hardware(name)
+    assert hw.memory_bytes / 2**30 == pytest.approx(gib, abs=0.005)
+    assert "CUDA-visible" in hw.source and "nvidia-smi" in hw.source
 
 
 def test_this_machine_is_detected():

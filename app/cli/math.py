@@ -1,0 +1,128 @@
+"""`kvscope math`: a model's KV cache on a hardware target — bytes per token, what the memory is
+spent on, pool, blocks, concurrency — as a table or one JSON object. With vLLM's accounting (the
+default) the lesson's formula is shown beside what vLLM allocates."""
+
+from __future__ import annotations
+
+import json
+
+from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, resolve_engine_args
+from kvscope.engine.memory_math import plan_memory
+from kvscope.engine.units import format_bytes
+
+from kvscope.app.cli import options
+from kvscope.app.cli.output import table
+
+GROUP_NAMES = {"full_attention": "full attention", "sliding_attention": "sliding window",
+               "linear_attention": "linear-attention state"}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("math", help="KV cache memory math: bytes per token, pool, blocks, concurrency")
+    options.add_model_options(parser)
+    options.add_hardware_options(parser)
+    options.add_engine_options(parser)
+    options.add_scheduler_options(parser)  # the token budget and max_num_seqs size vLLM's activation peak
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.set_defaults(func=run)
+
+
+def _model_row(model) -> str:
+    layers = f"{model.num_hidden_layers} layers"
+    kinds = [(model.count_layers(k), name) for k, name in GROUP_NAMES.items()]
+    if model.layer_types:
+        layers += " (" + ", ".join(f"{n} {name}" for n, name in kinds if n) + ")"
+    text = f"{model.name}: {layers}, {model.num_attention_heads} attention heads, "
+    if model.uses_mla:
+        text += f"latent attention ({model.kv_lora_rank} + {model.qk_rope_head_dim} rope per token)"
+    else:
+        text += f"{model.num_key_value_heads} KV heads x head_dim {model.head_dim}"
+    if model.num_experts:
+        text += f", {model.num_experts} experts ({model.num_experts_per_tok} per token)"
+    return text
+
+
+def _per_token_formula(plan, model) -> str:
+    element = KV_CACHE_DTYPE_BYTES[plan.kv_cache_dtype]
+    cached = model.num_hidden_layers if plan.accounting == "lesson" else \
+        model.count_layers("full_attention") + model.count_layers("sliding_attention")
+    if plan.accounting == "vllm" and model.uses_mla:
+        return f"{cached} layers x ({model.kv_lora_rank} + {model.qk_rope_head_dim}) x {element} B"
+    of = "" if cached == model.num_hidden_layers else f" of {model.num_hidden_layers}"
+    return f"2 x {cached}{of} layers x {model.num_key_value_heads} KV heads x {model.head_dim} x {element} B"
+
+
+def _groups_row(plan, model) -> str:
+    groups = plan.layer_groups
+    per_kind: dict[str, list] = {}
+    for kind, _layers, blocks in groups:
+        per_kind.setdefault(kind, []).append(blocks)
+    size = max(layers for _k, layers, _b in groups)
+    parts = []
+    for kind, blocks in per_kind.items():
+        name = GROUP_NAMES[kind] + (f" {model.sliding_window:,}" if kind == "sliding_attention" else "")
+        parts.append(f"{len(blocks)} {name} ({blocks[0]:,} blocks a request{' each' if len(blocks) > 1 else ''})")
+    padding = f"; {plan.padding_layers} padding layers" if plan.padding_layers else ""
+    return f"{len(groups)} groups of {size} layers: " + ", ".join(parts) + padding
+
+
+def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
+    tp = plan.tensor_parallel_size
+    devices = f" on {tp} devices" if tp > 1 else ""
+    vllm = plan.accounting == "vllm"
+    usable = plan.memory_bytes * plan.gpu_memory_utilization
+    rows = [
+        ("model", _model_row(model)),
+        ("hardware", f"{hardware.name}: {hardware.description or ''}".rstrip(": ")),
+        ("accounting", f"what vLLM {plan.vllm_version} allocates" if vllm
+         else "the lesson's formula: memory x utilization - weights, every layer a full KV cache"),
+        ("KV cache dtype", f"{plan.kv_cache_dtype}"),
+        ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}  ({_per_token_formula(plan, model)})"),
+        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {plan.max_model_len:,} tokens"),
+    ]
+    if len(plan.layer_groups) > 1 or plan.padding_layers:
+        rows.append(("layer groups", _groups_row(plan, model)))
+    rows += [
+        ("device memory", f"{format_bytes(plan.memory_bytes)}{devices}, x gpu_memory_utilization {plan.gpu_memory_utilization:g}"
+                          f" = {format_bytes(usable)}"),
+        ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
+    ]
+    if vllm:
+        rows += [
+            ("activation peak", f"{format_bytes(plan.activation_bytes)}  (profiled: a forward of "
+                                f"{plan.profiled_tokens:,} tokens, sampling {plan.profiled_seqs:,} sequences)"),
+            ("non-torch memory", f"{format_bytes(plan.non_torch_bytes)}  (CUDA context, NCCL and all-reduce buffers)"),
+            ("CUDA graphs", f"{format_bytes(plan.cudagraph_bytes)}  (vLLM's estimate)" if plan.cudagraph_bytes
+             else "not subtracted (captured after the KV cache before vLLM 0.21)"),
+        ]
+    rows += [
+        ("reserve", f"{format_bytes(plan.extra_reserve_bytes)}" + ("  (--reserve-bytes, beyond the above)" if vllm else "")),
+        ("KV pool", f"{format_bytes(plan.kv_pool_bytes)}  ({plan.kv_pool_source})"),
+        ("block", f"{plan.block_size:,} tokens = {format_bytes(plan.block_bytes)}"),
+        ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots)"),
+    ]
+    if vllm:
+        rows.append(("GPU KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
+                                          f"{plan.vllm_version} logs)"))
+    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {plan.max_model_len:,} tokens "
+                                             f"each ({plan.blocks_per_sequence:,} blocks per sequence)"))
+    if vllm and abs(plan.lesson_max_concurrent_sequences - plan.max_concurrent_sequences) >= 0.005:
+        rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:.2f} sequences: a "
+                                             f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "
+                                             "blocks (nothing held back, every layer a full KV cache)"))
+    if not plan.fits:
+        rows.append(("does not fit", "the weights leave no memory for a KV cache"))
+    return rows
+
+
+def run(args) -> int:
+    model = options.model_from_args(args)
+    hardware = options.hardware_from_args(args)
+    engine_args = options.engine_args_from_args(args)
+    resolved = resolve_engine_args(engine_args, model, hardware)
+    plan = plan_memory(model, hardware, resolved)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
+    return 0
