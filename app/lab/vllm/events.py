@@ -1,0 +1,252 @@
+"""Decode vLLM's KV cache events: one ZMQ message `[topic, seq, payload]` into plain dataclasses.
+
+The format (vllm/distributed/kv_events.py) changed under its readers; llm-d broke when it did. So
+this decoder is tolerant by design:
+- the batch is a positional array `[ts, events, data_parallel_rank]` (the rank from vLLM 0.10.2,
+  absent before); a map with those keys is read too;
+- an event is an array with its tag first (vLLM 0.9 - 0.23, and SGLang) or a map with a "type"
+  key (0.24 on); each event is read by its own first byte, so both may even share a batch;
+- fields added by later versions are ignored, fields left out (vLLM omits None) take defaults;
+- a hash is a 64-bit int (vLLM's default) or raw bytes; an int some publisher sent signed is
+  read as the same unsigned 64-bit value, so parent and child hashes always match;
+- an event type this decoder does not know becomes UnknownEvent: counted, never fatal.
+
+A frame that cannot be read raises KvEventDecodeError with a one-line message; the subscriber
+counts it and goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import msgspec
+
+from kvscope.engine.config import ConfigError
+
+BlockHash = Union[int, bytes]
+END_OF_REPLAY_SEQ = -1  # the replay socket's last reply carries this seq and an empty payload
+_U64_MASK = (1 << 64) - 1
+
+
+class KvEventDecodeError(ConfigError):
+    """A KV event message that cannot be read; the message says which part and why, on one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """Full blocks entered the prefix cache: one hash per block, the chain continuing from parent."""
+
+    block_hashes: tuple[BlockHash, ...]
+    parent_block_hash: BlockHash | None
+    token_ids: tuple[int, ...]  # the tokens of all the blocks, block after block
+    block_size: int
+    medium: str | None = None  # "GPU", or a tier a KV connector offloads to
+    group_idx: int = 0  # the KV cache group (hybrid models hash each group apart)
+    lora_name: str | None = None
+
+    def tokens_of(self, index: int) -> tuple[int, ...]:
+        """The tokens the index-th stored block holds."""
+        per_block = len(self.token_ids) // max(len(self.block_hashes), 1)
+        return self.token_ids[index * per_block:(index + 1) * per_block]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    """Blocks left the prefix cache (evicted to make room); one hash each."""
+
+    block_hashes: tuple[BlockHash, ...]
+    medium: str | None = None
+    group_idx: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    """The whole prefix cache was reset."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """An event of a type newer than this decoder; kept so it can be counted and named."""
+
+    type_name: str
+
+
+KvEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared, UnknownEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """What one engine step published."""
+
+    ts: float  # the server's wall clock, seconds since the epoch
+    events: tuple[KvEvent, ...]
+    data_parallel_rank: int | None  # None before vLLM 0.10.2
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventMessage:
+    topic: str
+    seq: int  # from 0 at the publisher's start: a lower one than the last means it restarted
+    batch: EventBatch
+
+
+def block_hash_u64(block_hash: BlockHash) -> int:
+    """A hash as the unsigned 64-bit int vLLM publishes by default: bytes give their low 64 bits
+    (vLLM's own conversion under VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES), so both modes agree."""
+    if isinstance(block_hash, bytes):
+        return int.from_bytes(block_hash[-8:], "big")
+    return block_hash & _U64_MASK
+
+
+def decode_seq(frame: bytes) -> int:
+    if len(frame) != 8:
+        raise KvEventDecodeError(f"KV event seq frame has {len(frame)} bytes, expected 8 (big-endian int)")
+    return int.from_bytes(frame, "big", signed=True)
+
+
+def split_message(frames: list[bytes]) -> tuple[str, int, bytes]:
+    """(topic, seq, payload) of a published message, the payload left undecoded."""
+    if len(frames) != 3:
+        raise KvEventDecodeError(f"KV event message has {len(frames)} frames, expected 3 (topic, seq, payload)")
+    topic, seq, payload = frames
+    try:
+        topic_text = bytes(topic).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KvEventDecodeError(f"KV event topic is not UTF-8: {exc}") from None
+    return topic_text, decode_seq(bytes(seq)), bytes(payload)
+
+
+def decode_message(frames: list[bytes]) -> KvEventMessage:
+    topic, seq, payload = split_message(frames)
+    return KvEventMessage(topic, seq, decode_batch(payload))
+
+
+def decode_batch(payload: bytes) -> EventBatch:
+    if not payload:
+        raise KvEventDecodeError("KV event payload is empty")
+    decoder = _MAP_BATCH if _is_map(payload[0]) else _ARRAY_BATCH
+    try:
+        raw = decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise KvEventDecodeError(f"KV event batch: {_one_line(exc)}") from None
+    events = tuple(_decode_event(index, event) for index, event in enumerate(raw.events))
+    return EventBatch(float(raw.ts), events, raw.data_parallel_rank)
+
+
+# -- the wire shapes, read by msgspec -----------------------------------------------------------------
+# Map events carry only the fields by name; array events are positional, so every field up to the
+# last one read is declared, in vLLM's order. msgspec skips unknown map keys and trailing array items.
+
+_Hash = Union[int, bytes]
+
+
+class _StoredMap(msgspec.Struct, tag_field="type", tag="BlockStored"):
+    block_hashes: list[_Hash]
+    parent_block_hash: Union[_Hash, None] = None
+    token_ids: list[int] = []
+    block_size: int = 0
+    medium: Union[str, None] = None
+    group_idx: Union[int, None] = None
+    lora_name: Union[str, None] = None
+
+
+class _RemovedMap(msgspec.Struct, tag_field="type", tag="BlockRemoved"):
+    block_hashes: list[_Hash]
+    medium: Union[str, None] = None
+    group_idx: Union[int, None] = None
+
+
+class _ClearedMap(msgspec.Struct, tag_field="type", tag="AllBlocksCleared"):
+    pass
+
+
+class _StoredArray(msgspec.Struct, array_like=True, tag="BlockStored"):
+    block_hashes: list[_Hash]
+    parent_block_hash: Union[_Hash, None]
+    token_ids: list[int]
+    block_size: int
+    lora_id: Union[int, None] = None
+    medium: Union[str, None] = None  # from 0.10.2
+    lora_name: Union[str, None] = None
+    extra_keys: Any = None
+    group_idx: Union[int, None] = None
+
+
+class _RemovedArray(msgspec.Struct, array_like=True, tag="BlockRemoved"):
+    block_hashes: list[_Hash]
+    medium: Union[str, None] = None
+    group_idx: Union[int, None] = None
+
+
+class _ClearedArray(msgspec.Struct, array_like=True, tag="AllBlocksCleared"):
+    pass
+
+
+class _BatchArray(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[msgspec.Raw]
+    data_parallel_rank: Union[int, None] = None
+
+
+class _BatchMap(msgspec.Struct):
+    ts: float
+    events: list[msgspec.Raw]
+    data_parallel_rank: Union[int, None] = None
+
+
+_ARRAY_BATCH = msgspec.msgpack.Decoder(_BatchArray)
+_MAP_BATCH = msgspec.msgpack.Decoder(_BatchMap)
+_MAP_EVENT = msgspec.msgpack.Decoder(Union[_StoredMap, _RemovedMap, _ClearedMap])
+_ARRAY_EVENT = msgspec.msgpack.Decoder(Union[_StoredArray, _RemovedArray, _ClearedArray])
+_ANY = msgspec.msgpack.Decoder()
+_KNOWN_TYPES = {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
+
+
+def _is_map(first_byte: int) -> bool:
+    return 0x80 <= first_byte <= 0x8F or first_byte in (0xDE, 0xDF)
+
+
+def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
+    data = bytes(raw)
+    as_map = bool(data) and _is_map(data[0])
+    try:
+        wire = (_MAP_EVENT if as_map else _ARRAY_EVENT).decode(data)
+    except msgspec.DecodeError as exc:
+        type_name = _type_name(data, as_map)
+        if isinstance(type_name, str) and type_name not in _KNOWN_TYPES:
+            return UnknownEvent(type_name)
+        raise KvEventDecodeError(f"KV event {index} ({type_name or 'no type'}): {_one_line(exc)}") from None
+    if isinstance(wire, (_StoredMap, _StoredArray)):
+        return BlockStored(
+            block_hashes=tuple(_normal_hash(h) for h in wire.block_hashes),
+            parent_block_hash=None if wire.parent_block_hash is None else _normal_hash(wire.parent_block_hash),
+            token_ids=tuple(wire.token_ids),
+            block_size=wire.block_size,
+            medium=wire.medium,
+            group_idx=wire.group_idx or 0,
+            lora_name=wire.lora_name,
+        )
+    if isinstance(wire, (_RemovedMap, _RemovedArray)):
+        return BlockRemoved(tuple(_normal_hash(h) for h in wire.block_hashes), wire.medium, wire.group_idx or 0)
+    return AllBlocksCleared()
+
+
+def _type_name(data: bytes, as_map: bool):
+    try:
+        value = _ANY.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if as_map and isinstance(value, dict):
+        return value.get("type")
+    if isinstance(value, list) and value:
+        return value[0]
+    return None
+
+
+def _normal_hash(block_hash: BlockHash) -> BlockHash:
+    return block_hash & _U64_MASK if isinstance(block_hash, int) else block_hash
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())

@@ -1,0 +1,338 @@
+"""A vLLM server's Prometheus /metrics, read into the series an attach window draws, and fetched.
+
+vLLM (vllm/v1/metrics/loggers.py) labels each series with `model_name` and `engine` (the DP index).
+ServerMetrics holds every engine apart and their total: counts and histograms summed, the KV cache
+usage averaged (each engine has its own pool of the same size). Names changed across versions, so
+each figure lists the names it is read from, newest first (`gpu_cache_usage_perc` and
+`gpu_prefix_cache_*` up to 0.10, `time_per_output_token_seconds` before `inter_token_latency`).
+
+Latency figures are histograms of everything since the server started. What happened lately is
+the difference of two scrapes, bucket by bucket (histogram_delta), and its percentiles are
+interpolated within a bucket as Prometheus's histogram_quantile does (histogram_quantile).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field, fields
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvscope.engine.config import ConfigError
+
+DEFAULT_TIMEOUT_S = 2.0
+MAX_RESPONSE_BYTES = 16 * 1024**2  # an exposition is about 50 KB
+DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
+
+# figure -> the sample names it is read from, newest first
+SCALAR_SOURCES = {
+    "num_requests_running": ("vllm:num_requests_running",),
+    "num_requests_waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),  # fraction 0 - 1
+    "num_preemptions_total": ("vllm:num_preemptions_total",),
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+    "generation_tokens_total": ("vllm:generation_tokens_total",),
+}
+HISTOGRAM_SOURCES = {  # all in seconds
+    "time_to_first_token": ("vllm:time_to_first_token_seconds",),
+    "inter_token_latency": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "queue_time": ("vllm:request_queue_time_seconds",),
+    "e2e_request_latency": ("vllm:e2e_request_latency_seconds",),
+}
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+_AVERAGED = {"kv_cache_usage"}
+
+
+class MetricsError(ConfigError):
+    """A /metrics answer that is not a vLLM server's; the message says where it came from."""
+
+
+class ServerUnreachable(ConfigError):
+    """No answer from the server; the message names the URL and the reason."""
+
+
+@dataclass(frozen=True)
+class Histogram:
+    upper_bounds: tuple[float, ...]  # ascending, the last one +inf
+    cumulative_counts: tuple[float, ...]  # observations <= each bound
+    count: float
+    sum: float
+    created: float | None = None  # when the server made it (its `_created` sample): a new value is a restart
+
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One engine's figures (or all engines' total); None where the server does not serve one."""
+
+    num_requests_running: float | None = None
+    num_requests_waiting: float | None = None
+    kv_cache_usage: float | None = None  # fraction 0 - 1
+    num_preemptions_total: float | None = None
+    prefix_cache_queries_total: float | None = None  # tokens
+    prefix_cache_hits_total: float | None = None  # tokens
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    time_to_first_token: Histogram | None = None
+    inter_token_latency: Histogram | None = None
+    queue_time: Histogram | None = None
+    e2e_request_latency: Histogram | None = None
+    created: float | None = None  # the earliest `_created` of its vllm: series: a new value is a restart
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    total: EngineMetrics
+    engines: dict[str, EngineMetrics]  # by the `engine` label (the DP index)
+    cache_config: dict[str, dict[str, str]] = field(default_factory=dict)  # engine -> cache_config_info labels
+    model_names: tuple[str, ...] = ()
+
+    @property
+    def block_size(self) -> int | None:
+        """Tokens per block, from cache_config_info."""
+        return self._cache_config_int("block_size")
+
+    @property
+    def num_gpu_blocks(self) -> int | None:
+        """Blocks in each engine's KV cache pool, from cache_config_info."""
+        return self._cache_config_int("num_gpu_blocks")
+
+    def _cache_config_int(self, name: str) -> int | None:
+        for labels in self.cache_config.values():
+            value = labels.get(name)
+            if value is not None and value.isdigit():
+                return int(value)
+        return None
+
+
+# -- parsing ------------------------------------------------------------------------------------------
+
+
+def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
+    """Read a Prometheus text exposition; `source` (a URL, a file) names it in error messages."""
+    try:
+        samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    except ValueError as exc:
+        raise MetricsError(f"{source} is not a Prometheus exposition: {exc}") from None
+    by_name: dict[str, list] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
+    if not any(name.startswith("vllm:") for name in by_name):
+        raise MetricsError(f"{source} has no vllm: metric; is it a vLLM server's /metrics?")
+
+    engine_names = sorted({s.labels.get("engine", "0") for name, group in by_name.items()
+                           if name.startswith("vllm:") for s in group}, key=_engine_order)
+    engines = {engine: _engine_metrics(by_name, engine) for engine in engine_names}
+    cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
+                    for s in by_name.get(CACHE_CONFIG_INFO, [])}
+    model_names = tuple(sorted({s.labels["model_name"] for name, group in by_name.items()
+                                if name.startswith("vllm:") for s in group if "model_name" in s.labels}))
+    return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names)
+
+
+def _engine_metrics(by_name: dict[str, list], engine: str) -> EngineMetrics:
+    values = {}
+    for figure, names in SCALAR_SOURCES.items():
+        for name in names:
+            matching = [s.value for s in by_name.get(name, []) if s.labels.get("engine", "0") == engine]
+            if matching:
+                values[figure] = float(sum(matching))
+                break
+    for figure, names in HISTOGRAM_SOURCES.items():
+        for name in names:
+            histogram = _histogram(by_name, name, engine)
+            if histogram is not None:
+                values[figure] = histogram
+                break
+    created = [s.value for name, group in by_name.items() if name.startswith("vllm:") and name.endswith("_created")
+               for s in group if s.labels.get("engine", "0") == engine]
+    return EngineMetrics(**values, created=min(created) if created else None)
+
+
+def _histogram(by_name: dict[str, list], name: str, engine: str) -> Histogram | None:
+    buckets: dict[float, float] = {}
+    for sample in by_name.get(f"{name}_bucket", []):
+        if sample.labels.get("engine", "0") == engine:
+            bound = float(sample.labels["le"])
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    if not buckets:
+        return None
+
+    def summed(suffix):
+        return float(sum(s.value for s in by_name.get(f"{name}{suffix}", []) if s.labels.get("engine", "0") == engine))
+
+    created = [s.value for s in by_name.get(f"{name}_created", []) if s.labels.get("engine", "0") == engine]
+    bounds = sorted(buckets)
+    return Histogram(tuple(bounds), tuple(buckets[b] for b in bounds), summed("_count"), summed("_sum"),
+                     min(created) if created else None)
+
+
+def _total(engines: list[EngineMetrics]) -> EngineMetrics:
+    if len(engines) == 1:
+        return engines[0]
+    values = {}
+    for f in fields(EngineMetrics):
+        present = [getattr(e, f.name) for e in engines if getattr(e, f.name) is not None]
+        if not present:
+            continue
+        if isinstance(present[0], Histogram):
+            values[f.name] = _sum_histograms(present)
+        elif f.name == "created":
+            values[f.name] = max(present)  # any engine restarting restarts the total
+        else:
+            values[f.name] = sum(present) / len(present) if f.name in _AVERAGED else sum(present)
+    return EngineMetrics(**values)
+
+
+def _sum_histograms(histograms: list[Histogram]) -> Histogram:
+    buckets: dict[float, float] = {}
+    for histogram in histograms:
+        for bound, count in zip(histogram.upper_bounds, histogram.cumulative_counts):
+            buckets[bound] = buckets.get(bound, 0.0) + count
+    bounds = sorted(buckets)
+    created = [h.created for h in histograms if h.created is not None]
+    return Histogram(tuple(bounds), tuple(buckets[b] for b in bounds), sum(h.count for h in histograms),
+                     sum(h.sum for h in histograms), max(created) if created else None)
+
+
+def _engine_order(engine: str):
+    return (0, int(engine), "") if engine.isdigit() else (1, 0, engine)
+
+
+# -- between two scrapes ------------------------------------------------------------------------------
+
+
+def restarted_between(before: EngineMetrics, after: EngineMetrics) -> bool:
+    """Whether the server restarted between two scrapes: its series were created anew, or a counter
+    went down."""
+    if before.created != after.created:
+        return True
+    return any(getattr(after, name) < getattr(before, name) for name in SCALAR_SOURCES
+               if name.endswith("_total") and getattr(after, name) is not None and getattr(before, name) is not None)
+
+
+def counter_delta(before: float | None, after: float | None) -> float | None:
+    """What a counter counted between two scrapes; a counter that went down was reset by a restart,
+    so everything it holds now came after."""
+    if after is None:
+        return None
+    if before is None or after < before:
+        return after
+    return after - before
+
+
+def histogram_delta(before: Histogram | None, after: Histogram) -> Histogram:
+    """The observations between two scrapes, bucket by bucket. A restart in between (a new creation
+    time, or a count that went down) means all of `after` came since."""
+    if (before is None or before.upper_bounds != after.upper_bounds or after.count < before.count
+            or before.created != after.created):
+        return after
+    counts = tuple(a - b for a, b in zip(after.cumulative_counts, before.cumulative_counts))
+    if any(c < 0 for c in counts):
+        return after
+    return Histogram(after.upper_bounds, counts, after.count - before.count, after.sum - before.sum, after.created)
+
+
+def histogram_quantile(histogram: Histogram | None, quantile: float) -> float | None:
+    """The q-quantile, interpolated linearly within its bucket as Prometheus does; one in the +Inf
+    bucket is reported as the highest finite bound. None when nothing was observed."""
+    if histogram is None or not 0.0 <= quantile <= 1.0:
+        return None
+    total = histogram.cumulative_counts[-1] if histogram.cumulative_counts else 0.0
+    if total <= 0:
+        return None
+    rank = quantile * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in zip(histogram.upper_bounds, histogram.cumulative_counts):
+        if count >= rank and count > lower_count:
+            if math.isinf(bound):
+                return lower_bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def latency_percentiles(before: EngineMetrics | None, after: EngineMetrics,
+                        quantiles=DEFAULT_QUANTILES) -> dict[str, dict[float, float | None]]:
+    """Seconds, per latency histogram and quantile, of what happened between two scrapes
+    (before None: since the server started)."""
+    if before is not None and restarted_between(before, after):
+        before = None
+    result = {}
+    for figure in HISTOGRAM_SOURCES:
+        now = getattr(after, figure)
+        delta = None if now is None else histogram_delta(None if before is None else getattr(before, figure), now)
+        result[figure] = {q: histogram_quantile(delta, q) for q in quantiles}
+    return result
+
+
+def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) -> float | None:
+    """Hit tokens over queried tokens between two scrapes (before None: since the server started)."""
+    if before is not None and restarted_between(before, after):
+        before = None
+    queries = counter_delta(None if before is None else before.prefix_cache_queries_total,
+                            after.prefix_cache_queries_total)
+    hits = counter_delta(None if before is None else before.prefix_cache_hits_total, after.prefix_cache_hits_total)
+    if not queries or hits is None:
+        return None
+    return hits / queries
+
+
+# -- over HTTP ----------------------------------------------------------------------------------------
+
+
+def server_url(address: str) -> str:
+    """"host:8000", "http://host:8000/" -> "http://host:8000"."""
+    address = address.strip().rstrip("/")
+    return address if "://" in address else f"http://{address}"
+
+
+def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    try:
+        with _opener_for(url).open(request, timeout=timeout_s) as response:
+            body = response.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ServerUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise ServerUnreachable(f"cannot reach {url}: {exc.reason}") from None
+    except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
+        raise ServerUnreachable(f"{url} did not answer in HTTP ({type(exc).__name__})") from None
+    except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
+        raise ServerUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise MetricsError(f"{url} sent more than {MAX_RESPONSE_BYTES // 1024**2} MiB")
+    return body.decode("utf-8", errors="replace")
+
+
+def fetch_metrics(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerMetrics:
+    url = f"{server_url(address)}/metrics"
+    return parse_metrics(fetch_text(url, timeout_s), source=url)
+
+
+def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """The server's vLLM version, from GET /version ({"version": "0.33.0"})."""
+    url = f"{server_url(address)}/version"
+    text = fetch_text(url, timeout_s)
+    try:
+        version = json.loads(text)["version"]
+    except (ValueError, KeyError, TypeError):
+        raise MetricsError(f"{url} did not answer {{\"version\": ...}}: {text[:80]!r}") from None
+    return str(version)
+
+
+def _opener_for(url: str) -> urllib.request.OpenerDirector:
+    # A proxy set for the outside world must not swallow a server on this machine.
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()

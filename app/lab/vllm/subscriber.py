@@ -1,0 +1,345 @@
+"""Follow vLLM's KV event publishers: every batch once, in order, and say when that failed.
+
+One SUB socket per publisher endpoint, so a batch's stream is known: a stream is (the endpoint,
+the topic, the data-parallel rank). `connect` mode dials a server's PUB socket (vLLM binds it
+when its endpoint holds `*`); `listen` mode binds one that servers dial (vLLM connects when its
+endpoint names a host), as llm-d's indexer does: there many servers share one socket, and the
+topic and the DP rank tell their streams apart.
+
+Each stream's seq starts at 0 when its publisher starts. So:
+- a seq above the next expected one is a GAP: the missing batches are asked for again on the
+  publisher's replay socket (a DEALER: send the first wanted seq, 8 bytes big-endian; read
+  `[seq, payload]` or, from vLLM 0.26, `[topic, seq, payload]` until seq -1), and arrive, in
+  order, as REPLAYED batches before the batch that revealed the gap;
+- a seq at or below the last one received live is a RESTART: the server's cache started empty;
+- a stream first seen mid-run is caught up from seq 0, as far as the replay buffer reaches
+  (vLLM keeps 10,000 batches), unless `catch_up` is off;
+- a message that cannot be decoded is counted, reported as DECODE_ERROR and skipped.
+
+Poll-based: `poll(timeout_ms)` returns what arrived as plain records; no thread of its own. It
+waits at most `timeout_ms` for the first message, then reads only what is already there (at most
+`max_messages_per_poll`); a replay waits at most `replay_timeout_s` for each reply.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Sequence, Union
+
+import zmq
+
+from kvscope.app.lab.vllm.events import (
+    END_OF_REPLAY_SEQ,
+    EventBatch,
+    KvEventDecodeError,
+    decode_batch,
+    decode_seq,
+    split_message,
+)
+from kvscope.engine.config import ConfigError
+
+DEFAULT_REPLAY_TIMEOUT_S = 2.0
+REPLAY_TOTAL_LIMIT_S = 30.0  # a whole replay of vLLM's 10,000-batch buffer takes well under this
+
+
+class SubscriberError(ConfigError):
+    """An endpoint that cannot be used (bad address, port taken); the message names it."""
+
+
+class NoticeKind(str, Enum):
+    GAP = "gap"  # batches first_seq..last_seq did not arrive live; count: how many
+    REPLAYED = "replayed"  # count: batches the replay socket sent back for a gap
+    RESTART = "restart"  # the seq went back from first_seq to last_seq: the publisher restarted
+    DECODE_ERROR = "decode_error"  # a message that could not be read, skipped
+
+
+@dataclass(frozen=True)
+class PublisherEndpoint:
+    endpoint: str  # "tcp://host:5557"; with listen, the address to bind ("tcp://*:5557")
+    replay_endpoint: str | None = None  # the server's replay (ROUTER) socket, "tcp://host:5558"
+    listen: bool = False
+
+
+@dataclass(frozen=True)
+class StreamKey:
+    source: str  # the endpoint dialled, or the one bound (its real port when bound to port 0 / *)
+    topic: str
+    data_parallel_rank: int | None  # None from servers older than vLLM 0.10.2
+
+
+@dataclass(frozen=True)
+class ReceivedBatch:
+    stream: StreamKey
+    seq: int
+    batch: EventBatch
+    replayed: bool  # it came back through the replay socket, not live
+
+
+@dataclass(frozen=True)
+class StreamNotice:
+    kind: NoticeKind
+    stream: StreamKey | None  # None when a message was too broken to name its stream
+    first_seq: int | None
+    last_seq: int | None
+    count: int
+    message: str  # one line, for a status bar or a log
+
+
+SubscriberRecord = Union[ReceivedBatch, StreamNotice]
+
+
+@dataclass
+class SubscriberCounts:
+    batches: int = 0  # delivered, live or replayed
+    replayed: int = 0
+    gaps: int = 0
+    missed: int = 0  # batches lost for good: no replay socket, or gone from its buffer
+    restarts: int = 0
+    decode_errors: int = 0
+    duplicates: int = 0  # live batches a replay had already delivered
+
+
+@dataclass
+class _StreamState:
+    last_live_seq: int = -1
+    last_delivered_seq: int = -1
+
+
+def data_parallel_endpoints(endpoint: str, replay_endpoint: str | None = None, data_parallel_size: int = 1,
+                            listen: bool = False) -> list[PublisherEndpoint]:
+    """One endpoint per DP engine: vLLM's rank r publishes on the endpoint's port + r (replay too)."""
+    return [PublisherEndpoint(_offset_port(endpoint, rank),
+                              None if replay_endpoint is None else _offset_port(replay_endpoint, rank), listen)
+            for rank in range(data_parallel_size)]
+
+
+def dialable(endpoint: str) -> str:
+    """vLLM's config names its own bind address ("tcp://*:5557"); from this machine that is localhost."""
+    return endpoint.replace("://*:", "://127.0.0.1:").replace("://[::]:", "://127.0.0.1:")
+
+
+class KvEventSubscriber:
+    def __init__(self, publishers: Sequence[PublisherEndpoint], *, topic: str = "", catch_up: bool = True,
+                 replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, max_messages_per_poll: int = 10_000):
+        if not publishers:
+            raise SubscriberError("no KV event endpoint given")
+        self.catch_up = catch_up
+        self.replay_timeout_s = replay_timeout_s
+        self.max_messages_per_poll = max_messages_per_poll
+        self.counts = SubscriberCounts()
+        self._context = zmq.Context()
+        self._poller = zmq.Poller()
+        self._sockets: dict[zmq.Socket, tuple[str, PublisherEndpoint]] = {}
+        self._streams: dict[StreamKey, _StreamState] = {}
+        try:
+            for publisher in publishers:
+                self._open(publisher, topic)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def sources(self) -> list[str]:
+        """The endpoints dialled or bound, bound ones with the port the system gave."""
+        return [source for source, _ in self._sockets.values()]
+
+    @property
+    def streams(self) -> list[StreamKey]:
+        return list(self._streams)
+
+    def poll(self, timeout_ms: int = 0) -> list[SubscriberRecord]:
+        records: list[SubscriberRecord] = []
+        ready = dict(self._poller.poll(timeout_ms))
+        handled = 0
+        while ready and handled < self.max_messages_per_poll:
+            for socket in ready:
+                while handled < self.max_messages_per_poll:
+                    try:
+                        frames = socket.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    handled += 1
+                    source, publisher = self._sockets[socket]
+                    self._handle(source, publisher, frames, records)
+            ready = dict(self._poller.poll(0))
+        return records
+
+    def close(self) -> None:
+        for socket in self._sockets:
+            socket.close(linger=0)
+        self._sockets.clear()
+        self._context.term()
+
+    def __enter__(self) -> "KvEventSubscriber":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- one message --------------------------------------------------------------------------------
+
+    def _open(self, publisher: PublisherEndpoint, topic: str) -> None:
+        socket = self._context.socket(zmq.SUB)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)  # vLLM's PUB keeps 100,000; losing batches here would make gaps
+        socket.setsockopt_string(zmq.SUBSCRIBE, topic)
+        try:
+            if publisher.listen:
+                socket.bind(publisher.endpoint)
+                source = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                socket.connect(publisher.endpoint)
+                source = publisher.endpoint
+        except zmq.ZMQError as exc:
+            socket.close(linger=0)
+            verb = "listen on" if publisher.listen else "connect to"
+            raise SubscriberError(f"cannot {verb} KV event endpoint {publisher.endpoint!r}: {exc}") from None
+        self._sockets[socket] = (source, publisher)
+        self._poller.register(socket, zmq.POLLIN)
+
+    def _handle(self, source: str, publisher: PublisherEndpoint, frames: list[bytes],
+                records: list[SubscriberRecord]) -> None:
+        try:
+            topic, seq, payload = split_message(frames)
+        except KvEventDecodeError as exc:
+            self._decode_error(records, None, None, f"from {source}: {exc}")
+            return
+        try:
+            batch = decode_batch(payload)
+        except KvEventDecodeError as exc:
+            self._skip_undecodable(source, topic, seq, exc, records)
+            return
+        key = StreamKey(source, topic, batch.data_parallel_rank)
+        state = self._streams.get(key)
+        if state is None:
+            state = self._streams[key] = _StreamState()
+            if not self.catch_up:
+                state.last_delivered_seq = seq - 1
+        elif seq <= state.last_live_seq:
+            self.counts.restarts += 1
+            records.append(StreamNotice(NoticeKind.RESTART, key, state.last_live_seq, seq, 1,
+                                        f"{_name(key)} restarted: seq went from {state.last_live_seq} to {seq}"))
+            state = self._streams[key] = _StreamState()
+        state.last_live_seq = seq
+        if seq <= state.last_delivered_seq:
+            self.counts.duplicates += 1
+            return
+        if seq > state.last_delivered_seq + 1:
+            self._fill_gap(key, publisher, state, seq - 1, records)
+            if seq <= state.last_delivered_seq:  # the replay reached it
+                self.counts.duplicates += 1
+                return
+        self._deliver(key, state, seq, batch, False, records)
+
+    def _skip_undecodable(self, source: str, topic: str, seq: int, exc: Exception,
+                          records: list[SubscriberRecord]) -> None:
+        # The DP rank is inside the payload; when the endpoint and topic name one stream it is that
+        # one, and taking the seq as seen keeps the next batch from looking like a gap.
+        candidates = [key for key in self._streams if key.source == source and key.topic == topic]
+        key = candidates[0] if len(candidates) == 1 else None
+        if key is not None:
+            state = self._streams[key]
+            if seq == state.last_delivered_seq + 1:
+                state.last_live_seq = state.last_delivered_seq = seq
+        self._decode_error(records, key, seq, f"seq {seq} from {source}: {exc}")
+
+    def _decode_error(self, records, key, seq, message) -> None:
+        self.counts.decode_errors += 1
+        records.append(StreamNotice(NoticeKind.DECODE_ERROR, key, seq, seq, 1, f"skipped: {message}"))
+
+    def _deliver(self, key, state, seq, batch, replayed, records) -> None:
+        state.last_delivered_seq = seq
+        self.counts.batches += 1
+        self.counts.replayed += replayed
+        records.append(ReceivedBatch(key, seq, batch, replayed))
+
+    # -- gaps ---------------------------------------------------------------------------------------
+
+    def _fill_gap(self, key: StreamKey, publisher: PublisherEndpoint, state: _StreamState, last_missing: int,
+                  records: list[SubscriberRecord]) -> None:
+        first_missing = state.last_delivered_seq + 1
+        missing = last_missing - first_missing + 1
+        self.counts.gaps += 1
+        records.append(StreamNotice(NoticeKind.GAP, key, first_missing, last_missing, missing,
+                                    f"{_name(key)}: seq {first_missing}..{last_missing} did not arrive"))
+        if publisher.replay_endpoint is None:
+            self._lost(key, state, first_missing, last_missing, missing, "no replay endpoint given", records)
+            return
+        replies, failure = self._request_replay(publisher.replay_endpoint, first_missing)
+        recovered = 0
+        for seq, payload in replies:
+            if seq <= state.last_delivered_seq:
+                continue
+            try:
+                batch = decode_batch(payload)
+            except KvEventDecodeError as exc:
+                state.last_delivered_seq = seq
+                self._decode_error(records, key, seq, f"replayed seq {seq}: {exc}")
+                continue
+            recovered += seq <= last_missing
+            self._deliver(key, state, seq, batch, True, records)
+        records.append(StreamNotice(
+            NoticeKind.REPLAYED, key, first_missing, state.last_delivered_seq, recovered,
+            f"{_name(key)}: {recovered} of {missing} missing batches replayed" + (f" ({failure})" if failure else "")))
+        if recovered < missing:
+            self._lost(key, state, first_missing, last_missing, missing - recovered,
+                       failure or "older than the server's replay buffer", records)
+
+    def _lost(self, key, state, first_missing, last_missing, lost, why, records) -> None:
+        self.counts.missed += lost
+        state.last_delivered_seq = max(state.last_delivered_seq, last_missing)
+        records.append(StreamNotice(NoticeKind.GAP, key, first_missing, last_missing, lost,
+                                    f"{_name(key)}: {lost} batches lost ({why}); the map may hold stale blocks"))
+
+    def _request_replay(self, endpoint: str, first_seq: int) -> tuple[list[tuple[int, bytes]], str | None]:
+        """(seq, payload) of each batch the replay socket sent from first_seq, and why it stopped
+        early (None when the end marker came). A fresh socket each time: a late reply to a request
+        that timed out must not be read as the answer to the next one."""
+        socket = self._context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        replies: list[tuple[int, bytes]] = []
+        try:
+            socket.connect(endpoint)
+            # vLLM's ROUTER expects [identity, empty delimiter, seq]: a DEALER sends the delimiter itself
+            socket.send_multipart([b"", first_seq.to_bytes(8, "big", signed=True)])
+            give_up_at = time.monotonic() + REPLAY_TOTAL_LIMIT_S
+            while True:
+                wait_s = min(self.replay_timeout_s, give_up_at - time.monotonic())
+                if wait_s <= 0 or not socket.poll(int(wait_s * 1000) + 1):
+                    return replies, f"replay from {endpoint} gave no answer within {self.replay_timeout_s:g} s"
+                frames = socket.recv_multipart()
+                if frames and frames[0] == b"":
+                    frames = frames[1:]
+                if len(frames) not in (2, 3):
+                    return replies, f"replay from {endpoint} sent a reply of {len(frames)} frames"
+                seq = decode_seq(frames[-2])
+                if seq == END_OF_REPLAY_SEQ:
+                    return replies, None
+                replies.append((seq, frames[-1]))
+        except (zmq.ZMQError, KvEventDecodeError) as exc:
+            return replies, f"replay from {endpoint} failed: {exc}"
+        finally:
+            socket.close(linger=0)
+
+
+def _name(key: StreamKey) -> str:
+    rank = "" if key.data_parallel_rank is None else f" DP rank {key.data_parallel_rank}"
+    topic = f" topic {key.topic!r}" if key.topic else ""
+    return f"{key.source}{topic}{rank}"
+
+
+def _offset_port(endpoint: str, offset: int) -> str:
+    if offset == 0:
+        return endpoint
+    if endpoint.startswith(("inproc://", "ipc://")):
+        return f"{endpoint}_dp{offset}"
+    base, _, port = endpoint.rpartition(":")
+    if not port.isdigit():
+        raise SubscriberError(f"KV event endpoint {endpoint!r} has no port to offset by the DP rank")
+    return f"{base}:{int(port) + offset}"
+
+
+def records_of_kind(records: Iterable[SubscriberRecord], kind: NoticeKind) -> list[StreamNotice]:
+    return [r for r in records if isinstance(r, StreamNotice) and r.kind is kind]
