@@ -10,7 +10,6 @@ runners/paged_cache.py), nowhere else.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from kvscope.engine.units import GiB

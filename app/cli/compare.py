@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from kvscope.engine.config import ConfigError
 from kvscope.app.lab.scenarios import load_scenario

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 
@@ -17,6 +18,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.app.cli import options
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + 13  # as a command killed by SIGPIPE exits, which is what a shell expects
 # In the order `kvscope --help` lists them; `bench` follows (its arguments live below).
 COMMANDS = ("math", "run", "gui", "scenarios", "compare", "export", "verify", "models", "presets")
 
@@ -92,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvscope: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kvscope presets | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail too
+        return EXIT_BROKEN_PIPE
     except (MemoryError, RecursionError) as exc:  # the last resort: every input is bounded before use
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deep"
         print(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}",

@@ -88,8 +88,9 @@ def partial_path(path) -> Path:
 
 
 def commit_partial(partial: Path, path) -> None:
-    """Rename a finished temporary file over its target (atomic on one file system)."""
-    os.replace(partial, path)
+    """Rename a finished temporary file over its target (atomic on one file system); a target
+    that is a symlink keeps it: the file it points at is replaced."""
+    os.replace(partial, os.path.realpath(path))
 
 
 @contextlib.contextmanager

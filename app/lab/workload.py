@@ -18,10 +18,22 @@ from typing import Iterator
 
 import numpy as np
 
+from kvscope.engine.checks import read_capped, real_number, require_text, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
 
 DIST_KINDS = ("constant", "uniform", "lognormal")
+# Bounds of a workload, each far past a real one: what is asked beyond them would allocate
+# gigabytes of token ids or run for years of engine clock before anything noticed.
+MAX_REQUESTS = 10_000_000
+ALL_ROWS = 10**9  # num_requests of a whole-trace replay: every row the file has (up to MAX_REQUESTS)
+MAX_REQUEST_TOKENS = 1 << 22  # 4,194,304 prompt or output tokens in one request
+MAX_ARRIVAL_RATE = 1e9  # requests per second
+MAX_SIGMA = 10.0  # a lognormal's spread: e**10 is a factor of 22,026 either side of the median
+MAX_SHARED_PREFIX_TOKENS = 1 << 24  # all shared prefixes together: they are built up front
+MAX_TRACE_SPAN_S = 366 * 86400.0  # a trace's last arrival, seconds after its first: a year
+MAX_TRACE_BYTES = 1 << 30
+MAX_SPEEDUP = 1e9
 
 
 @dataclass(frozen=True)
@@ -50,34 +62,31 @@ def dist_from_dict(data, label: str) -> LengthDist:
     if isinstance(data, int) and not isinstance(data, bool):
         data = {"dist": "constant", "value": data}
     if not isinstance(data, dict):
-        raise ConfigError(f"{label}: expected a table like {{ dist = \"lognormal\", median = 512, sigma = 0.8 }}")
+        raise ConfigError(f"{label}: expected a whole number of tokens or a table like "
+                          f"{{ dist = \"lognormal\", median = 512, sigma = 0.8 }}, got {data!r:.60}")
     unknown = set(data) - {"dist", "value", "min", "max", "median", "sigma"}
     if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                          "allowed: dist, value, min, max, median, sigma")
     kind = data.get("dist", "constant")
     if kind not in DIST_KINDS:
-        raise ConfigError(f"{label}: dist must be one of {', '.join(DIST_KINDS)}, got {kind!r}")
-    values = {}
-    for key in ("value", "min", "max", "median", "sigma"):
-        if key in data:
-            v = data[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"{label}: {key} must be a number, got {v!r}")
-            values[key] = v
-    lo, hi = int(values.get("min", 1)), int(values.get("max", 1_000_000))
-    if lo < 1 or hi < lo:
+        raise ConfigError(f"{label}: dist must be one of {', '.join(DIST_KINDS)}, got {kind!r:.60}")
+    lo = whole_number(data.get("min", 1), f"{label}: min", 1, MAX_REQUEST_TOKENS)
+    hi = whole_number(data.get("max", 1_000_000), f"{label}: max", 1, MAX_REQUEST_TOKENS)
+    if hi < lo:
         raise ConfigError(f"{label}: need 1 <= min <= max, got min {lo}, max {hi}")
     if kind == "constant":
-        value = values.get("value", 0)
-        if value < 1 or value != int(value):
-            raise ConfigError(f"{label}: constant value must be a whole number >= 1, got {value}")
-        return LengthDist("constant", value=int(value), min=max(lo, 1), max=max(hi, int(value)))
+        if "value" not in data:
+            raise ConfigError(f"{label}: a constant length needs value (a whole number of tokens)")
+        value = whole_number(data["value"], f"{label}: constant value", 1, MAX_REQUEST_TOKENS)
+        return LengthDist("constant", value=value, min=max(lo, 1), max=max(hi, value))
     if kind == "uniform":
         return LengthDist("uniform", min=lo, max=hi)
-    median, sigma = values.get("median", 0), values.get("sigma", -1)
+    median = real_number(data.get("median", 0), f"{label}: lognormal median", -math.inf, MAX_REQUEST_TOKENS)
+    sigma = real_number(data.get("sigma", -1), f"{label}: lognormal sigma", -math.inf, MAX_SIGMA)
     if median <= 0 or sigma < 0:
         raise ConfigError(f"{label}: lognormal needs median > 0 and sigma >= 0")
-    return LengthDist("lognormal", min=lo, max=hi, median=float(median), sigma=float(sigma))
+    return LengthDist("lognormal", min=lo, max=hi, median=median, sigma=sigma)
 
 
 @dataclass(frozen=True)
@@ -114,24 +123,27 @@ class WorkloadSpec:
 
 
 
-MAX_REQUESTS = 10_000_000
-
-
 def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.num_requests < 1:
         raise ConfigError(f"{label}: num_requests must be at least 1, got {spec.num_requests}")
-    if spec.num_requests > MAX_REQUESTS and spec.trace_path is None:
+    if spec.num_requests > MAX_REQUESTS and not (spec.trace_path is not None and spec.num_requests == ALL_ROWS):
         raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {spec.num_requests:,}")
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
         raise ConfigError(f"{label}: arrival_rate_per_s must be 0 (all at once) or more, got {spec.arrival_rate_per_s}")
+    real_number(spec.arrival_rate_per_s, f"{label}: arrival_rate_per_s", 0.0, MAX_ARRIVAL_RATE)
     if not 0 <= spec.shared_prefix_fraction <= 1:
         raise ConfigError(f"{label}: shared_prefix_fraction must be between 0 and 1")
     if spec.shared_prefix_fraction > 0 and spec.shared_prefix_tokens < 1:
         raise ConfigError(f"{label}: shared_prefix_tokens must be at least 1 when a share of requests use one")
     if spec.num_shared_prefixes < 1:
         raise ConfigError(f"{label}: num_shared_prefixes must be at least 1")
+    whole_number(spec.shared_prefix_tokens, f"{label}: shared_prefix_tokens", 0, MAX_REQUEST_TOKENS)
+    if spec.shared_prefix_fraction > 0 and spec.num_shared_prefixes * spec.shared_prefix_tokens > MAX_SHARED_PREFIX_TOKENS:
+        raise ConfigError(f"{label}: num_shared_prefixes x shared_prefix_tokens must be at most "
+                          f"{MAX_SHARED_PREFIX_TOKENS:,} tokens, got {spec.num_shared_prefixes * spec.shared_prefix_tokens:,}")
     if spec.trace_speedup <= 0 or not math.isfinite(spec.trace_speedup):
         raise ConfigError(f"{label}: trace_speedup must be greater than 0, got {spec.trace_speedup}")
+    real_number(spec.trace_speedup, f"{label}: trace_speedup", 0.0, MAX_SPEEDUP, low_open=True)
 
 
 _WORKLOAD_KEYS = {
@@ -140,35 +152,61 @@ _WORKLOAD_KEYS = {
 }
 
 
-def workload_from_dict(data: dict, label: str, trace_dir=None) -> WorkloadSpec:
+# A workload TOML's counts and numbers: their type is checked here, their range by _validate.
+_NUMBER_FIELDS = ("num_requests", "shared_prefix_tokens", "num_shared_prefixes")
+_REAL_FIELDS = ("arrival_rate_per_s", "shared_prefix_fraction", "trace_speedup")
+
+
+def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_dir=None) -> WorkloadSpec:
+    """A WorkloadSpec from a workload TOML's table. A relative `trace` is found in trace_dir (the
+    file's own folder), else in fallback_trace_dir (the built-in traces) when it is there."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{label}: expected a table of workload fields, got {data!r:.60}")
     unknown = set(data) - _WORKLOAD_KEYS
     if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"allowed: {', '.join(sorted(_WORKLOAD_KEYS))}")
     if "name" not in data:
         raise ConfigError(f"{label}: missing field name")
-    kwargs = {k: data[k] for k in ("name", "description", "source") if k in data}
-    for key, cast in (
-        ("num_requests", int),
-        ("arrival_rate_per_s", float),
-        ("shared_prefix_fraction", float),
-        ("shared_prefix_tokens", int),
-        ("num_shared_prefixes", int),
-        ("trace_speedup", float),
-    ):
+    kwargs = {k: require_text(data[k], f"{label}: {k}") if k == "name" else _text(data[k], f"{label}: {k}")
+              for k in ("name", "description", "source") if k in data}
+    for key in _NUMBER_FIELDS:
+        if key in data:
+            kwargs[key] = _whole(data[key], f"{label}: {key}")
+    for key in _REAL_FIELDS:
         if key in data:
             value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{label}: {key} must be a number, got {value!r}")
-            kwargs[key] = cast(value)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{label}: {key} must be a finite number, got {value!r:.60}")
+            kwargs[key] = float(value)
     for key in ("prompt_tokens", "output_tokens"):
         if key in data:
             kwargs[key] = dist_from_dict(data[key], f"{label}: {key}")
     if "trace" in data:
-        trace = data["trace"]
-        kwargs["trace_path"] = str(trace_dir / trace) if trace_dir is not None else str(trace)
+        trace = Path(require_text(data["trace"], f"{label}: trace"))
+        if trace_dir is not None and not trace.is_absolute():
+            found = Path(trace_dir) / trace
+            if not found.exists() and fallback_trace_dir is not None and (Path(fallback_trace_dir) / trace).exists():
+                found = Path(fallback_trace_dir) / trace
+            trace = found
+        kwargs["trace_path"] = str(trace)
     spec = WorkloadSpec(**kwargs)
     _validate(spec, label)
     return spec
+
+
+def _whole(value, what: str) -> int:
+    """A whole number (its range is _validate's to check, in the words the workload's fields use)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise ConfigError(f"{what} must be a whole number, got {value!r:.60}")
+    return int(value)
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be text, got {value!r:.60}")
+    return value
 
 
 def _parse_timestamp(text: str) -> float:
@@ -193,23 +231,21 @@ _COLUMN_NAMES = {
 def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     """Rows of a trace CSV, arrival times relative to the first row. Errors name the line."""
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"trace {path}: is a folder, not a CSV file")
+    data = read_capped(path, f"trace {path}", MAX_TRACE_BYTES, "trace CSV file")
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"trace {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ConfigError(f"trace {path} line {line}: not UTF-8 text") from None
-    return _read_trace_rows(path, io.StringIO(text, newline=""), limit)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        return _read_trace_rows(path, reader, limit)
+    except csv.Error as exc:  # a field past the csv module's limit, a NUL byte, a quote left open
+        raise ConfigError(f"trace {path} line {reader.line_num}: not a readable CSV row ({exc})") from None
 
 
-def _read_trace_rows(path: Path, handle, limit: int | None) -> list[TraceRow]:
+def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     rows: list[TraceRow] = []
-    reader = csv.reader(handle)
     header = next(reader, None)
     if header is None:
         raise ConfigError(f"trace {path}: the file is empty")
@@ -221,29 +257,40 @@ def _read_trace_rows(path: Path, handle, limit: int | None) -> list[TraceRow]:
                 f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
             )
         columns[role] = found[0]
+    limit = min(limit, ALL_ROWS) if limit is not None else ALL_ROWS
     start = previous = None
-    for line_no, row in enumerate(reader, start=2):
-        if limit is not None and len(rows) >= limit:
+    for row in reader:
+        line_no = reader.line_num
+        if len(rows) >= limit:
             break
         if not row or all(not c.strip() for c in row):
             continue
+        where = f"trace {path} line {line_no}"
         try:
             arrival = _parse_timestamp(row[columns["arrival"]])
-            prompt = int(row[columns["prompt"]])
-            output = int(row[columns["output"]])
+            prompt_text, output_text = row[columns["prompt"]], row[columns["output"]]
         except (ValueError, IndexError, OverflowError):
-            raise ConfigError(f"trace {path} line {line_no}: cannot read row {','.join(row)!r}") from None
+            raise ConfigError(f"{where}: cannot read row {','.join(row)[:80]!r}") from None
         if not math.isfinite(arrival):
-            raise ConfigError(f"trace {path} line {line_no}: arrival time {row[columns['arrival']]!r} is not a finite time")
+            raise ConfigError(f"{where}: arrival time {row[columns['arrival']]!r} is not a finite time")
+        try:
+            prompt, output = int(prompt_text), int(output_text)
+        except ValueError:
+            raise ConfigError(f"{where}: cannot read row {','.join(row)[:80]!r}") from None
         if prompt < 1 or output < 1:
-            raise ConfigError(
-                f"trace {path} line {line_no}: token counts must be at least 1, got {prompt} and {output}"
-            )
+            raise ConfigError(f"{where}: token counts must be at least 1, got {prompt} and {output}")
+        whole_number(prompt, f"{where}: prompt tokens", 1, MAX_REQUEST_TOKENS)
+        whole_number(output, f"{where}: output tokens", 1, MAX_REQUEST_TOKENS)
         if start is None:
             start = previous = arrival
         if arrival < previous:
-            raise ConfigError(f"trace {path} line {line_no}: arrival time goes backwards (rows must be in arrival order)")
+            raise ConfigError(f"{where}: arrival time goes backwards (rows must be in arrival order)")
+        if arrival - start > MAX_TRACE_SPAN_S:
+            raise ConfigError(f"{where}: arrives {arrival - start:,.6g} s after the first row; a trace spans at most "
+                              f"{MAX_TRACE_SPAN_S:,.0f} s (a year)")
         previous = arrival
+        if len(rows) >= MAX_REQUESTS:
+            raise ConfigError(f"trace {path}: more than {MAX_REQUESTS:,} rows; replay the first ones with --requests")
         rows.append(TraceRow(arrival - start, prompt, output))
     if not rows:
         raise ConfigError(f"trace {path}: no requests in the file")

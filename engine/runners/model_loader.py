@@ -7,14 +7,15 @@ Hugging Face cache are discovered so the user can pick one without typing a path
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvscope.engine.checks import load_json, read_capped, require_table, shown
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
+from kvscope.engine.hf_config import MAX_CONFIG_BYTES, model_from_hf_config
+from kvscope.engine.hf_fields import checked_hf_fields
 from kvscope.engine.units import GiB
-from kvscope.engine.hf_config import model_from_hf_config
 
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -22,7 +23,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
+SUPPORTED_MODEL_TYPES = tuple(SUPPORTED_ARCHITECTURES.values())
 QUANTIZATIONS = ("int8", "nf4")
+MAX_INDEX_BYTES = 64 * 1024**2  # model.safetensors.index.json: a few MiB for the largest models
+NAMES_LISTED = 5  # of the parameters that do not match, the first few by name
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
@@ -45,28 +49,59 @@ class LoadedModel:
 
 def _read_config(path: Path) -> dict:
     config_file = path / "config.json"
+    if path.is_file():
+        raise ConfigError(f"model directory {path}: is a file; give the directory that holds config.json and the "
+                          "weights")
     if not path.is_dir():
         raise ConfigError(f"model directory {path}: no such directory")
     if not config_file.is_file():
         raise ConfigError(f"model directory {path}: missing config.json")
-    try:
-        return json.loads(config_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"model directory {path}: config.json is malformed at line {exc.lineno}: {exc.msg}") from None
+    label = f"model directory {path}: config.json"
+    cfg = load_json(read_capped(config_file, label, MAX_CONFIG_BYTES, "config.json"), label)
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{label}: expected a JSON object of model fields, got {shown(cfg)}")
+    return cfg
+
+
+def _architecture(cfg: dict, path: Path) -> str:
+    """The supported model type the directory holds, from `architectures` (or, when config.json
+    has none, from `model_type`, as transformers itself picks the class)."""
+    cfg = checked_hf_fields(cfg, f"model directory {path}: config.json")
+    archs = cfg.get("architectures")
+    if archs:
+        supported = [a for a in archs if a in SUPPORTED_ARCHITECTURES]
+        if not supported:
+            raise ConfigError(f"model directory {path}: unsupported architecture {', '.join(archs)}; kvscope runs "
+                              f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        return SUPPORTED_ARCHITECTURES[supported[0]]
+    model_type = cfg.get("model_type")
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return model_type
+    said = f"model_type {model_type!r}" if model_type else "no model_type"
+    raise ConfigError(f"model directory {path}: config.json has no architectures and {said}; kvscope runs "
+                      f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type {', '.join(SUPPORTED_MODEL_TYPES)})")
+
+
+def _index_shards(path: Path) -> set:
+    """The shard files model.safetensors.index.json names (plain file names in the directory)."""
+    label = f"model directory {path}: model.safetensors.index.json"
+    index = load_json(read_capped(path / "model.safetensors.index.json", label, MAX_INDEX_BYTES,
+                                  "safetensors index"), label)
+    weight_map = require_table(require_table(index, label).get("weight_map"), f"{label}: weight_map",
+                               '{"model.embed_tokens.weight": "model-00001-of-00002.safetensors", ...}')
+    shards = set(weight_map.values())
+    for shard in shards:
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
+            raise ConfigError(f"{label}: weight_map names a shard {shown(shard)}; each must be a file name in the "
+                              "model directory")
+    return shards
 
 
 def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
     """The parsed config.json if the directory holds a loadable, supported model; else a ConfigError."""
     path = Path(path)
     cfg = _read_config(path)
-    archs = cfg.get("architectures") or []
-    supported = [a for a in archs if a in SUPPORTED_ARCHITECTURES]
-    if not supported:
-        names = ", ".join(archs) or f"model_type {cfg.get('model_type')!r}"
-        raise ConfigError(
-            f"model directory {path}: unsupported architecture {names}; kvscope runs "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
+    _architecture(cfg, path)
     if cfg.get("auto_map"):
         raise ConfigError(f"model directory {path}: needs remote code (auto_map), which kvscope never runs")
     has_safetensors = any(path.glob("*.safetensors"))
@@ -79,16 +114,31 @@ def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
             )
         if not has_pickle:
             raise ConfigError(f"model directory {path}: no weights (*.safetensors) found")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (json.JSONDecodeError, KeyError):
-            raise ConfigError(f"model directory {path}: model.safetensors.index.json is malformed") from None
-        missing = sorted(s for s in shards if not (path / s).is_file())
+    if (path / "model.safetensors.index.json").exists():
+        missing = sorted(s for s in _index_shards(path) if not (path / s).is_file())
         if missing:
             raise ConfigError(f"model directory {path}: missing weight shard(s) {', '.join(missing)}")
     return cfg
+
+
+def _names(keys) -> str:
+    keys = sorted(k if isinstance(k, str) else k[0] for k in keys)
+    more = f" and {len(keys) - NAMES_LISTED:,} more" if len(keys) > NAMES_LISTED else ""
+    return ", ".join(keys[:NAMES_LISTED]) + more
+
+
+def check_weights_match(path: Path, loading_info: dict) -> None:
+    """The weights on disk must be exactly the parameters config.json describes: a parameter
+    transformers would newly initialise (missing), ignore (unexpected) or could not load (another
+    shape) means the directory and its config disagree, and a run would use random numbers."""
+    problems = []
+    for key, words in (("missing_keys", "missing from the weights"), ("unexpected_keys", "not in the model"),
+                       ("mismatched_keys", "of another shape than config.json says")):
+        keys = loading_info.get(key) or ()
+        if keys:
+            problems.append(f"{len(keys):,} parameter(s) {words} ({_names(keys)})")
+    if problems:
+        raise ConfigError(f"model directory {path}: its weights do not match its config.json: {'; '.join(problems)}")
 
 
 def resolve_device(requested: str | None):
@@ -150,16 +200,18 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
 
     check_weights_fit(model_config, dev, quantization or dtype)
 
+    # ignore_mismatched_sizes: a parameter of another shape is reported, by name, by check_weights_match
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=not allow_pickle or None,
-                  dtype=getattr(torch, _TORCH_DTYPES[dtype]))
+                  dtype=getattr(torch, _TORCH_DTYPES[dtype]), ignore_mismatched_sizes=True)
     if quantization:
         kwargs["quantization_config"] = _bitsandbytes_config(quantization, dev, dtype)
         kwargs["device_map"] = {"": dev}
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        hf_model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
     except Exception as exc:  # corrupt or mismatched weights raise many kinds (SafetensorError among them)
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"model directory {path}: cannot load: {first_line}") from None
+        raise ConfigError(f"model directory {path}: cannot load: {first_line[:300]}") from None
+    check_weights_match(path, loading_info)
     if not quantization:
         hf_model.to(dev)
     hf_model.eval()
@@ -227,10 +279,14 @@ def discover_cached_models(root: Path | None = None) -> list[CachedModel]:
             continue
         snapshot = snapshots[-1].parent
         try:
-            cfg = json.loads(snapshots[-1].read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            cfg = load_json(read_capped(snapshots[-1], str(snapshots[-1]), MAX_CONFIG_BYTES, "config.json"), "")
+        except ConfigError:
+            continue  # listed models are the readable ones; loading one names what is wrong
+        if not isinstance(cfg, dict):
             continue
-        arch = ",".join(cfg.get("architectures") or []) or str(cfg.get("model_type", "?"))
+        archs = cfg.get("architectures")
+        arch = ",".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ""
+        arch = arch or str(cfg.get("model_type", "?"))
         size = sum(p.stat().st_size for p in snapshot.glob("*.safetensors"))
         name = repo.name[len("models--"):].replace("--", "/")
         found.append(CachedModel(name, snapshot, arch, size, arch in SUPPORTED_ARCHITECTURES and size > 0))

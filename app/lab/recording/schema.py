@@ -1,0 +1,179 @@
+"""What a recording's header and records must hold before the reader uses them (docs/recording-format.md).
+
+A recording is a file someone may have damaged, edited or forged: a list where the header has a
+table, a step number that is text, an event kind past the known ones, an array of the wrong
+length. The reader checks each record's fields and arrays against the format here, once, when it
+first decodes it, so every later use (a seek, an export, a replay) reads consistent data, and
+anything else is a RecordingError naming the record and the field.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvscope.app.lab.recording.format import (
+    BLOCK_FIELDS,
+    DELTAS,
+    EVENT_COLUMNS,
+    FINISHED_COLUMNS,
+    FORMAT_MAJOR,
+    SNAPSHOT_COLUMNS,
+    STEP_COLUMNS,
+    STEPS,
+    RecordingError,
+)
+from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, ConfigError, real_number, shown, whole_number
+from kvscope.engine.snapshot import REQUEST_DTYPE
+
+MAX_EVENT_KINDS = 256
+MAX_STEPS = 1 << 40  # a step number or count: a trillion steps is decades of engine time
+_HEADER_TABLES = ("model", "hardware", "engine_args", "resolved", "plan", "run")
+_HEADER_TEXTS = ("format", "kvscope_version", "created", "label", "backend", "allocation")
+
+
+def whole(value, what: str, low: int = 0, high: int = MAX_STEPS) -> int:
+    """checks.whole_number, failing as a RecordingError (the file is at fault, not a setting)."""
+    try:
+        return whole_number(value, what, low, high)
+    except ConfigError as exc:
+        raise RecordingError(f"{exc}: the file is corrupt") from None
+
+
+def _number(value, what: str) -> float:
+    try:
+        return real_number(value, what, -1e300, 1e300)
+    except ConfigError as exc:
+        raise RecordingError(f"{exc}: the file is corrupt") from None
+
+
+def _corrupt(message: str) -> RecordingError:
+    return RecordingError(f"{message}: the file is corrupt")
+
+
+def check_header(header, name: str, file_version: tuple) -> dict:
+    """The HEADER record's fields, of the types the format gives them; returns the header."""
+    if not isinstance(header, dict):
+        raise _corrupt(f"{name}: the header is not a table of fields")
+    version = header.get("format_version", list(file_version))
+    if (not isinstance(version, list) or not version
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in version)):
+        raise _corrupt(f"{name}: the header's format_version must be a list of whole numbers like "
+                       f"[{FORMAT_MAJOR}, 0], got {shown(version)}")
+    if version[0] > FORMAT_MAJOR:
+        raise RecordingError(f"{name} uses recording format {version}, newer than this kvscope reads "
+                             f"({FORMAT_MAJOR}.x): open it with a newer kvscope")
+    whole(header.get("block_size"), f"{name}: the header's block_size", 1, MAX_BLOCK_SIZE)
+    whole(header.get("num_blocks"), f"{name}: the header's num_blocks", 1, MAX_NUM_BLOCKS)
+    kinds = header.get("event_kinds", [])
+    if not isinstance(kinds, list) or len(kinds) > MAX_EVENT_KINDS or not all(isinstance(k, str) for k in kinds):
+        raise _corrupt(f"{name}: the header's event_kinds must be a list of event names, got {shown(kinds)}")
+    for key in _HEADER_TABLES:
+        if key in header and not isinstance(header[key], dict):
+            raise _corrupt(f"{name}: the header's {key} must be a table, got {shown(header[key])}")
+    if header.get("workload") is not None and not isinstance(header["workload"], dict):
+        raise _corrupt(f"{name}: the header's workload must be a table or null, got {shown(header['workload'])}")
+    for key in _HEADER_TEXTS:
+        if key in header and not isinstance(header[key], str):
+            raise _corrupt(f"{name}: the header's {key} must be text, got {shown(header[key])}")
+    return header
+
+
+def _length(arrays: dict, name: str, expected: int, what: str) -> np.ndarray:
+    values = arrays.get(name)
+    if values is None:
+        raise _corrupt(f"{what} has no {name} array")
+    if len(values) != expected:
+        raise _corrupt(f"{what}: {name} has {len(values):,} entries, expected {expected:,}")
+    return values
+
+
+def _counts(arrays: dict, name: str, expected: int, what: str) -> int:
+    """A per-step count array: its length, no negative count; returns their sum."""
+    values = _length(arrays, name, expected, what)
+    if values.dtype.kind not in "iub" or (len(values) and int(values.min()) < 0):
+        raise _corrupt(f"{what}: {name} must hold counts (whole numbers, 0 or more)")
+    return int(values.sum())
+
+
+def _in_range(arrays: dict, name: str, high: int, what: str) -> None:
+    values = arrays[name]
+    if high < 1 and len(values):
+        raise _corrupt(f"{what}: {name} holds {len(values):,} values where none can be (the header names none)")
+    if values.dtype.kind not in "iub" or (len(values) and (int(values.min()) < 0 or int(values.max()) >= high)):
+        raise _corrupt(f"{what}: {name} must hold whole numbers from 0 to {high - 1:,}")
+
+
+def check_keyframe(head: dict, arrays: dict, num_blocks: int, what: str) -> tuple:
+    """A KEYFRAME: an array per block field of num_blocks entries, request columns of one length;
+    returns its scalars (time_s, step, kv_usage, num_running, num_waiting)."""
+    for field in BLOCK_FIELDS:
+        values = arrays.get(field)
+        if values is None or len(values) != num_blocks:
+            raise _corrupt(f"{what} has no {field} array for {num_blocks:,} blocks")
+    requests = _length(arrays, "request.request_id", len(arrays.get("request.request_id", ())), what)
+    for name in REQUEST_DTYPE.names:
+        if f"request.{name}" in arrays:
+            _length(arrays, f"request.{name}", len(requests), what)
+    return (_number(head.get("time_s"), f"{what}: time_s"), whole(head.get("step"), f"{what}: step", -1),
+            _number(head.get("kv_usage"), f"{what}: kv_usage"), whole(head.get("num_running"), f"{what}: num_running"),
+            whole(head.get("num_waiting"), f"{what}: num_waiting"))
+
+
+def check_record(record_type: int, head: dict, arrays: dict, num_steps: int, num_blocks: int, num_kinds: int,
+                 what: str) -> None:
+    """A STEPS or DELTAS record of num_steps steps: every table it must have, of consistent
+    lengths, with indices inside the pool and event kinds the header names. Other types pass."""
+    if record_type == STEPS:
+        _check_steps(head, arrays, num_steps, num_kinds, what)
+    elif record_type == DELTAS:
+        _check_deltas(arrays, num_steps, num_blocks, what)
+
+
+def _check_steps(head: dict, arrays: dict, num_steps: int, num_kinds: int, what: str) -> None:
+    for name, _ in STEP_COLUMNS:
+        _length(arrays, f"step.{name}", num_steps, what)
+    batch = _counts(arrays, "step.batch_size", num_steps, what)
+    events = _counts(arrays, "step.num_events", num_steps, what)
+    for name in ("batch.request_id", "batch.num_new_tokens", "batch.is_prefill"):
+        _length(arrays, name, batch, what)
+    for name, _ in EVENT_COLUMNS:
+        _length(arrays, f"event.{name}", events, what)
+    _length(arrays, "event.blocks", _counts(arrays, "event.num_blocks", events, what), what)
+    _in_range(arrays, "event.kind", num_kinds, what)
+    details = head.get("event_details", {})
+    if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
+        raise _corrupt(f"{what}: event_details must be a table of texts")
+    finished = len(arrays.get("finished.request_id", ()))
+    for name, _ in FINISHED_COLUMNS:
+        if f"finished.{name}" in arrays:
+            _length(arrays, f"finished.{name}", finished, what)
+
+
+def _check_deltas(arrays: dict, num_steps: int, num_blocks: int, what: str) -> None:
+    for field in BLOCK_FIELDS:
+        changed = _counts(arrays, f"{field}.counts", num_steps, what)
+        _length(arrays, f"{field}.index", changed, what)
+        _length(arrays, f"{field}.value", changed, what)
+        _in_range(arrays, f"{field}.index", num_blocks, what)
+    for name, _ in SNAPSHOT_COLUMNS:
+        _length(arrays, f"snapshot.{name}", num_steps, what)
+    upserts = _counts(arrays, "upsert.counts", num_steps, what)
+    order = _length(arrays, "upsert.order", upserts, what)
+    for name in REQUEST_DTYPE.names:
+        _fits(_length(arrays, f"upsert.{name}", upserts, what), REQUEST_DTYPE[name], f"upsert.{name}", what)
+    if upserts and not np.array_equal(np.sort(order), np.arange(upserts)):
+        raise _corrupt(f"{what}: upsert.order must hold each of 0 to {upserts - 1:,} once")
+    _length(arrays, "removed.request_id", _counts(arrays, "removed.counts", num_steps, what), what)
+    for name in ("entry.num_computed_tokens", "entry.num_tokens"):
+        if name not in arrays:
+            raise _corrupt(f"{what} has no {name} array")
+        _fits(arrays[name], np.dtype(np.int32), name, what)
+
+
+def _fits(values: np.ndarray, dtype: np.dtype, name: str, what: str) -> None:
+    """Integer values that the request table's column (dtype) can hold."""
+    if dtype.kind not in "iu" or not len(values):
+        return
+    info = np.iinfo(dtype)
+    if values.dtype.kind not in "iub" or int(values.min()) < max(info.min, -(2**62)) or int(values.max()) > info.max:
+        raise _corrupt(f"{what}: {name} must hold whole numbers from {info.min:,} to {info.max:,}")

@@ -1,0 +1,248 @@
+"""The checks every input passes before arithmetic or an allocation sees it: one per kind of input.
+
+Numbers: a closed range, its bounds in the message (`whole_number`, `real_number`); the ranges
+are generous (ten times anything real) but finite, so no product overflows a float and no count
+sizes an allocation past memory. Structures: JSON read with its nesting depth limited
+(`load_json`), and `require_table` / `require_list` for the type of one field. Files: a size cap
+and "a regular file" before one is read whole (`read_capped`), so /dev/zero or a 50 GB file
+ends in a sentence, not in a MemoryError.
+
+Every failure is a ConfigError (config.py) whose message starts with what was read (a flag, a
+file, a preset and its field) and says what would be accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import stat
+import typing
+from pathlib import Path
+
+# Defined here, re-exported by config.py: the checks below need it, config.py needs the checks.
+
+
+class ConfigError(ValueError):
+    """Input a user gave that cannot work; the message says which field and why."""
+
+
+# -- numbers -----------------------------------------------------------------------------------
+
+# Counts of things a model or a run holds: generous ceilings, far beyond any real model, low
+# enough that products of them stay exact in a float and allocations stay in memory.
+MAX_LAYERS = 10_000
+MAX_HEADS = 65_536
+MAX_HEAD_DIM = 65_536
+MAX_HIDDEN_SIZE = 1 << 22  # 4,194,304
+MAX_VOCAB_SIZE = 1 << 26  # 67,108,864
+MAX_CONTEXT_TOKENS = 1 << 30  # 1,073,741,824 tokens: max_position_embeddings, max_model_len
+MAX_BYTES = 1 << 60  # 1 EiB: weights, memory, budgets
+MAX_RATE = 1e21  # FLOP/s and bytes/s per device: a zettaflop
+MAX_DEVICES = 65_536
+MAX_EXPERTS = 1 << 20
+MAX_SEQUENCES = 1 << 20  # max_num_seqs
+MAX_BLOCK_SIZE = 1 << 20  # tokens per KV block
+MAX_SEED = 2**63 - 1  # numpy's generators take up to 2**64 - 1; a signed int64 stays portable
+# Blocks in one KV pool: each costs the engine about 130 bytes (its arrays and the free queue), so
+# this many is about half a GiB and a second to build; a larger pool (a tiny model on a huge
+# budget) is refused rather than built.
+MAX_NUM_BLOCKS = 1 << 22  # 4,194,304
+MAX_STEP_SECONDS = 3600.0
+
+# The ceiling of each field of the engine's inputs (ModelConfig, HardwareSpec, EngineArgs) that is
+# a count or a size, by its name; a field not named here is a size in bytes (MAX_BYTES) or a rate.
+CEILINGS = {
+    "num_hidden_layers": MAX_LAYERS, "num_dense_layers": MAX_LAYERS,
+    "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
+    "head_dim": MAX_HEAD_DIM, "qk_rope_head_dim": MAX_HEAD_DIM, "v_head_dim": MAX_HEAD_DIM,
+    "hidden_size": MAX_HIDDEN_SIZE, "intermediate_size": MAX_HIDDEN_SIZE, "moe_intermediate_size": MAX_HIDDEN_SIZE,
+    "shared_expert_intermediate_size": MAX_HIDDEN_SIZE, "kv_lora_rank": MAX_HIDDEN_SIZE,
+    "q_lora_rank": MAX_HIDDEN_SIZE,
+    "vocab_size": MAX_VOCAB_SIZE,
+    "max_position_embeddings": MAX_CONTEXT_TOKENS, "max_model_len": MAX_CONTEXT_TOKENS,
+    "max_num_batched_tokens": MAX_CONTEXT_TOKENS, "sliding_window": MAX_CONTEXT_TOKENS,
+    "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
+    "gpu_count": MAX_DEVICES, "tensor_parallel_size": MAX_DEVICES,
+    "block_size": MAX_BLOCK_SIZE, "max_num_seqs": MAX_SEQUENCES, "num_gpu_blocks_override": MAX_NUM_BLOCKS,
+}
+
+
+def ceiling(name: str, default=MAX_BYTES):
+    """The largest value a field of this name takes (CEILINGS; default for sizes and rates)."""
+    return CEILINGS.get(name, default)
+
+
+def shown(value) -> str:
+    """A value as a message quotes it: short, one line (a 400-digit number is not repeated whole)."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        text = f"{value:,}"
+        return text if len(text) <= 30 else f"{str(value)[:6]}... ({len(str(abs(value)))} digits)"
+    if isinstance(value, float):
+        return f"{value:,}" if math.isfinite(value) and abs(value) < 1e15 else f"{value:g}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bound(n) -> str:
+    if isinstance(n, float) and n.is_integer() and abs(n) < 1e16:
+        n = int(n)
+    return f"{n:,}" if isinstance(n, int) else f"{n:g}"
+
+
+def whole_number(value, what: str, low: int = 1, high: int = MAX_BYTES) -> int:
+    """value as an int if it is a whole number in [low, high] (2.0 counts; True, 2.5, "2" do not).
+    The message names the bound that was crossed: "must be greater than 0", "must be at most ..."."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if ok and isinstance(value, float):
+        ok = math.isfinite(value) and value == int(value)
+    if not ok:
+        raise ConfigError(f"{what} must be a whole number from {_bound(low)} to {_bound(high)}, got {shown(value)}")
+    if value < low:
+        least = "greater than 0" if low == 1 else "0 or more" if low == 0 else f"at least {_bound(low)}"
+        raise ConfigError(f"{what} must be {least}, got {shown(value)}")
+    if value > high:
+        raise ConfigError(f"{what} must be at most {_bound(high)}, got {shown(value)}")
+    return int(value)
+
+
+def real_number(value, what: str, low: float = 0.0, high: float = MAX_RATE, low_open: bool = False) -> float:
+    """value as a float if it is a finite number in [low, high] ((low, high] when low_open)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        span = f"greater than {_bound(low)} and at most" if low_open else f"from {_bound(low)} to"
+        raise ConfigError(f"{what} must be a number {span} {_bound(high)}, got {shown(value)}")
+    if value < low or (low_open and value == low):
+        least = f"greater than {_bound(low)}" if low_open else ("0 or more" if low == 0 else f"at least {_bound(low)}")
+        raise ConfigError(f"{what} must be {least}, got {shown(value)}")
+    if value > high:
+        raise ConfigError(f"{what} must be at most {_bound(high)}, got {shown(value)}")
+    return float(value)
+
+
+# -- structures --------------------------------------------------------------------------------
+
+MAX_JSON_DEPTH = 64  # config.json nests 3 deep; a recording's head 3
+
+
+def require_table(value, what: str, example: str = "") -> dict:
+    if not isinstance(value, dict):
+        hint = f" like {example}" if example else ""
+        raise ConfigError(f"{what} must be a table{hint}, got {shown(value)}")
+    return value
+
+
+def require_text(value, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{what} must be non-empty text, got {shown(value)}")
+    return value
+
+
+def check_fields(cls, data, label: str) -> None:
+    """data can build the dataclass cls: a table, every required field there, each field of the
+    type its annotation names (text, true/false, a number, a table, a list). Ranges are the
+    class's own __post_init__'s to check; this keeps TypeError and AttributeError out of it."""
+    require_table(data, label)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    missing = [name for name, f in fields.items() if name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        if name not in fields:
+            continue
+        kinds = tuple(t for t in typing.get_args(hints[name]) if t is not type(None)) or (hints[name],)
+        if value is None and type(None) in typing.get_args(hints[name]):
+            continue
+        expected = _field_kind(kinds)
+        if expected == "text" and not isinstance(value, str):
+            raise ConfigError(f"{label}: {name} must be text, got {shown(value)}")
+        if expected == "true or false" and not isinstance(value, bool):
+            raise ConfigError(f"{label}: {name} must be true or false, got {shown(value)}")
+        if expected == "a number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{label}: {name} must be a number, got {shown(value)}")
+        if expected == "a table" and not isinstance(value, dict):
+            raise ConfigError(f"{label}: {name} must be a table, got {shown(value)}")
+        if expected == "a list" and not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{label}: {name} must be a list, got {shown(value)}")
+
+
+def _field_kind(kinds: tuple) -> str:
+    if bool in kinds:
+        return "true or false"
+    if str in kinds:
+        return "text"
+    if set(kinds) & {int, float}:
+        return "a number"
+    if dict in kinds or any(typing.get_origin(k) is dict for k in kinds):
+        return "a table"
+    if set(kinds) & {list, tuple} or any(typing.get_origin(k) in (list, tuple) for k in kinds):
+        return "a list"
+    return "any"
+
+
+def nesting_depth(value) -> int:
+    """How deep lists and dicts nest inside value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
+    """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
+    is a ConfigError naming `label`."""
+    try:
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            text = bytes(text).decode("utf-8-sig")
+        value = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None
+    except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
+        raise ConfigError(f"{label}: {exc}") from None
+    if nesting_depth(value) > max_depth:
+        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels")
+    return value
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
+    """A regular file's bytes if it holds at most max_bytes; /dev/zero, a FIFO or a file too big
+    for its kind is refused before anything is allocated for it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise ConfigError(f"{label}: is a folder, not a {what}")
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"{label}: not a regular file (a device or a pipe); give a {what}")
+            if info.st_size > max_bytes:
+                raise ConfigError(f"{label}: {info.st_size:,} bytes, more than the {max_bytes:,} a {what} may have")
+            data = handle.read(max_bytes + 1)
+    except IsADirectoryError:
+        raise ConfigError(f"{label}: is a folder, not a {what}") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: cannot read: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # it grew while being read
+        raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
+    return data

@@ -1,0 +1,80 @@
+"""The config.json fields kvscope reads, and the type each must have before hf_config reads it.
+
+A Hugging Face config.json is someone else's file: any field may hold a list where a number
+belongs, a number past any model, or a table nested a thousand deep. `checked_hf_fields` checks
+each field kvscope reads against this table (other fields are never looked at), so that
+hf_config's arithmetic only ever sees numbers in range, text and tables of the right shape.
+null counts as absent, as transformers reads it.
+"""
+
+from __future__ import annotations
+
+from kvscope.engine.checks import (
+    MAX_BYTES,
+    ConfigError,
+    ceiling,
+    require_table,
+    shown,
+    whole_number,
+)
+
+WHOLE, TEXT, FLAG, TABLE, LIST = "whole", "text", "flag", "table", "list"
+
+HF_FIELDS = {
+    # the dense shape
+    "num_hidden_layers": WHOLE, "num_attention_heads": WHOLE, "num_key_value_heads": WHOLE, "head_dim": WHOLE,
+    "hidden_size": WHOLE, "intermediate_size": WHOLE, "vocab_size": WHOLE, "max_position_embeddings": WHOLE,
+    "tie_word_embeddings": FLAG, "attention_bias": FLAG, "model_type": TEXT, "architectures": LIST,
+    "torch_dtype": TEXT, "dtype": TEXT, "quantization_config": TABLE, "text_config": TABLE, "auto_map": TABLE,
+    # layer layouts
+    "layer_types": LIST, "sliding_window": WHOLE, "use_sliding_window": FLAG, "sliding_window_pattern": WHOLE,
+    "full_attention_interval": WHOLE, "linear_num_key_heads": WHOLE, "linear_num_value_heads": WHOLE,
+    "linear_key_head_dim": WHOLE, "linear_value_head_dim": WHOLE, "linear_conv_kernel_dim": WHOLE,
+    "mamba_ssm_dtype": TEXT,
+    # multi-head latent attention
+    "kv_lora_rank": WHOLE, "qk_rope_head_dim": WHOLE, "q_lora_rank": WHOLE, "v_head_dim": WHOLE,
+    "qk_nope_head_dim": WHOLE,
+    # mixture of experts
+    "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
+    "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
+    "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST,
+}
+# quantization_config's own fields that hf_config reads
+QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
+                       "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}
+# counts that size a list kvscope builds (one entry per layer): bounded before anything is built
+_SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16}
+
+
+def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
+    out = dict(table)
+    for key, kind in kinds.items():
+        value = table.get(key)
+        if value is None:
+            out.pop(key, None)
+            continue
+        what = f"{label}: {where}{key}"
+        if kind == WHOLE:
+            out[key] = whole_number(value, what, 0, _SIZING.get(key, ceiling(key, MAX_BYTES)))
+        elif kind == TEXT and not isinstance(value, str):
+            raise ConfigError(f"{what} must be text, got {shown(value)}")
+        elif kind == FLAG and not isinstance(value, bool):
+            raise ConfigError(f"{what} must be true or false, got {shown(value)}")
+        elif kind == TABLE:
+            require_table(value, what)
+        elif kind == LIST and not isinstance(value, list):
+            raise ConfigError(f"{what} must be a list, got {shown(value)}")
+    return out
+
+
+def checked_hf_fields(cfg, label: str) -> dict:
+    """cfg with each field kvscope reads checked for its type (whole numbers within their
+    ceilings, as ints), nulls dropped; a ConfigError naming the field otherwise."""
+    cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
+    if "quantization_config" in cfg:
+        cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
+                                              "quantization_config.")
+    for key in ("architectures", "layer_types"):
+        if key in cfg and not all(isinstance(item, str) for item in cfg[key]):
+            raise ConfigError(f"{label}: {key} must be a list of names, got {shown(cfg[key])}")
+    return cfg
