@@ -1,5 +1,6 @@
-"""`kvscope models`: what the real backend can run — the model presets (random weights of their
-shape), the models in the local Hugging Face cache, and those kvscope has built."""
+"""`kvscope models`: what the real backend can run — the trained model kvscope ships, the model
+presets (random weights of their shape), the models in the local Hugging Face cache, and those
+kvscope has built."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.runners.model_loader import discover_cached_models, hf_cache_root
 from kvscope.engine.units import format_bytes
 from kvscope.app.lab.presets import load_model, preset_names
+from kvscope.app.lab.trained_model import TRAINED_MODEL, find_gguf, is_converted, trained_model_dir
 from kvscope.app.lab.verify.tiny_model import cache_dir
 
 
@@ -16,8 +18,20 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _trained_model_state() -> str:
+    if is_converted():
+        return f"ready in {trained_model_dir()}"
+    try:
+        return f"converted on first use from {find_gguf()}"
+    except ConfigError as exc:
+        return f"not installed: {exc}"
+
+
 def run(args) -> int:
-    print("presets (real backend: random weights of this shape, built on first use):")
+    print(f"trained (real weights and a tokenizer; --backend real --model {TRAINED_MODEL.name}):")
+    print(f"  {TRAINED_MODEL.name:<22} {TRAINED_MODEL.description} ({TRAINED_MODEL.licence})")
+    print(f"  {'':<22} {_trained_model_state()}")
+    print("\npresets (real backend: random weights of this shape, built on first use):")
     for name in preset_names("models"):
         try:
             description = load_model(name).description
@@ -31,7 +45,8 @@ def run(args) -> int:
     for m in cached:
         note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
         print(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}")
-    built = sorted(p for p in (cache_dir() / "models").glob("*") if (p / "config.json").is_file())
+    built = sorted(p for p in (cache_dir() / "models").glob("*")
+                   if not p.name.startswith(".") and (p / "config.json").is_file())
     print(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
     if not built:
         print("  none yet")

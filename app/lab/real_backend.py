@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from kvscope.app.lab.presets import load_model
+from kvscope.app.lab.trained_model import TRAINED_MODEL, ensure_trained_model
 from kvscope.app.lab.this_machine import detect_this_machine
 from kvscope.app.lab.verify.tiny_model import ensure_random_model
-from kvscope.engine.config import ConfigError, EngineArgs, ModelConfig, resolve_engine_args
+from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs, ModelConfig, resolve_engine_args
 from kvscope.engine.engine import Engine
 from kvscope.engine.runners.model_loader import LoadedModel, check_weights_fit, load_model_directory, resolve_device
 from kvscope.engine.runners.real import profile_cuda_reserve, real_runner_factory
@@ -16,14 +17,17 @@ from kvscope.engine.runners.real import profile_cuda_reserve, real_runner_factor
 
 def load_for_real_backend(model_preset: str | None = None, model_path: str | None = None, device: str | None = None,
                           dtype: str | None = None, quantization: str | None = None, allow_pickle: bool = False,
-                          architecture: ModelConfig | None = None) -> LoadedModel:
-    """A local model directory, or a preset's shape with random weights (built once, then cached).
+                          architecture: ModelConfig | None = None, progress=None) -> LoadedModel:
+    """A local model directory; the trained model kvscope ships (converted on first use); or a
+    preset's shape with random weights (built once, then cached).
 
     `architecture` (an edited preset) takes precedence over model_preset and builds a random model
     of exactly that shape."""
     if model_path is not None:
         return load_model_directory(model_path, device, dtype, quantization, allow_pickle)
-    shape = architecture or load_model(model_preset or "tiny-llama")
+    if architecture is None and model_preset == TRAINED_MODEL.name:
+        return load_model_directory(ensure_trained_model(progress), device, dtype, quantization)
+    shape = architecture or load_model(model_preset or DEFAULT_REAL_MODEL)
     check_weights_fit(shape, resolve_device(device), "fp32")  # random weights are built in fp32
     directory = ensure_random_model(shape)
     return load_model_directory(directory, device, dtype, quantization, random_weights=True, name=shape.name)
