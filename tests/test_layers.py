@@ -135,9 +135,19 @@ def test_no_import_cycles_at_module_level():
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+SERVING_CORE = ("request.py", "block_pool.py", "kv_cache_manager.py", "contiguous_allocator.py", "scheduler.py",
+                "engine.py", "events.py", "snapshot.py", "metrics.py", "runners")
+
+
 def test_engine_is_the_serving_engine_only():
-    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "engine").rglob("*.py"))
-    # 3,100: the memory math grew by today's attention layouts (kv_layout.py: pages, layer groups,
-    # sliding windows, linear-attention state), vLLM's reserve by version, and the config.json
-    # fields of those layouts, MLA and experts with their validation (about 500 lines in all)
-    assert lines <= 3_100, f"engine/ has {lines:,} lines: what is not serving belongs in app/lab"
+    """The serving core (requests, blocks, scheduling, runners) stays nano-vllm lean; what else
+    engine/ holds is its inputs: the configuration and its checks, config.json, the memory math."""
+    files = list((ROOT / "engine").rglob("*.py"))
+    count = lambda paths: sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+    core = [p for p in files if p.relative_to(ROOT / "engine").parts[0] in SERVING_CORE]
+    assert count(core) <= 2_100, f"the serving core has {count(core):,} lines"
+    # 3,500 in all: the memory math grew by today's attention layouts (kv_layout.py: pages, layer
+    # groups, sliding windows, linear-attention state), vLLM's reserve by version, the config.json
+    # fields of those layouts with their validation (about 500 lines), and the bounded checks
+    # every input passes (checks.py, about 250)
+    assert count(files) <= 3_500, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
