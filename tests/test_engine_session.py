@@ -123,3 +123,18 @@ def test_a_paced_engine_ahead_of_the_wall_clock_waits_instead_of_stepping():
     steps = session.engine.step_count
     wait = session.advance(0.01)
     assert 0 < wait <= 0.01 and session.engine.step_count == steps
+
+
+def test_a_frame_asked_for_when_steps_stop_being_cheap_still_carries_the_newest_steps():
+    """Steps kept none between frames while cheap; if they turn dear (a loaded machine) before the
+    next frame is asked for, that frame must still wait for a timeline's worth, not come empty."""
+    session = flat_out_session()
+    run_steps(session, 200)
+    session.take_frame(keep_history=False)  # cheap: nothing kept from here on
+    session.mean_step_s = 1.0  # ... and now dear
+    assert not session.cheap_steps
+    session.frame_requested()
+    assert not session.frame_ready()
+    run_steps(session, STEPS_KEPT)
+    assert session.frame_ready()
+    assert len(session.take_frame().steps) == STEPS_KEPT

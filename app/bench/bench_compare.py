@@ -1,14 +1,14 @@
 """`kvscope bench compare`: a comparison in the window against the same comparison headless.
 
 The window opens a scenario (real backend by default: fp8-kv-real; a simulated one runs at the
-window's maximum speed) and runs it to its revealed answer, the comparison in its own process; headless, `kvscope compare --scenario` runs it in a
-fresh process. Rounds alternate the two on the same machine (its speed drifts by several per
-cent between minutes), each side in a fresh process every round, so the figures are ratios
-within one run of this command:
+window's maximum speed) and runs it to its revealed answer, the comparison in its own process;
+headless, `kvscope compare --scenario` runs it in a fresh process. Rounds alternate the two on the
+same machine (its speed drifts by several per cent between minutes), each side in a fresh process
+every round, so the figures are ratios within one run of this command:
 
-frame:  while the comparison runs, every frame of the window -- the comparison page taking its
-        frame and the event loop repainting what it updated -- against the 16 ms target, and how
-        late a 16 ms timer fires (what a key press waits for).
+frame:  while the comparison runs, every frame that moved its block maps -- the comparison page
+        taking the frame and the event loop repainting what it updated -- against the 16 ms
+        target, and how late a 16 ms timer fires (what a key press waits for).
 speed:  the comparison's own wall time (engines stepping, model loading excluded) in the window
         over the same headless, and end to end (process start to the final table, the KV
         quality measurement included). Target: <= 1.0, i.e. the window costs it nothing.
@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvscope.engine.config import ConfigError
 from kvscope.app.bench.bench_gui import _app, _values
 
 FRAME_TARGET_MS = 16.0  # the main window's frame interval: 60 frames a second
@@ -165,5 +166,8 @@ def cmd_bench_compare(args) -> int:
     ], title=f"A comparison in the window vs `kvscope compare --scenario {r['scenario']}` "
              f"({r['rounds']} alternating rounds, each in a fresh process)"))
     if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=2) + "\n", encoding="utf-8")
+        try:
+            Path(args.json).write_text(json.dumps(r, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
     return 0

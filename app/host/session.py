@@ -159,9 +159,10 @@ class EngineSession(Session):
             self._event_lists = deque(maxlen=EVENTS_KEPT)
 
     def frame_requested(self) -> None:
-        if self.flat_out and self.cheap_steps:
-            # Steps this cheap are kept only when asked for (holding the newest STEPS_KEPT all the
-            # time cost ~10 % of the engine's speed): the frame goes out after the next ones.
+        if self.flat_out and self._pending.steps.maxlen == 0:
+            # Cheap steps are kept only when asked for (holding the newest STEPS_KEPT all the time
+            # cost ~10 % of the engine's speed): the frame goes out after the next ones. (Steps
+            # that have just stopped being cheap wait the same way: none were kept since the last.)
             self.keep_history_for_next_frame()
             self._frame_due_at_step = self.engine.step_count + STEPS_KEPT
 
