@@ -13,14 +13,12 @@ real:      kvscope's real engine against transformers generate() in static batch
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
+from kvscope.app.lab.output_path import write_json_output
 from kvscope.engine import Engine, EngineArgs
-from kvscope.engine.config import ConfigError
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 from kvscope.app.lab.workload import generate_requests
 
@@ -197,8 +195,5 @@ def cmd_bench(args) -> int:
             ("wall time", f"{format_seconds(r['wall_time_s'])} (target <= 30 s)"),
         ], title="Azure conversation trace, llama-3-8b on h100-80gb (simulated)"))
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+        write_json_output("--json", args.json, results)
     return 0

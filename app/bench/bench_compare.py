@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvscope.engine.config import ConfigError
+from kvscope.app.lab.output_path import write_json_output
 from kvscope.app.bench.bench_gui import _app, _values
 
 FRAME_TARGET_MS = 16.0  # the main window's frame interval: 60 frames a second
@@ -166,8 +166,5 @@ def cmd_bench_compare(args) -> int:
     ], title=f"A comparison in the window vs `kvscope compare --scenario {r['scenario']}` "
              f"({r['rounds']} alternating rounds, each in a fresh process)"))
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(r, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {args.json}: {exc.strerror or exc}") from None
+        write_json_output("--json", args.json, r)
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 from kvscope.engine import Engine
 from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload, load_workload_file
-from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
+from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
 from kvscope.engine.checks import MAX_SEED, whole_number
 
@@ -240,11 +239,7 @@ def run(args) -> int:
                                                       f"of step time ({format_percent(share)})"))
         print(table(rows, title=f"Run: {spec.name} on {engine.model.name} / {engine.hardware.name}"))
     if args.json:
-        text = json.dumps(report, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            write_text_atomic("--json", args.json, text + "\n")
+        write_json_output("--json", args.json, report)
     if recording_size is not None:
         # stdout may hold the JSON summary (--json -): the note goes to stderr then
         print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} steps); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kvscope.engine.config import (
@@ -16,7 +15,7 @@ from kvscope.engine.config import (
 from kvscope.app.cli import options
 from kvscope.app.cli.run import status
 from kvscope.app.cli.output import table
-from kvscope.app.lab.output_path import check_output_path, write_text_atomic
+from kvscope.app.lab.output_path import check_output_path, write_json_output
 
 # Each prompt runs through the paged engine and through generate(): a few dozen take minutes on a
 # CPU already. The longest parity prompt is 220 tokens (app/lab/verify/parity.py).
@@ -78,11 +77,7 @@ def run(args) -> int:
             print()
     report = {"model": loaded.label, "results": [r.to_dict() for r in results]}
     if args.json:
-        text = json.dumps(report, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            write_text_atomic("--json", args.json, text + "\n")
+        write_json_output("--json", args.json, report)
     # fp32 KV must reproduce generate() exactly; narrower types only report their cost.
     failed = [r for r in results if r.kv_cache_dtype == "fp32" and not r.exact]
     if failed:

@@ -121,3 +121,14 @@ def write_text_atomic(flag: str, path, text: str) -> None:
                 handle.write(text)
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def write_json_output(flag: str, path: str, value) -> None:
+    """A report as indented JSON: to stdout for "-", else written whole (write_text_atomic)."""
+    import json
+
+    text = json.dumps(value, indent=2) + "\n"
+    if path == "-":
+        print(text, end="")
+    else:
+        write_text_atomic(flag, path, text)
