@@ -171,3 +171,28 @@ def test_the_replay_runs_in_its_own_process_and_reports_where_it_is(recording_pa
     finally:
         host.stop()
     assert not host.alive
+
+
+def test_a_record_damaged_after_opening_stops_the_replay_with_the_readers_sentence(recording_path, tmp_path):
+    """The file passed every check when it opened; a chunk read later fails its checksum. The
+    window is told what is wrong with the file in one sentence, not handed a traceback."""
+    damaged = tmp_path / "damaged.kvrec"
+    damaged.write_bytes(recording_path.read_bytes())
+    session = ReplaySession()
+    session.handle(APPLY, (str(damaged), False))
+    session.take_frame()
+    data = bytearray(damaged.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    damaged.write_bytes(bytes(data))
+    errors = []
+    for position in range(0, session.num_steps + 1, 16):
+        session.handle(SEEK, position)
+        frame = session.take_frame()
+        if frame.error:
+            errors.append(frame.error)
+            break
+    session.close()
+    assert errors, "no seek read the damaged chunk"
+    assert "Traceback" not in errors[0] and "\n" not in errors[0].strip()
+    assert str(damaged) in errors[0] or "damaged.kvrec" in errors[0]

@@ -18,6 +18,7 @@ A position counts steps replayed: 0 shows the pool before the first step, num_st
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, ResolvedArgs
+from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig, ResolvedArgs
 from kvscope.engine.events import EventKind
 from kvscope.engine.memory_math import MemoryPlan
 from kvscope.engine.metrics import percentile
@@ -192,7 +193,7 @@ class ReplaySession(Session):
 
     def _failed(self) -> None:
         self.playing = False
-        self._pending.error = traceback.format_exc()
+        self._pending.error = _error_text()
         self._pending.status = "the replay stopped: the recording is damaged"
 
     # -- running ----------------------------------------------------------------------------------
@@ -274,7 +275,7 @@ class ReplaySession(Session):
         except Exception:  # noqa: BLE001 - as in handle()
             self.playing = False
             frame.playing = False
-            frame.error = traceback.format_exc()
+            frame.error = _error_text()
             frame.status = "the replay stopped: the recording is damaged"
         return frame
 
@@ -348,3 +349,10 @@ class ReplaySession(Session):
                              ("preemptions", preemptions)):
             points[name] = column
         return points
+
+
+def _error_text() -> str:
+    """The exception being handled, for the window: a recording's own error is one sentence that
+    names the file and what is wrong; anything else is a bug, shown with its traceback."""
+    error = sys.exc_info()[1]
+    return str(error) if isinstance(error, ConfigError) else traceback.format_exc()
