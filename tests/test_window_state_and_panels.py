@@ -117,7 +117,8 @@ def test_the_memory_bar_splits_the_plan_by_the_blocks_shown(run):
     assert sizes["KV in use"] == held * plan.block_bytes
     assert sizes["KV cached"] == counts["cached"] * plan.block_bytes
     assert sizes["KV free"] == (plan.num_blocks - held - counts["cached"]) * plan.block_bytes
-    assert sizes["weights"] == plan.weights_bytes and sizes["reserve"] == plan.reserve_bytes
+    held_back = sum(sizes.get(k, 0) for k in ("activation peak", "non-torch", "CUDA graphs", "reserve"))
+    assert sizes["weights"] == plan.weights_bytes and held_back == plan.reserve_bytes
     assert title == f"Memory budget: {plan.model} on l4-24gb" and plan.kv_pool_source in tooltip
     assert dict((s[0], s[2]) for s in segments)["KV in use"] == state.theme.decode  # the theme's colours
     state.theme_name = "dark"
@@ -278,3 +279,23 @@ def test_two_panels_naming_one_dock_share_it_as_tabs(qtbot, monkeypatch):
     assert all(len(built.views[name].updates) == 1 for name in ("first", "second"))
     with pytest.raises(ValueError, match="two panels"):
         panels.PanelSet(window, [*extra, extra[0]])
+
+
+def test_the_memory_bar_shows_what_vllm_holds_back_part_by_part():
+    from kvscope.app.gui.window_state import reserve_segments
+    from kvscope.app.lab.presets import load_hardware, load_model
+    from kvscope.engine.config import EngineArgs, resolve_engine_args
+    from kvscope.engine.memory_math import plan_memory
+
+    model, hardware = load_model("llama-3-8b"), load_hardware("h100-80gb")
+
+    def plan(**args):
+        return plan_memory(model, hardware, resolve_engine_args(EngineArgs(**args), model, hardware))
+
+    vllm = reserve_segments(plan(reserve_bytes=2**20))
+    assert [s[0] for s in vllm] == ["activation peak", "non-torch", "CUDA graphs", "reserve"]
+    assert sum(s[1] for s in vllm) == plan(reserve_bytes=2**20).reserve_bytes
+    older = reserve_segments(plan(vllm_version="0.19"))  # before 0.21 vLLM did not subtract its graphs
+    assert "CUDA graphs" not in [s[0] for s in older]
+    lesson = reserve_segments(plan(accounting="lesson"))
+    assert [(s[0], s[1]) for s in lesson] == [("reserve", 0)]

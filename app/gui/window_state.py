@@ -22,7 +22,9 @@ from kvscope.widgets.palette import THEMES
 
 FRAME_TIMES_KEPT = 600  # ~10 s of frames: the median in the status line follows what the window does now
 WEIGHTS_COLOR = (120, 120, 140)
-RESERVE_COLOR = (150, 110, 160)
+RESERVE_COLOR = (150, 110, 160)  # the activation peak, or the whole reserve
+NON_TORCH_COLOR = (125, 95, 140)
+GRAPHS_COLOR = (175, 135, 185)
 
 
 @dataclass
@@ -142,10 +144,31 @@ class WindowState:
             ("KV in use", used * block_bytes, theme.decode, f"{used:,} blocks held by requests"),
             ("KV cached", cached * block_bytes, theme.good, f"{cached:,} free blocks holding reusable prefixes"),
             ("KV free", free * block_bytes, theme.free_block, f"{free:,} empty blocks"),
-            ("reserve", plan.reserve_bytes, RESERVE_COLOR, "held back for activations and the runtime"),
+            *reserve_segments(plan),
         ]
         where = "this machine" if self.engine_info.backend == "real" else plan.hardware
-        return f"Memory budget: {plan.model} on {where}", f"KV pool sized by {plan.kv_pool_source}", segments
+        tooltip = f"KV pool sized by {plan.kv_pool_source}"
+        if plan.accounting == "vllm" and plan.lesson_max_concurrent_sequences:
+            tooltip += (f"\nwhat vLLM {plan.vllm_version} allocates: {plan.max_concurrent_sequences:.2f} sequences of "
+                        f"{plan.max_model_len:,} tokens; the lesson's formula (nothing held back, every layer a full "
+                        f"KV cache): {plan.lesson_max_concurrent_sequences:.2f}")
+        return f"Memory budget: {plan.model} on {where}", tooltip, segments
+
+
+def reserve_segments(plan) -> list[tuple]:
+    """What is held back besides the weights: as vLLM subtracts it, part by part, where the plan
+    models vLLM's accounting (one 'reserve' segment otherwise, the lesson's or a measured one)."""
+    parts = [
+        ("activation peak", plan.activation_bytes, RESERVE_COLOR,
+         f"vLLM's profiling pass: a forward of {plan.profiled_tokens:,} tokens, sampling {plan.profiled_seqs:,} sequences"),
+        ("non-torch", plan.non_torch_bytes, NON_TORCH_COLOR, "CUDA context, NCCL and all-reduce buffers"),
+        ("CUDA graphs", plan.cudagraph_bytes, GRAPHS_COLOR, f"vLLM {plan.vllm_version}'s estimate of its captured graphs"),
+    ]
+    modelled = [part for part in parts if part[1] > 0]
+    if not modelled:
+        return [("reserve", plan.reserve_bytes, RESERVE_COLOR, "held back for activations and the runtime")]
+    extra = plan.extra_reserve_bytes
+    return modelled + ([("reserve", extra, GRAPHS_COLOR, "--reserve-bytes, beyond vLLM's accounting")] if extra else [])
 
 
 def window_title(info) -> str:
