@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig,
                                    ResolvedArgs, parse_vllm_version)
 from kvscope.engine.kv_layout import KVLayout, kv_bytes_per_token_of, lesson_layout, tokens_in_flight, vllm_layout
-from kvscope.engine.kv_layout import kv_heads_per_device  # noqa: F401  (re-exported: part of the memory math)
 from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.units import GiB, MiB, format_bytes
 

@@ -13,31 +13,17 @@ import time
 import numpy as np
 import pytest
 
-from kvscope.engine import Engine, EngineArgs
 from kvscope.app.lab.export.perfetto import ENGINE_PID, REQUESTS_PID, perfetto_trace
 from kvscope.app.lab.export.series_csv import CSV_COLUMNS, write_series_csv
-from kvscope.app.lab.presets import load_hardware, load_model
-from kvscope.app.lab.recording import Recording, RunRecorder
-from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
+from kvscope.app.lab.recording import Recording
 from cli_helper import cli
+from small_recording import record_small_run
 
 
 @pytest.fixture(scope="module")
 def recording_path(tmp_path_factory):
     """A small simulated run with prefix hits and preemptions, recorded."""
-    path = tmp_path_factory.mktemp("export") / "run.kvrec"
-    engine = Engine(load_model("llama-3-8b"), load_hardware("h100-80gb"),
-                    EngineArgs(num_gpu_blocks_override=40, max_model_len=600))
-    spec = WorkloadSpec(name="small", num_requests=30, arrival_rate_per_s=200.0,
-                        prompt_tokens=LengthDist("lognormal", median=120, sigma=0.6, min=2, max=300),
-                        output_tokens=LengthDist("lognormal", median=40, sigma=0.8, min=1, max=200),
-                        shared_prefix_fraction=0.6, shared_prefix_tokens=48, num_shared_prefixes=2)
-    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=3))
-    recorder = RunRecorder(engine, path, {"label": "small run", "workload": spec}, keyframe_interval=64)
-    while (result := engine.step()) is not None:
-        recorder.record_step(result)
-    recorder.close(engine.summary())
-    return path
+    return record_small_run(tmp_path_factory.mktemp("export") / "run.kvrec")
 
 
 # -- Perfetto ----------------------------------------------------------------------------------------
