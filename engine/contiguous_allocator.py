@@ -100,6 +100,12 @@ class ContiguousKVCacheManager:
         req.unused_slots = unused
         return True
 
+    def positional_blocks(self, req: Request) -> list[int]:
+        return req.block_ids
+
+    def group_snapshot(self) -> dict:
+        return {}
+
     def free(self, req: Request) -> list[int]:
         blocks = req.block_ids
         if blocks:

@@ -21,6 +21,7 @@ import numpy as np
 from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
 from kvscope.engine.contiguous_allocator import ContiguousKVCacheManager
 from kvscope.engine.events import EventKind, EventSink
+from kvscope.engine.hybrid_kv_cache_manager import HybridKVCacheManager, is_hybrid
 from kvscope.engine.kv_cache_manager import PagedKVCacheManager
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
@@ -86,6 +87,8 @@ class Engine:
         num_blocks = self.plan.num_blocks
         if args.allocation == "contiguous":
             self.kv = ContiguousKVCacheManager(num_blocks, self.plan.block_size, self.resolved.max_model_len, self.sink)
+        elif is_hybrid(self.plan):
+            self.kv = HybridKVCacheManager.for_plan(self.plan, model.sliding_window, args.enable_prefix_caching, self.sink)
         else:
             self.kv = PagedKVCacheManager(num_blocks, self.plan.block_size, args.enable_prefix_caching, self.sink)
         self.scheduler = Scheduler(self.resolved, self.kv, self.sink)
@@ -308,8 +311,9 @@ class Engine:
         state = np.where(ref_cnt > 0, BLOCK_USED, np.where(block_hash != 0, BLOCK_CACHED, BLOCK_FREE)).astype(np.uint8)
         fill = np.where(state != BLOCK_FREE, bs, 0).astype(np.uint16)
         reqs = self.scheduler.running
+        positional = kv.positional_blocks
         for req in reqs:
-            blocks = req.block_ids
+            blocks = positional(req)
             if not blocks:
                 continue
             filled = -(-req.num_computed_tokens // bs)
@@ -350,4 +354,5 @@ class Engine:
             kv_usage=kv.usage,
             num_running=len(reqs),
             num_waiting=len(self.scheduler.waiting),
+            **kv.group_snapshot(),
         )

@@ -16,6 +16,7 @@ class EventKind(str, enum.Enum):
     FINISHED = "finished"  # value: end-to-end latency in seconds
     REJECTED = "rejected"  # detail: why
     OUT_OF_MEMORY = "out_of_memory"  # the device ran out of memory mid-step; detail: the error
+    WINDOW_FREED = "window_freed"  # blocks: a sliding-window layer group's blocks its window has passed
 
 
 @dataclass(slots=True)

@@ -43,6 +43,10 @@ class PagedKVCacheManager:
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks
 
+    def positional_blocks(self, req: Request) -> list[int]:
+        """The table whose i-th block holds tokens i x block_size onwards."""
+        return req.block_ids
+
     @property
     def usage(self) -> float:
         """Share of blocks held by requests (cached-but-free blocks count as free: they are reclaimable)."""
@@ -130,6 +134,10 @@ class PagedKVCacheManager:
     def block_arrays(self):
         """(owner, ref_cnt, block_hash) views; the caller copies what it keeps."""
         return self.pool.owner, self.pool.ref_cnt, self.pool.block_hash
+
+    def group_snapshot(self) -> dict:
+        """The snapshot's layer-group fields: none for one uniform table."""
+        return {}
 
     @property
     def num_cached_free_blocks(self) -> int:

@@ -40,10 +40,25 @@ class Snapshot:
     kv_usage: float
     num_running: int
     num_waiting: int
+    # Models whose layer groups cache differently (sliding windows, linear-attention state): the
+    # group each block serves (uint8 index into group_names); None for a single uniform group.
+    block_group: np.ndarray | None = None
+    group_names: tuple = ()
 
     @property
     def num_blocks(self) -> int:
         return len(self.block_state)
+
+    def held_blocks_by_group(self) -> dict[str, int]:
+        """Blocks held by requests, per kind of layer group (groups of one kind summed); {} when uniform."""
+        if self.block_group is None:
+            return {}
+        held = self.block_group[(self.block_state == BLOCK_USED) | (self.block_state == BLOCK_RESERVED)]
+        counts = np.bincount(held, minlength=len(self.group_names))
+        out: dict[str, int] = {}
+        for name, n in zip(self.group_names, counts):
+            out[name] = out.get(name, 0) + int(n)
+        return out
 
     def count(self, state: int) -> int:
         return int(np.count_nonzero(self.block_state == state))

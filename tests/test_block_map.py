@@ -566,3 +566,24 @@ def test_a_status_line_wider_than_the_label_ends_in_an_ellipsis_not_mid_word(qtb
     assert label.full_text() == text and label.text().endswith("…") and len(label.text()) < len(text)
     label.resize(2000, 20)
     assert label.text() == text
+
+
+def test_a_hybrid_models_blocks_say_their_layer_group(view):
+    import dataclasses
+
+    from kvscope.app.lab.presets import load_hardware, load_model
+    from kvscope.engine import Engine, EngineArgs
+
+    model = dataclasses.replace(load_model("gpt-oss-20b"), sliding_window=64)
+    engine = Engine(model, load_hardware("h100-80gb"), EngineArgs(max_model_len=1024, kv_cache_memory_bytes=1 << 30))
+    engine.add_request(list(range(300)), max_tokens=20, arrival_time=0.0)
+    engine.step()
+    engine.step()
+    snap = engine.snapshot()
+    view.update_snapshot(snap)
+    req = engine.scheduler.running[0]
+    full_block = engine.kv.positional_blocks(req)[0]
+    sliding_block = next(b for b in req.block_ids if snap.block_group[b] == 1)
+    assert "layer group: 1 of 2 (full attention)" in view.hover_text(full_block)
+    assert "layer group: 2 of 2 (sliding window of 64 tokens)" in view.hover_text(sliding_block)
+    assert "blocks in use by layer group: full attention" in view.status_text()

@@ -135,7 +135,8 @@ def test_no_import_cycles_at_module_level():
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-SERVING_CORE = ("request.py", "block_pool.py", "kv_cache_manager.py", "contiguous_allocator.py", "scheduler.py",
+SERVING_CORE = ("request.py", "block_pool.py", "kv_cache_manager.py", "hybrid_kv_cache_manager.py",
+                "contiguous_allocator.py", "scheduler.py",
                 "engine.py", "events.py", "snapshot.py", "metrics.py", "runners")
 
 
@@ -145,9 +146,11 @@ def test_engine_is_the_serving_engine_only():
     files = list((ROOT / "engine").rglob("*.py"))
     count = lambda paths: sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
     core = [p for p in files if p.relative_to(ROOT / "engine").parts[0] in SERVING_CORE]
-    assert count(core) <= 2_100, f"the serving core has {count(core):,} lines"
+    # 2,300: the hybrid allocator's block tables per layer group (hybrid_kv_cache_manager.py, about
+    # 250 lines) joined the core when sliding windows and linear-attention state became real
+    assert count(core) <= 2_300, f"the serving core has {count(core):,} lines"
     # 3,500 in all: the memory math grew by today's attention layouts (kv_layout.py: pages, layer
     # groups, sliding windows, linear-attention state), vLLM's reserve by version, the config.json
     # fields of those layouts with their validation (about 500 lines), and the bounded checks
-    # every input passes (checks.py, about 250)
-    assert count(files) <= 3_500, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # every input passes (checks.py, about 250); 3,750 with the hybrid allocator above
+    assert count(files) <= 3_750, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

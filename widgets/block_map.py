@@ -261,6 +261,10 @@ class BlockMapView(QtWidgets.QWidget):
                 lines[-1] += f" (holds {nb:,} block{'s' if nb != 1 else ''})"
         lines.append(f"fill: {fill} / {snap.block_size} tokens")
         lines.append(f"prefix hash: 0x{h:016x}" if h else "prefix hash: none")
+        if snap.block_group is not None and state != BLOCK_FREE:
+            group = int(snap.block_group[block_id])
+            name = snap.group_names[group] if group < len(snap.group_names) else "?"
+            lines.append(f"layer group: {group + 1} of {len(snap.group_names)} ({name})")
         return "\n".join(lines)
 
     # --- internals: grid, flashes and selection ---------------------------------------------------
@@ -399,6 +403,9 @@ class BlockMapView(QtWidgets.QWidget):
             n = snap.num_blocks
             text = (f"{n:,} blocks × {snap.block_size} tokens = {n * snap.block_size:,} tokens of KV cache"
                     "  ·  hover a block for details, click it to select its request")
+            if snap.block_group is not None:
+                groups = ", ".join(f"{name} {n:,}" for name, n in snap.held_blocks_by_group().items())
+                text = f"blocks in use by layer group: {groups}  ·  {text}"
         if self._selected >= 0:
             n_sel = 0
             if snap is not None and self._num_blocks:

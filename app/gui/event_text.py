@@ -33,6 +33,8 @@ def event_line(ev: Event) -> tuple[str, str]:
         text = f"{who} finished, {ev.value:,.3f} s after arriving"
     elif kind == EventKind.REJECTED:
         text = f"{who} rejected: {ev.detail}"
+    elif kind == EventKind.WINDOW_FREED:
+        text = f"{who} freed {_blocks(ev.blocks)}: its sliding-window layers no longer attend to those tokens"
     elif kind == EventKind.OUT_OF_MEMORY:
         text = f"device out of memory during a step ({ev.detail}); preempting and retrying"
     else:
