@@ -1,0 +1,108 @@
+"""`kvscope calibrate`: fit the simulated clock to this machine's real steps and store the profile.
+
+The real backend runs a spread of batch shapes; every step's measured time is fitted by the step
+cost model's terms (achieved share of peak FLOP/s and of bandwidth, an overhead per step, per
+request and per token); the profile goes to kvscope's cache, where `--hardware this-machine`
+finds it from then on.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kvscope.app.cli import options
+from kvscope.app.cli.output import table
+from kvscope.engine.config import COMPUTE_DTYPES
+from kvscope.engine.cost_model import MAX_EFFICIENCY, calibration_note
+from kvscope.engine.units import format_seconds
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "calibrate", help="fit the simulated clock to this machine's real steps (stored for --hardware this-machine)")
+    parser.add_argument("--model", metavar="PRESET",
+                        help="model to run: smollm2-135m-instruct where installed, else tiny-llama (random weights)")
+    parser.add_argument("--model-path", metavar="DIR", help="a local model directory to run instead")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
+    parser.add_argument("--dtype", choices=COMPUTE_DTYPES,
+                        help="weight dtype (default fp32 on CPU, the model's 16-bit type on CUDA)")
+    parser.add_argument("--threads", type=options.bounded(1, 1024, whole_only=True),
+                        help="torch threads on a CPU (default: torch's own choice); recorded in the profile")
+    parser.add_argument("--scale", type=options.bounded(0.0, 16.0, low_open=True), default=1.0,
+                        help="prompt lengths times this, above 0 and at most 16 (default 1: prompts of 16 - 512 "
+                             "tokens; less is quicker and fits less of the range)")
+    parser.add_argument("--seed", type=options.bounded(0, 2**31 - 1, whole_only=True), default=0,
+                        help="seed of the random prompts (default 0)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="fit the steps' wall time (default), or this process's CPU time: the same on an idle "
+                             "machine with --threads 1, and unmoved by other processes' load on a busy one")
+    parser.add_argument("--no-save", action="store_true", help="print the fit but store no profile")
+    parser.add_argument("--json", metavar="OUT", help="also write the fit and the profile as JSON to OUT")
+    parser.set_defaults(func=run)
+
+
+def status(message: str) -> None:
+    print(f"kvscope calibrate: {message}", file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    from kvscope.app.lab.output_path import check_output_path, write_json_output
+
+    check_output_path("--json", args.json)
+    import torch
+
+    from kvscope.app.lab import calibration
+    from kvscope.app.lab.real_backend import load_for_real_backend
+    from kvscope.app.lab.this_machine import this_machine_key
+    from kvscope.engine.config import EngineArgs
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = args.model or calibration.default_calibration_model()
+    status(f"loading {args.model_path or model} ...")
+    loaded = load_for_real_backend(model, args.model_path, args.device, args.dtype, progress=status)
+    machine = this_machine_key(use_cuda=loaded.device.type == "cuda")
+    threads = torch.get_num_threads()
+    details = f"{loaded.label}" + (f", {threads} torch threads" if loaded.device.type == "cpu" else "")
+    status(f"measuring {details} on {machine}: {len(calibration.calibration_phases(1000, 10**6))} groups of "
+           "requests, each run to the end")
+    if args.clock == "cpu":
+        details += ", CPU-time clock"
+    result = calibration.run_calibration(loaded, EngineArgs(), scale=args.scale, seed=args.seed, progress=status,
+                                         clock=args.clock)
+    fitted = result.calibration(machine, details)
+    summary = result.fit.summary()
+    path = calibration.profile_path(machine)
+    profile = calibration.make_profile(machine, result.engine.hardware.description, fitted, {
+        **summary, "held_out_median_error": result.held_out_median_error}, {
+        "model": loaded.label, "device": str(loaded.device), "torch_threads": threads, "scale": args.scale,
+        "seed": args.seed, "clock": args.clock})
+    terms = result.fit.calibration_terms
+    hardware = result.engine.hardware
+    print(table([
+        ("machine", f"{machine} ({hardware.description})"),
+        ("measured on", details),
+        ("steps", f"{summary['steps']:,} ({summary['outliers_set_aside']} set aside as outliers)"),
+        ("achieved FLOP/s", f"{terms['flops_efficiency'] * 100:.1f} % of the {max(hardware.peak_flops.values()):.3g} "
+                            "FLOP/s peak this machine's preset assumes" + (
+                                " (never the slower side here: the per-token overhead carries a prefill's time)"
+                                if terms["flops_efficiency"] >= MAX_EFFICIENCY else "")),
+        ("achieved bandwidth", f"{terms['bandwidth_efficiency'] * 100:.1f} % of "
+                               f"{hardware.memory_bandwidth_bytes_per_s / 1e9:.3g} GB/s reading the weights, "
+                               f"{terms['kv_bandwidth_efficiency'] * 100:.1f} % reading and writing the KV cache"),
+        ("overhead per step", format_seconds(terms["overhead_s"])),
+        ("overhead per request", format_seconds(terms["overhead_per_seq_s"])),
+        ("overhead per token", format_seconds(terms["overhead_per_token_s"])),
+        ("step time error, fitted steps", f"median {summary['median_error'] * 100:.1f} %, "
+                                          f"p90 {summary['p90_error'] * 100:.1f} %"),
+        ("step time error, held out", f"median {result.held_out_median_error * 100:.1f} % (steps predicted by fits "
+                                      "that did not see them)"),
+        ("simulated times now say", calibration_note(fitted)),
+        ("profile", "not stored (--no-save)" if args.no_save else str(path)),
+    ], title="Calibrated clock"))
+    if not args.no_save:
+        calibration.save_profile(path, profile)
+    if args.json:
+        steps = [{name: getattr(s, name) for name in s.__dataclass_fields__} for s in result.steps]
+        write_json_output("--json", args.json, {**profile, "steps": steps})
+    return 0
