@@ -96,6 +96,7 @@ class Engine:
             from kvscope.engine.runners.simulated import SimulatedRunner as runner_factory
         self.runner = runner_factory(model, hardware, self.plan, args)
         self.outputs: dict[int, list[int]] | None = {} if record_outputs else None
+        self.finished_text_requests: list[Request] = []  # finished with prompt text: the host takes them
         self.metrics = MetricsCollector()
         self.clock = 0.0
         self.step_count = 0
@@ -105,10 +106,15 @@ class Engine:
         self._source_next: RequestSpec | None = None
         self._next_id = 0
         self._consecutive_ooms = 0
+        self._first_in_line: set[int] = set()
 
     # -- submission -----------------------------------------------------------------------------
-    def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None) -> int:
-        """Queue a request; it arrives at arrival_time on the engine clock (now if None)."""
+    def add_request(self, prompt_token_ids, max_tokens: int, arrival_time: float | None = None,
+                    stop_token_ids: frozenset = frozenset(), prompt_text: str | None = None,
+                    first_in_line: bool = False) -> int:
+        """Queue a request; it arrives at arrival_time on the engine clock (now if None). It ends
+        after max_tokens output tokens, or sooner on one of stop_token_ids. first_in_line: it waits
+        ahead of every queued request (as vLLM's priority scheduling puts a higher priority first)."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
         if len(prompt_token_ids) < 1:
@@ -116,8 +122,10 @@ class Engine:
         request_id = self._next_id
         self._next_id += 1
         arrival = self.clock if arrival_time is None else max(arrival_time, 0.0)
-        req = Request(request_id, prompt_token_ids, max_tokens, arrival)
+        req = Request(request_id, prompt_token_ids, max_tokens, arrival, frozenset(stop_token_ids), prompt_text)
         heapq.heappush(self._pending, (arrival, request_id, req))
+        if first_in_line:
+            self._first_in_line.add(request_id)
         return request_id
 
     def add_workload(self, specs: Iterable[RequestSpec]) -> None:
@@ -153,14 +161,16 @@ class Engine:
             self.sink.emit(EventKind.REJECTED, req.request_id, detail=reason)
             return
         self.requests[req.request_id] = req
-        self.scheduler.add(req)
+        self.scheduler.add(req, first_in_line=req.request_id in self._first_in_line)
+        self._first_in_line.discard(req.request_id)
 
     def _admit_arrivals(self) -> None:
         now = self.clock
         while True:
             spec = self._source_next
             if spec is not None and spec.arrival_time_s <= now:
-                self.add_request(spec.prompt_token_ids, spec.max_tokens, spec.arrival_time_s)
+                self.add_request(spec.prompt_token_ids, spec.max_tokens, spec.arrival_time_s, spec.stop_token_ids,
+                                 spec.prompt_text)
                 self._source_next = next(self._source, None)
                 continue
             if self._pending and self._pending[0][0] <= now:
@@ -215,7 +225,9 @@ class Engine:
                 req.token_ids.append(token)
                 if req.first_token_time is None:
                     req.first_token_time = end
-                if len(req.token_ids) - req.num_prompt_tokens >= req.max_tokens:
+                stop = token in req.stop_token_ids
+                if stop or len(req.token_ids) - req.num_prompt_tokens >= req.max_tokens:
+                    req.finish_reason = "stop" if stop else "length"
                     req.finish_time = end
                     finished.append(req)
         metrics = self.metrics
@@ -227,7 +239,10 @@ class Engine:
                 if self.outputs is not None:
                     self.outputs[req.request_id] = req.token_ids[req.num_prompt_tokens:]
                 sink.emit(EventKind.FINISHED, req.request_id, value=end - req.arrival_time)
-                req.token_ids = []  # a finished request keeps its metrics, not its tokens
+                if req.prompt_text is not None:  # kept, tokens and all, for whoever shows its text
+                    self.finished_text_requests.append(req)
+                else:
+                    req.token_ids = []  # a finished request keeps its metrics, not its tokens
                 req.block_hashes = []
         metrics.preemptions = scheduler.num_preemptions
         metrics.on_step(result.duration_s, result.compute_time_s, kv_usage, num_running,

@@ -19,10 +19,11 @@ class Request:
         "request_id", "token_ids", "num_prompt_tokens", "max_tokens", "num_computed_tokens",
         "status", "block_ids", "block_hashes", "arrival_time", "first_scheduled_time",
         "first_token_time", "finish_time", "num_preemptions", "num_cached_prompt_tokens",
-        "unused_slots", "num_registered_blocks",
+        "unused_slots", "num_registered_blocks", "stop_token_ids", "finish_reason", "prompt_text",
     )
 
-    def __init__(self, request_id: int, prompt_token_ids: list, max_tokens: int, arrival_time: float):
+    def __init__(self, request_id: int, prompt_token_ids: list, max_tokens: int, arrival_time: float,
+                 stop_token_ids: frozenset = frozenset(), prompt_text: str | None = None):
         self.request_id = request_id
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
@@ -39,6 +40,9 @@ class Request:
         self.num_cached_prompt_tokens = 0  # prompt tokens served from the prefix cache at admission
         self.unused_slots = 0  # allocated slots not yet holding a token (internal fragmentation)
         self.num_registered_blocks = 0  # leading full blocks already entered in the prefix cache
+        self.stop_token_ids = stop_token_ids  # sampling one ends the request early (the model's end of sequence)
+        self.finish_reason: str | None = None  # "stop" (a stop token), "length" (max_tokens)
+        self.prompt_text = prompt_text  # what the prompt says, for whoever shows it; the engine never reads it
 
     @property
     def num_tokens(self) -> int:
@@ -47,7 +51,6 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
-
 
     @property
     def total_tokens(self) -> int:
@@ -68,3 +71,5 @@ class RequestSpec:
     prompt_token_ids: list
     max_tokens: int
     shared_prefix_tokens: int = 0
+    stop_token_ids: frozenset = frozenset()  # text requests end on one of these too: the model decides
+    prompt_text: str | None = None  # the prompt as text, when it was text

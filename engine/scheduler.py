@@ -50,9 +50,13 @@ class Scheduler:
         self.static_members: set[int] = set()  # static batching: ids of the current batch
         self.num_preemptions = 0
 
-    def add(self, req: Request) -> None:
+    def add(self, req: Request, first_in_line: bool = False) -> None:
+        """Queue an arrived request: last in line, or first (a person waiting at the keyboard)."""
         req.status = RequestStatus.WAITING
-        self.waiting.append(req)
+        if first_in_line:
+            self.waiting.appendleft(req)
+        else:
+            self.waiting.append(req)
 
     @property
     def has_work(self) -> bool:

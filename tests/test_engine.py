@@ -272,3 +272,14 @@ def test_summaries_taken_while_running_agree_with_percentiles_of_everything_so_f
             checked += 1
     assert checked > 5 and e.metrics.completed == 150
     assert e.metrics.sampled_tokens == sampled == e.metrics.output_tokens
+
+
+def test_a_request_first_in_line_is_admitted_before_those_already_waiting():
+    engine = Engine(MODEL, H100, EngineArgs(max_num_seqs=1, kv_cache_memory_bytes=1 << 30))
+    queued = [engine.add_request(list(range(10 * i, 10 * i + 40)), max_tokens=4, arrival_time=0.0) for i in range(3)]
+    engine.step()  # the first is running, two wait
+    typed = engine.add_request(list(range(500, 540)), max_tokens=4, first_in_line=True)
+    admitted = []
+    while engine.has_unfinished_requests():
+        admitted += [ev.request_id for ev in engine.step().events if ev.kind == EventKind.ADMITTED]
+    assert admitted == [typed, queued[1], queued[2]]

@@ -22,14 +22,15 @@ SHAPE_FIELDS = ("model_type", "num_hidden_layers", "num_attention_heads", "num_k
 
 
 @pytest.fixture(scope="session")
-def conversion():
-    """(directory, progress messages) of the one conversion this test run makes."""
+def conversion(tmp_path_factory):
+    """(directory, progress messages) of a conversion of its own: other tests may have converted
+    into the run's cache already (tests/test_text.py does), and this one must watch it happen."""
     try:
         find_gguf()
     except ConfigError as exc:
         pytest.skip(f"the trained model's package is not installed (`make test` installs it): {exc}")
     messages: list[str] = []
-    directory = ensure_trained_model(progress=messages.append)
+    directory = ensure_trained_model(progress=messages.append, root=tmp_path_factory.mktemp("models"))
     return directory, messages
 
 
@@ -47,7 +48,8 @@ def _chat_ids(tokenizer, question: str) -> list[int]:
 
 def test_conversion_lands_in_the_cache_and_reports_progress(conversion):
     directory, messages = conversion
-    assert directory == cache_dir() / "models" / "smollm2-135m-instruct"
+    assert directory.name == "smollm2-135m-instruct"
+    assert trained_model_dir() == cache_dir() / "models" / "smollm2-135m-instruct"  # where it goes by default
     assert messages[0].startswith("converting SmolLM2-135M-Instruct.Q4_1.gguf")
     assert messages[-1].startswith("converted smollm2-135m-instruct in ") and "MB on disk" in messages[-1]
     assert not list(directory.parent.glob(".converting-*")), "the staging folder must not outlive the conversion"
@@ -57,7 +59,7 @@ def test_conversion_lands_in_the_cache_and_reports_progress(conversion):
 
 def test_second_call_reuses_the_conversion(conversion):
     messages: list[str] = []
-    assert ensure_trained_model(progress=messages.append) == conversion[0]
+    assert ensure_trained_model(progress=messages.append, root=conversion[0].parent) == conversion[0]
     assert messages == []
 
 
@@ -118,7 +120,7 @@ def test_missing_package_is_one_clear_line(monkeypatch, tmp_path):
 def test_converted_model_needs_no_package(conversion, monkeypatch):
     # A lab machine whose cache (or bundle) holds the converted model runs it without the package.
     _hide_the_package(monkeypatch)
-    assert ensure_trained_model() == conversion[0]
+    assert ensure_trained_model(root=conversion[0].parent) == conversion[0]
 
 
 def _tiny_plain_model():

@@ -7,6 +7,11 @@ FrameDelta: a fresh snapshot and the steps, events and finished-request metrics 
 frame, bounded so a frame costs the same however fast the engine runs. The engine never waits for
 the window; what the window had no time to draw is dropped or summarised.
 
+With a model that reads and writes text (a tokenizer with a chat template), a chat workload's
+requests are its conversations' text, and submit_prompt adds a typed one. Each frame carries the
+words of the text requests that changed since the last: the prompt once, the answer so far
+(decoded token by token as it streams), and why it ended.
+
 The session runs in a process of its own (process_host.py); it is plain single-threaded code, so
 tests and benchmarks can also drive it directly.
 """
@@ -22,10 +27,12 @@ from itertools import chain
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 from kvscope.engine.units import format_bytes
+from kvscope.app.lab.text_tokenizer import ChatTokenizer, chat_tokenizer_for, why_no_text
 from kvscope.app.lab.workload import WorkloadSpec, generate_requests
 
 from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
 from kvscope.app.host.points import point_array, step_point
+from kvscope.app.host.process_tuning import leave_a_core_to_the_window
 from kvscope.app.host.protocol import (
     APPLY,
     EVENTS_KEPT,
@@ -37,7 +44,9 @@ from kvscope.app.host.protocol import (
     STEP,
     STEPS_KEPT,
     STOP_RECORDING,
+    SUBMIT_PROMPT,
     FrameDelta,
+    RequestText,
     Session,
 )
 
@@ -53,6 +62,7 @@ SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 6
 SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
 CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
 MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
+TYPED_PROMPT_MAX_TOKENS = 256  # a typed prompt's answer ends here if the model has not ended it (or at the context)
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,8 @@ class EngineInfo:
     workload: WorkloadSpec
     allocation: str  # the KV manager in use: paged | contiguous
     kv_tensor_bytes: int | None = None  # real backend: bytes of the paged K/V tensors actually allocated
+    # None: it answers typed prompts; else why it cannot (a replay only shows what happened)
+    no_text_reason: str | None = "only the live engine answers typed prompts"
 
     def __getitem__(self, key: str):  # the window reads it like the dict it used to be
         return getattr(self, key)
@@ -112,6 +124,10 @@ class EngineSession(Session):
         self._recorder = None  # a RunRecorder while the window records the run
         self._points: list = []  # SeriesPoints since the last frame
         self._frame_due_at_step: int | None = None  # a frame asked for goes out once the engine is here
+        self._chat: ChatTokenizer | None = None  # the model's tokenizer, when it can hold a conversation
+        self._no_text_reason = ""
+        self._streams: dict = {}  # request id -> TextStream of text requests seen and not finished
+        self._typed: set = set()  # request ids that came from submit_prompt
 
     # -- commands -------------------------------------------------------------------------------
     def handle(self, command: str, arg) -> None:
@@ -141,6 +157,8 @@ class EngineSession(Session):
             self._start_recording(arg)
         elif command == STOP_RECORDING:
             self._stop_recording("recording stopped")
+        elif command == SUBMIT_PROMPT:
+            self._submit_prompt(arg)
         elif command == FAIL:  # the self-test and tests check that an engine error reaches the window
             def broken_step():
                 raise RuntimeError(arg)
@@ -189,6 +207,8 @@ class EngineSession(Session):
         self._event_lists = deque(maxlen=EVENTS_KEPT if keep_history else 0)
         if self._recorder is not None:
             frame.recording_steps = self._recorder.num_steps
+        if self._chat is not None and self.engine is not None:
+            frame.texts = self._changed_texts()
         if self.engine is not None and self._stepped:
             frame.snapshot = self.engine.snapshot()
             self._stepped = False
@@ -306,19 +326,30 @@ class EngineSession(Session):
         self.mean_step_s = float("inf")
         self._summary_interval = SUMMARY_INTERVAL_S
         self._points = []
+        self._chat, self._streams, self._typed = None, {}, set()
         self._pending = FrameDelta(status=f"building the {config.backend} engine ...")
         try:
             if config.backend == "real":
+                from kvscope.app.lab.chat_defaults import live_chat_dtype
                 from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
+                from kvscope.app.lab.trained_model import TRAINED_MODEL
 
-                loaded = load_for_real_backend(model_path=config.model_path, architecture=None if config.model_path
-                                               else config.model)
+                if config.model_path or config.model.name != TRAINED_MODEL.name:
+                    loaded = load_for_real_backend(model_path=config.model_path,
+                                                   architecture=None if config.model_path else config.model)
+                else:  # the trained model's own weights, not random ones of its shape
+                    loaded = load_for_real_backend(TRAINED_MODEL.name, dtype=live_chat_dtype())
                 engine = create_real_engine(loaded, config.engine_args)
                 label = loaded.label
+                leave_a_core_to_the_window()
+                self._chat = chat_tokenizer_for(loaded)
+                self._no_text_reason = why_no_text("real", loaded)
             else:
                 engine = Engine(config.model, config.hardware, config.engine_args)
                 label = f"{config.model.name} (simulated on {config.hardware.name})"
-            engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed))
+                self._no_text_reason = why_no_text(config.backend)
+            engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
+                                                  tokenizer=self._chat))
         except ConfigError as exc:
             self._pending = FrameDelta(error=str(exc), status="could not build the engine")
             return
@@ -330,9 +361,68 @@ class EngineSession(Session):
         cache = getattr(engine.runner, "cache", None)
         info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
                           args=engine.args, model=engine.model, hardware=engine.hardware, workload=config.workload,
-                          allocation=engine.kv.kind, kv_tensor_bytes=getattr(cache, "nbytes", None))
+                          allocation=engine.kv.kind, kv_tensor_bytes=getattr(cache, "nbytes", None),
+                          no_text_reason=None if self._chat is not None else self._no_text_reason)
         self._pending = FrameDelta(engine_info=info, status=f"ready: {label}")
         self._stepped = True
+
+    # -- text -----------------------------------------------------------------------------------
+    def _submit_prompt(self, text) -> None:
+        """A typed prompt joins the run as one more chat request, or is refused with the reason."""
+        engine = self.engine
+        reason = None
+        if engine is None:
+            reason = "no engine is running: apply the settings first"
+        elif self._chat is None:
+            reason = f"this engine cannot answer text: {self._no_text_reason}"
+        elif not isinstance(text, str) or not text.strip():
+            reason = "the prompt is empty"
+        if reason is None:
+            chat = self._config.workload.chat
+            system = [{"role": "system", "content": chat.system_prompt}] if chat is not None else []
+            ids, rendered = self._chat.chat_prompt(system + [{"role": "user", "content": text.strip()}])
+            limit = engine.resolved.max_model_len
+            room = limit - len(ids)
+            needed = engine.kv.blocks_for_tokens(len(ids))
+            if room < 1:
+                reason = (f"the prompt is {len(ids):,} tokens with the chat template, and the context "
+                          f"(max_model_len) holds {limit:,}: no room left for an answer")
+            elif needed > engine.kv.num_blocks:
+                reason = (f"the prompt needs {needed:,} KV blocks and the whole pool holds {engine.kv.num_blocks:,}")
+        if reason is not None:
+            self._pending.prompt_refused = reason
+            return
+        request_id = engine.add_request(ids, min(TYPED_PROMPT_MAX_TOKENS, room), stop_token_ids=self._chat.stop_token_ids,
+                                        prompt_text=rendered, first_in_line=True)
+        self._typed.add(request_id)
+        self._pending.submitted_request_id = request_id
+        self.playing = True  # the answer is what the user waits for: a finished or paused run picks it up
+        self._pacing.restart()
+
+    def _changed_texts(self) -> dict:
+        """RequestText of every text request whose words changed since the last frame."""
+        texts = {}
+        streams = self._streams
+        finished, self.engine.finished_text_requests = self.engine.finished_text_requests, []
+        for req in chain(self.engine.requests.values(), finished):
+            if req.prompt_text is None:
+                continue
+            request_id = req.request_id
+            stream = streams.get(request_id)
+            prompt = None
+            if stream is None:
+                stream = streams[request_id] = self._chat.stream()
+                prompt = req.prompt_text
+            produced = len(req.token_ids) - req.num_prompt_tokens
+            if produced > stream.num_tokens:
+                stream.feed(req.token_ids[req.num_prompt_tokens + stream.num_tokens:])
+            elif prompt is None and req.finish_reason is None:
+                continue  # nothing new
+            texts[request_id] = RequestText(prompt, stream.text, req.finish_reason, request_id in self._typed)
+            if req.finish_reason is not None:
+                del streams[request_id]
+                self._typed.discard(request_id)
+        return texts
 
     def _run_one_step(self) -> float | None:
         """One step and its bookkeeping; the wall time after it, or None if the engine stopped."""

@@ -25,16 +25,22 @@ def load_for_real_backend(model_preset: str | None = None, model_path: str | Non
     of exactly that shape."""
     if model_path is not None:
         return load_model_directory(model_path, device, dtype, quantization, allow_pickle)
+    model_preset = model_preset or DEFAULT_REAL_MODEL
     if architecture is None and model_preset == TRAINED_MODEL.name:
         return load_model_directory(ensure_trained_model(progress), device, dtype, quantization)
-    shape = architecture or load_model(model_preset or DEFAULT_REAL_MODEL)
+    shape = architecture or load_model(model_preset)
     check_weights_fit(shape, resolve_device(device), "fp32")  # random weights are built in fp32
     directory = ensure_random_model(shape)
     return load_model_directory(directory, device, dtype, quantization, random_weights=True, name=shape.name)
 
 
-def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bool = False):
-    """An Engine whose KV pool is sized from this machine's real memory and lives in paged tensors."""
+def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bool = False,
+                       memory_bytes: int | None = None):
+    """An Engine whose KV pool is sized from this machine's real memory and lives in paged tensors.
+
+    memory_bytes: a device budget in place of the device's own memory. The weights as loaded (so
+    quantised ones take less), what is held back and the KV pool then share it, on a CPU too: the
+    memory quantisation frees goes to the KV pool."""
     hardware = detect_this_machine(use_cuda=loaded.device.type == "cuda")
     if loaded.device.type == "cuda":
         props = torch.cuda.get_device_properties(loaded.device)
@@ -43,6 +49,10 @@ def create_real_engine(loaded: LoadedModel, args: EngineArgs, record_outputs: bo
             budget = resolve_engine_args(args, loaded.config, hardware).max_num_batched_tokens
             # measured here rather than estimated as vLLM's accounting would: the profile replaces it
             args = args.replace(accounting="lesson", reserve_bytes=profile_cuda_reserve(loaded, budget))
+    if memory_bytes is not None:
+        hardware = hardware.with_memory(memory_bytes)
+        if loaded.device.type != "cuda":  # no CUDA context or graphs to hold back: the lesson's formula
+            args = args.replace(accounting="lesson")
     if args.tensor_parallel_size not in (None, 1):
         raise ConfigError("the real backend runs on one device; tensor parallelism is simulated only")
     return Engine(loaded.config, hardware, args.replace(tensor_parallel_size=1),

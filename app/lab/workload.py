@@ -1,9 +1,10 @@
 """Workloads: when requests arrive, how long their prompts are, how much they generate.
 
-A workload is either synthetic (an arrival rate and length distributions, optionally a shared
-system prompt) or a trace replay (arrival times and lengths read from a CSV such as the Azure
-LLM inference trace). Either way it yields RequestSpecs lazily, in arrival order, with
-deterministic synthetic token ids for a given seed.
+A workload is synthetic (an arrival rate and length distributions, optionally a shared system
+prompt), a trace replay (arrival times and lengths read from a CSV such as the Azure LLM
+inference trace), or chat text (conversations written as data: chat_workload.py). Either way it
+yields RequestSpecs lazily, in arrival order, deterministic for a given seed: synthetic token ids,
+or the text's own tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
+from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.engine.checks import read_capped, real_number, require_text, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
@@ -112,6 +114,13 @@ class WorkloadSpec:
     num_shared_prefixes: int = 1
     trace_path: str | None = None
     trace_speedup: float = 1.0  # replay a trace this many times faster than it was recorded
+    # Chat text: the prompts are these conversations (prompt_tokens and the shared prefix do not
+    # apply) and output_tokens caps each answer, which the model may end sooner.
+    chat: ChatScript | None = None
+
+    @property
+    def is_text(self) -> bool:
+        return self.chat is not None
 
     def with_overrides(self, **changes) -> "WorkloadSpec":
         import dataclasses
@@ -144,11 +153,13 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.trace_speedup <= 0 or not math.isfinite(spec.trace_speedup):
         raise ConfigError(f"{label}: trace_speedup must be greater than 0, got {spec.trace_speedup}")
     real_number(spec.trace_speedup, f"{label}: trace_speedup", 0.0, MAX_SPEEDUP, low_open=True)
+    if spec.chat is not None and spec.trace_path is not None:
+        raise ConfigError(f"{label}: a workload replays a trace or sends chat text, not both")
 
 
 _WORKLOAD_KEYS = {
     "name", "description", "source", "num_requests", "arrival_rate_per_s", "prompt_tokens", "output_tokens",
-    "shared_prefix_fraction", "shared_prefix_tokens", "num_shared_prefixes", "trace", "trace_speedup",
+    "shared_prefix_fraction", "shared_prefix_tokens", "num_shared_prefixes", "trace", "trace_speedup", "chat",
 }
 
 
@@ -190,6 +201,8 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
                 found = Path(fallback_trace_dir) / trace
             trace = found
         kwargs["trace_path"] = str(trace)
+    if "chat" in data:
+        kwargs["chat"] = chat_script_from_dict(data["chat"], f"{label}: chat")
     spec = WorkloadSpec(**kwargs)
     _validate(spec, label)
     return spec
@@ -297,8 +310,15 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     return rows
 
 
-def generate_requests(spec: WorkloadSpec, vocab_size: int, seed: int = 0) -> Iterator[RequestSpec]:
-    """The workload's requests in arrival order, with synthetic token ids that depend only on seed."""
+def generate_requests(spec: WorkloadSpec, vocab_size: int, seed: int = 0, tokenizer=None) -> Iterator[RequestSpec]:
+    """The workload's requests in arrival order, with synthetic token ids that depend only on seed.
+    A chat workload's are its text, tokenized by tokenizer (a ChatTokenizer) when given."""
+    if spec.chat is not None:
+        return chat_requests(spec, spec.chat, vocab_size, seed, tokenizer)
+    return _synthetic_requests(spec, vocab_size, seed)
+
+
+def _synthetic_requests(spec: WorkloadSpec, vocab_size: int, seed: int) -> Iterator[RequestSpec]:
     rng = np.random.default_rng(seed)
     if spec.trace_path is not None:
         rows = read_trace(spec.trace_path, limit=spec.num_requests)
