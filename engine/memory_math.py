@@ -83,6 +83,24 @@ def weights_bytes(model: ModelConfig) -> tuple[int, str]:
     return int(params * size), f"{params / 1e9:.2f} B parameters x {size:g} B ({model.weight_dtype})"
 
 
+# bitsandbytes on load (BitsAndBytesConfig's defaults): only the decoder's linear layers shrink,
+# int8 with an fp32 scale per output row, nf4 with an fp32 absmax per 64 weights and a 16-value
+# fp32 code per layer; embeddings, norms, biases and the LM head stay in the dtype loaded.
+BNB_NF4_BLOCK = 64
+
+
+def bitsandbytes_weights_bytes(model: ModelConfig, quantization: str, dtype: str) -> int:
+    """The weights of a dense Llama-family model once bitsandbytes has quantised them to int8 or
+    nf4 on load. On a CPU with AVX512-BF16 it keeps nf4 absmax in bf16: 2 bytes per 64 weights less."""
+    h, i = model.hidden_size, model.intermediate_size
+    q, kv = model.num_attention_heads * model.head_dim, model.num_key_value_heads * model.head_dim
+    linears = [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)]
+    per_layer = sum(o * n + 4 * o if quantization == "int8" else
+                    (o * n + 1) // 2 + 4 * math.ceil(o * n / BNB_NF4_BLOCK) + 64 for o, n in linears)
+    rest = num_parameters(model) - model.num_hidden_layers * sum(o * n for o, n in linears)
+    return int(rest * WEIGHT_DTYPE_BYTES[dtype] + model.num_hidden_layers * per_layer)
+
+
 # -- what vLLM holds back besides the weights -------------------------------------------------------
 #
 # The activation peak is the larger of two passes vLLM profiles (gpu_model_runner.profile_run):

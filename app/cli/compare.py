@@ -4,6 +4,7 @@ the identical workload, and the answer."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from kvscope.engine.config import ConfigError
@@ -169,7 +170,7 @@ def run(args) -> int:
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading
 
     say(table([
-        ("lesson", scenario.seed_lesson),
+        ("from the lesson", readable_lesson(scenario.seed_lesson)),
         ("claim", scenario.claim),
         ("configurations", "; ".join(scenario.labels)),
         ("workload", f"{spec.workload.spec.name}: {spec.workload.spec.num_requests:,} requests, seed "
@@ -195,7 +196,7 @@ def run(args) -> int:
     progress(comparison, force=True)
     progress.done()
     if not args.quiet and any(kv_quality_is_measured(e) for e in comparison.engines):
-        status("measuring the 8-bit KV cache's quality cost against transformers' generate() ...")
+        status("measuring the quality cost (top-1 agreement, perplexity) against the model at full precision ...")
     result = comparison.results()
     answer = scenario.reveal(result)
 
@@ -208,3 +209,25 @@ def run(args) -> int:
     if args.csv:
         _write("--csv", args.csv, result.to_csv())
     return 0
+
+
+# The course lessons the scenarios cite as "seed NNN": their titles, for a reference without one.
+LESSON_TITLES = {
+    "000": "The KV Cache Is the Real Batch-Size Ceiling",
+    "001": "Continuous Batching and KV Caching",
+    "002": "KV cache & continuous batching",
+    "004": "Inference Engineering Lesson 10: KV Cache & Memory Math",
+}
+_SEED_WITH_TITLE = re.compile(r"seed (\d{3}) \(([^)]*)\)")
+_SEED_ALONE = re.compile(r"seed (\d{3})")
+
+
+def readable_lesson(text: str) -> str:
+    """A scenario's source as a reader can follow it: "seed 001 (Continuous Batching and KV
+    Caching), ...; seed 002" names the lessons by their titles, not by the course's file numbers."""
+    titles = dict(LESSON_TITLES)
+    titles.update(_SEED_WITH_TITLE.findall(text))
+    text = _SEED_WITH_TITLE.sub(lambda m: f"the lesson \"{m.group(2)}\"", text)
+    text = _SEED_ALONE.sub(lambda m: f"the lesson \"{titles[m.group(1)]}\"" if m.group(1) in titles
+                           else "another lesson of the course", text)
+    return text.replace("the seeds'", "the lessons'")

@@ -1,4 +1,5 @@
-"""`kvscope verify`: the paged engine against transformers' own generate(), per KV precision."""
+"""`kvscope verify`: the paged engine against transformers' own generate(), per KV precision and
+weight quantisation; and, on a model with a tokenizer, what each costs on real English text."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from kvscope.engine.config import (
     DEFAULT_REAL_MODEL,
     KV_CACHE_DTYPE_BYTES,
     KV_CACHE_PRECISIONS,
+    QUANTIZATIONS,
     ConfigError,
 )
 
@@ -22,24 +24,70 @@ from kvscope.app.lab.output_path import check_output_path, write_json_output
 MAX_PROMPTS = 256
 MAX_TOKENS = 4096
 LONGEST_PROMPT = 220
+# Passages of presets/texts/quality-passages.txt (about 270 tokens each); on a 2-core CPU each
+# costs SmolLM2-135M a few seconds per configuration.
+DEFAULT_PASSAGES = 4
+UNQUANTISED = "none"
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("verify", help="check the real paged engine against transformers' generate()")
+    parser = subparsers.add_parser("verify", help="check the real paged engine against transformers' generate(), "
+                                                  "and measure each KV precision's and weight quantisation's cost")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="PRESET", default=DEFAULT_REAL_MODEL,
-                        help=f"a model preset, run with random weights of its shape (default {DEFAULT_REAL_MODEL})")
+                        help=f"a model preset: the trained model, or random weights of a preset's shape "
+                             f"(default {DEFAULT_REAL_MODEL})")
     source.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory")
     parser.add_argument("--kv-cache-dtype", default="all",
                         help=f"{', '.join(KV_CACHE_PRECISIONS)}, or all (default)")
+    parser.add_argument("--quantization", default=UNQUANTISED, choices=(UNQUANTISED, *QUANTIZATIONS, "all"),
+                        help="weights quantised on load by bitsandbytes: int8, nf4, all (unquantised, int8 and nf4 "
+                             "one after another), or none (default)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
     parser.add_argument("--dtype", choices=COMPUTE_DTYPES, help="weight dtype (default fp32 on CPU)")
     parser.add_argument("--prompts", type=options.bounded(1, MAX_PROMPTS, whole_only=True), default=8,
                         help=f"prompts to compare, 1 to {MAX_PROMPTS} (default 8)")
     parser.add_argument("--max-tokens", type=options.bounded(1, MAX_TOKENS, whole_only=True), default=16,
                         help=f"tokens generated per prompt, 1 to {MAX_TOKENS} (default 16)")
+    parser.add_argument("--passages", type=options.bounded(0, 64, whole_only=True), default=DEFAULT_PASSAGES,
+                        help=f"English passages (~270 tokens each) on which top-1 agreement with full precision and "
+                             f"perplexity are measured, on a model with a tokenizer; 0 skips it "
+                             f"(default {DEFAULT_PASSAGES})")
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT ('-' for stdout)")
     parser.set_defaults(func=run)
+
+
+def _loader(args):
+    from kvscope.app.lab.real_backend import load_for_real_backend
+
+    def load(quantization):
+        status(f"loading {args.model_path or args.model}{f' with {quantization} weights' if quantization else ''} ...")
+        return load_for_real_backend(args.model, args.model_path, args.device, args.dtype, quantization)
+
+    return load
+
+
+def _parity_table(result) -> str:
+    title = (f"{result.weights} weights, KV cache {result.kv_cache_dtype}: "
+             f"{'EXACT' if result.exact else 'differs'} from generate()")
+    return table([
+        ("sequences identical to generate()", f"{result.identical_sequences} of {result.sequences}"),
+        ("tokens equal to generate()'s", f"{result.token_agreement * 100:.1f} %"),
+        ("top-1 agreement (same prefix)", f"{result.top1_agreement * 100:.1f} %"),
+        ("largest logit difference", f"{result.max_logit_diff:.3g} (logit units)"),
+        ("exercised", f"{result.preemptions} preemptions, {result.prefix_hit_tokens} prefix-cache tokens reused, "
+                      f"{result.chunked_prefill_chunks} partial prompt chunks"),
+    ], title=title)
+
+
+def _quality_table(results, reference_weights: str) -> str:
+    first = results[0]
+    rows = [(f"{r.weights} weights, {r.kv_cache_dtype} KV",
+             f"top-1 agreement {r.top1_agreement * 100:5.1f} %   perplexity {r.perplexity:7.3f} "
+             f"({r.perplexity_increase * 100:+.2f} %)") for r in results]
+    return table(rows, title=f"Quality on {first.passages} English passages ({first.tokens:,} tokens) against full "
+                             f"precision ({reference_weights} weights, no KV cache: perplexity "
+                             f"{first.full_precision_perplexity:.3f})")
 
 
 def run(args) -> int:
@@ -47,41 +95,56 @@ def run(args) -> int:
     for dtype in dtypes:
         if dtype not in KV_CACHE_DTYPE_BYTES:
             raise ConfigError(f"unknown kv_cache_dtype {dtype!r}; choose all or one of: {', '.join(KV_CACHE_DTYPE_BYTES)}")
+    quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
     if args.json and args.json != "-" and not Path(args.json).resolve().parent.is_dir():
         raise ConfigError(f"--json {args.json}: the folder does not exist")
     check_output_path("--json", args.json,
                       {"model config": str(Path(args.model_path) / "config.json")} if args.model_path else None)
     from kvscope.app.lab.verify.parity import run_parity
-    from kvscope.app.lab.real_backend import load_for_real_backend
+    from kvscope.app.lab.verify import quality
 
-    status(f"loading {args.model_path or args.model} ...")
-    loaded = load_for_real_backend(args.model, args.model_path, args.device, args.dtype)
-    context = loaded.config.max_position_embeddings
-    if LONGEST_PROMPT + args.max_tokens > context:
-        raise ConfigError(f"--max-tokens {args.max_tokens}: a prompt of up to {LONGEST_PROMPT} tokens and its answer "
-                          f"must fit the model's {context:,}-token context; give at most {context - LONGEST_PROMPT:,}")
-    status(f"loaded {loaded.label}; running {args.prompts} prompts through the paged engine and through generate()")
-    results = []
-    for dtype in dtypes:
-        result = run_parity(loaded, dtype, num_prompts=args.prompts, max_tokens=args.max_tokens)
-        results.append(result)
-        if args.json != "-":
-            print(table([
-                ("sequences identical to generate()", f"{result.identical_sequences} of {result.sequences}"),
-                ("tokens equal to generate()'s", f"{result.token_agreement * 100:.1f} %"),
-                ("top-1 agreement (same prefix)", f"{result.top1_agreement * 100:.1f} %"),
-                ("largest logit difference", f"{result.max_logit_diff:.3g} (logit units)"),
-                ("exercised", f"{result.preemptions} preemptions, {result.prefix_hit_tokens} prefix-cache tokens reused, "
-                              f"{result.chunked_prefill_chunks} partial prompt chunks"),
-            ], title=f"KV cache {result.kv_cache_dtype}: {'EXACT' if result.exact else 'differs'}"))
-            print()
-    report = {"model": loaded.label, "results": [r.to_dict() for r in results]}
+    load = _loader(args)
+    full_precision = None
+    if None in quantizations or args.passages:
+        full_precision = load(None)
+    text = bool(args.passages) and full_precision.tokenizer is not None
+    check_context((full_precision or load(quantizations[0])).config.max_position_embeddings, args.max_tokens)
+    passages = reference = None
+    if text:
+        passages = quality.passage_token_ids(full_precision, args.passages)
+        status(f"scoring {len(passages)} passages with the full-precision model (transformers' forward) ...")
+        reference = quality.score_full_precision(full_precision, passages)
+    elif args.passages and args.json != "-":
+        status(f"{full_precision.config.name} has no tokenizer: quality on real text is not measured")
+    results, qualities = [], []
+    for quantization in quantizations:
+        loaded = full_precision if quantization is None else load(quantization)
+        status(f"loaded {loaded.label}; {args.prompts} prompts through the paged engine and through generate()"
+               f"{f', {len(passages)} passages through the engine' if text else ''}")
+        for dtype in dtypes:
+            result = run_parity(loaded, dtype, num_prompts=args.prompts, max_tokens=args.max_tokens)
+            results.append(result)
+            if args.json != "-":
+                print(_parity_table(result))
+                print()
+            if text:
+                qualities.append(quality.measure_quality(loaded, dtype, reference, passages))
+    if qualities and args.json != "-":
+        print(_quality_table(qualities, full_precision.config.weight_dtype))
+        print()
+    report = {"model": (full_precision or loaded).label, "results": [r.to_dict() for r in results],
+              "quality": [q.to_dict() for q in qualities]}
     if args.json:
         write_json_output("--json", args.json, report)
-    # fp32 KV must reproduce generate() exactly; narrower types only report their cost.
-    failed = [r for r in results if r.kv_cache_dtype == "fp32" and not r.exact]
+    # fp32 KV under unquantised weights must reproduce generate() exactly; the rest report their cost.
+    failed = [r for r in results if r.kv_cache_dtype == "fp32" and r.weights in COMPUTE_DTYPES and not r.exact]
     if failed:
         status("FAILED: with fp32 KV the paged engine must produce generate()'s tokens exactly")
         return 1
     return 0
 
+
+def check_context(context: int, max_tokens: int) -> None:
+    if LONGEST_PROMPT + max_tokens > context:
+        raise ConfigError(f"--max-tokens {max_tokens}: a prompt of up to {LONGEST_PROMPT} tokens and its answer "
+                          f"must fit the model's {context:,}-token context; give at most {context - LONGEST_PROMPT:,}")

@@ -7,8 +7,11 @@ block maps side by side at the same moment; `run_comparison` simply steps them t
 
 Results carry the metric names of Engine.summary() (what `kvscope run --json` prints), the
 configuration's settings, its memory math, the ratio of each key metric to the first
-configuration's (the baseline), and the KV cache's quality cost: measured against transformers'
-generate() on the real backend, None on the simulated one, which holds no values to measure.
+configuration's (the baseline), and its quality cost: what its KV precision and weight
+quantisation cost against the model at full precision, measured on the real backend (top-1
+agreement and perplexity on English passages for a model with a tokenizer, app/lab/verify/
+quality.py; top-1 agreement against transformers' generate() on token prompts for one without),
+None on the simulated one, which holds no values to measure.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from kvscope.engine.config import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
     KV_CACHE_DTYPE_BYTES,
+    QUANTIZATIONS,
     ConfigError,
     EngineArgs,
     HardwareSpec,
@@ -49,11 +53,16 @@ MEMORY_FIELDS = (
     "kv_cache_dtype", "kv_bytes_per_token", "kv_bytes_per_sequence", "weights_bytes", "kv_pool_bytes",
     "num_blocks", "block_size", "max_model_len", "max_concurrent_sequences",
 )
-# Parity prompts for the KV quality cost: two prompts of 16 tokens (32 positions) cost about a
-# second on a 2-core CPU, four several times that. The note says how many positions it rests on.
+# Parity prompts for the KV quality cost of a model without a tokenizer: two prompts of 16 tokens
+# (32 positions) cost about a second on a 2-core CPU, four several times that. The note says how
+# many positions it rests on.
 QUALITY_PROMPTS = 2
 QUALITY_TOKENS = 16
+# English passages for a model with a tokenizer: two (~540 tokens) cost SmolLM2-135M a few
+# seconds per configuration on a 2-core CPU; `kvscope verify` measures on more.
+QUALITY_PASSAGES = 2
 SIMULATED_QUALITY_NOTE = "not measured: the simulated backend holds no values"
+QUALITY_FIELDS = ("kv_quality_cost", "perplexity", "full_precision_perplexity")
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,9 @@ class Variant:
     # Every request generates exactly this many tokens; prompts and arrivals stay the workload's.
     output_tokens: int | None = None
     device: str | None = None  # real backend: cpu, cuda, cuda:N (default: cuda if present)
+    # real backend: the weights quantised on load by bitsandbytes (int8, nf4); None: as on disk.
+    # With memory_bytes (a device budget) the memory they free goes to the KV pool.
+    quantization: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.label, str) or not self.label.strip():
@@ -76,9 +88,12 @@ class Variant:
         if self.backend not in BACKENDS:
             raise ConfigError(f"configuration {self.label!r}: backend must be one of {', '.join(BACKENDS)}, "
                               f"got {self.backend!r}")
-        if self.backend == "real" and (self.hardware is not None or self.memory_bytes is not None):
+        if self.backend == "real" and self.hardware is not None:
             raise ConfigError(f"configuration {self.label!r}: the real backend runs on this machine; "
-                              "size its KV pool with kv_cache_memory_bytes instead of hardware or memory")
+                              "give it a device budget (memory) or a kv_cache_memory_bytes instead of hardware")
+        if self.quantization is not None and (self.backend != "real" or self.quantization not in QUANTIZATIONS):
+            raise ConfigError(f"configuration {self.label!r}: quantization is {' or '.join(QUANTIZATIONS)} on the "
+                              f"real backend, got {self.quantization!r}{' on the simulated one' if self.backend != 'real' else ''}")
         if self.backend == "simulated" and self.hardware is None:
             raise ConfigError(f"configuration {self.label!r}: the simulated backend needs a hardware preset")
         for name in ("memory_bytes", "output_tokens"):
@@ -100,19 +115,20 @@ class Variant:
             return Engine(self.model_config(), self.hardware_spec(), self.engine_args)
         from kvscope.app.lab.real_backend import create_real_engine
 
-        return create_real_engine(loaded_model(self.model, self.device), self.engine_args)
+        return create_real_engine(loaded_model(self.model, self.device, self.quantization), self.engine_args,
+                                  memory_bytes=self.memory_bytes)
 
 
 _LOADED_MODELS: dict = {}
 
 
-def loaded_model(model: str, device: str | None = None):
+def loaded_model(model: str, device: str | None = None, quantization: str | None = None):
     """A real-backend model, loaded once per process: configurations that share it share its weights."""
-    key = (model, device)
+    key = (model, device, quantization)
     if key not in _LOADED_MODELS:
         from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 
-        loaded = load_for_real_backend(model, device=device)
+        loaded = load_for_real_backend(model, device=device, quantization=quantization)
         # Real step times are measured, and the first forwards of a process pay one-time costs
         # (kernel selection, allocator growth): a throw-away engine pays them, so the first
         # configuration to step is not charged for them.
@@ -206,49 +222,97 @@ class ComparisonSpec:
 def engine_settings(variant: Variant, engine: Engine) -> dict:
     """The configuration as it ran: every default resolved against its model and hardware."""
     return {"backend": engine.runner.name, "model": engine.model.name, "hardware": engine.hardware.name,
-            "memory_bytes": engine.hardware.memory_bytes, "output_tokens": variant.output_tokens,
-            **engine.engine_settings()}
+            "memory_bytes": engine.hardware.memory_bytes, "weights": engine.model.weight_dtype,
+            "output_tokens": variant.output_tokens, **engine.engine_settings()}
 
 
 _QUALITY_CACHE: dict = {}
+_REFERENCE_CACHE: dict = {}
 
 
-def _kv_quality_known_without_measuring(engine: Engine) -> tuple[float | None, str] | None:
-    """measure_kv_quality's answer where it needs no parity run, else None."""
+@dataclass(frozen=True)
+class QualityCost:
+    """What a configuration's KV precision and weights cost against the model at full precision."""
+
+    cost: float | None  # 1 - top-1 agreement; None where not measured
+    note: str  # how it was obtained: "measured: ...", "exact: ...", "not measured: ..."
+    perplexity: float | None = None  # on the English passages, where measured on them
+    full_precision_perplexity: float | None = None
+
+
+def _quality_known_without_measuring(engine: Engine) -> QualityCost | None:
+    """measure_quality_cost's answer where it needs no measurement, else None."""
     if engine.runner.name != "real":
-        return None, SIMULATED_QUALITY_NOTE
-    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, engine.runner.loaded.config.weight_dtype
+        return QualityCost(None, SIMULATED_QUALITY_NOTE)
+    loaded = engine.runner.loaded
+    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, loaded.config.weight_dtype
+    if loaded.quantization:
+        if loaded.tokenizer is None:
+            return QualityCost(None, f"not measured: {loaded.config.name} has no tokenizer to read the English "
+                                     f"passages that {loaded.quantization} weights are measured on")
+        return None
     if kv_dtype in (weight_dtype, "fp32"):
-        return 0.0, f"exact: the KV cache keeps the model's own {weight_dtype} values"
-    if KV_CACHE_DTYPE_BYTES[kv_dtype] >= 2:
+        return QualityCost(0.0, f"exact: the KV cache keeps the model's own {weight_dtype} values")
+    if KV_CACHE_DTYPE_BYTES[kv_dtype] >= 2 and loaded.tokenizer is None:
         # A parity run costs seconds; a 16-bit cache is reported as exact (its top-1 agreement
         # is what `kvscope verify` checks), so only 8-bit caches pay for a measurement.
-        return 0.0, f"reported as exact: {kv_dtype} KV is 16-bit (not measured; `kvscope verify` measures it)"
+        return QualityCost(0.0, f"reported as exact: {kv_dtype} KV is 16-bit (not measured; `kvscope verify` "
+                                "measures it)")
     return None
 
 
 def kv_quality_is_measured(engine: Engine) -> bool:
-    """Whether measure_kv_quality runs generate() beside this engine (seconds: worth a status line)."""
-    return _kv_quality_known_without_measuring(engine) is None
+    """Whether measure_quality_cost runs the model beside this engine (seconds: worth a status line)."""
+    return _quality_known_without_measuring(engine) is None
 
 
-def measure_kv_quality(engine: Engine) -> tuple[float | None, str]:
-    """(1 - top-1 agreement with full precision, how it was obtained) for this engine's KV dtype:
-    measured for an 8-bit cache, exact for one as wide as the weights, reported as exact for 16-bit."""
-    known = _kv_quality_known_without_measuring(engine)
+def _full_precision_scores(loaded, device: str | None):
+    """(passages, the unquantised model's scores on them), once per model and device."""
+    from kvscope.app.lab.verify import quality
+
+    key = (str(loaded.path), str(loaded.device))
+    if key not in _REFERENCE_CACHE:
+        full = loaded
+        if loaded.quantization:
+            from kvscope.app.lab.real_backend import load_for_real_backend
+
+            full = next((m for m in _LOADED_MODELS.values() if m.path == loaded.path and m.device == loaded.device
+                         and not m.quantization), None) or load_for_real_backend(model_path=str(loaded.path),
+                                                                                  device=device)
+        passages = quality.passage_token_ids(full, QUALITY_PASSAGES)
+        _REFERENCE_CACHE[key] = passages, quality.score_full_precision(full, passages)
+    return _REFERENCE_CACHE[key]
+
+
+def measure_quality_cost(engine: Engine) -> QualityCost:
+    """This engine's quality cost: measured for a narrowed KV cache or quantised weights, exact
+    where the KV cache keeps the model's own values."""
+    known = _quality_known_without_measuring(engine)
     if known is not None:
         return known
     loaded = engine.runner.loaded
-    kv_dtype, weight_dtype = engine.resolved.kv_cache_dtype, loaded.config.weight_dtype
-    key = (str(loaded.path), str(loaded.device), weight_dtype, kv_dtype)
-    if key not in _QUALITY_CACHE:
+    kv_dtype, weights = engine.resolved.kv_cache_dtype, loaded.quantization or loaded.config.weight_dtype
+    key = (str(loaded.path), str(loaded.device), weights, kv_dtype)
+    if key in _QUALITY_CACHE:
+        return _QUALITY_CACHE[key]
+    if loaded.tokenizer is None:
         from kvscope.app.lab.verify.parity import run_parity
 
-        _QUALITY_CACHE[key] = run_parity(loaded, kv_dtype, num_prompts=QUALITY_PROMPTS, max_tokens=QUALITY_TOKENS)
-    parity = _QUALITY_CACHE[key]
-    return 1.0 - parity.top1_agreement, (
-        f"measured: top-1 agreement {parity.top1_agreement * 100:.1f} % with {weight_dtype} KV over "
-        f"{parity.sequences} prompts x {QUALITY_TOKENS} tokens (transformers' generate() as reference)")
+        parity = run_parity(loaded, kv_dtype, num_prompts=QUALITY_PROMPTS, max_tokens=QUALITY_TOKENS)
+        result = QualityCost(1.0 - parity.top1_agreement, (
+            f"measured: top-1 agreement {parity.top1_agreement * 100:.1f} % with {loaded.config.weight_dtype} KV over "
+            f"{parity.sequences} prompts x {QUALITY_TOKENS} tokens (transformers' generate() as reference)"))
+    else:
+        from kvscope.app.lab.verify.quality import measure_quality as measure_on_text
+
+        passages, reference = _full_precision_scores(loaded, str(loaded.device))
+        q = measure_on_text(loaded, kv_dtype, reference, passages)
+        result = QualityCost(1.0 - q.top1_agreement, (
+            f"measured: top-1 agreement {q.top1_agreement * 100:.1f} % and perplexity {q.perplexity:.2f} against the "
+            f"full-precision model's {q.full_precision_perplexity:.2f}, on {q.passages} English passages "
+            f"({q.tokens:,} tokens)"), q.perplexity, q.full_precision_perplexity)
+    _QUALITY_CACHE[key] = result
+    return result
 
 
 @dataclass
@@ -257,14 +321,16 @@ class ConfigurationResult:
     settings: dict
     metrics: dict  # Engine.summary(): the names `kvscope run --json` prints
     memory: dict  # the configuration's memory math (MEMORY_FIELDS)
-    kv_quality_cost: float | None
+    kv_quality_cost: float | None  # 1 - top-1 agreement with the model at full precision
     kv_quality_note: str
     ratios: dict = field(default_factory=dict)  # KEY_METRICS: this configuration's / the baseline's
+    perplexity: float | None = None  # on English passages, where measured on them
+    full_precision_perplexity: float | None = None
 
     def value(self, name: str):
-        """A metric, a memory-math quantity or the KV quality cost, by name."""
-        if name == "kv_quality_cost":
-            return self.kv_quality_cost
+        """A metric, a memory-math quantity or the quality cost, by name."""
+        if name in QUALITY_FIELDS:
+            return getattr(self, name)
         if name in self.metrics:
             return self.metrics[name]
         if name in self.memory:
@@ -275,13 +341,15 @@ class ConfigurationResult:
         return {
             "label": self.label, "settings": self.settings, **self.metrics, "memory": self.memory,
             "kv_quality_cost": self.kv_quality_cost, "kv_quality_note": self.kv_quality_note,
+            "perplexity": self.perplexity, "full_precision_perplexity": self.full_precision_perplexity,
             "ratios": self.ratios,
         }
 
     def to_row(self) -> dict:
         row = {"label": self.label, **self.settings, **self.metrics}
         row.update({f"memory_{k}": v for k, v in self.memory.items()})
-        row.update(kv_quality_cost=self.kv_quality_cost, kv_quality_note=self.kv_quality_note)
+        row.update(kv_quality_cost=self.kv_quality_cost, kv_quality_note=self.kv_quality_note,
+                   perplexity=self.perplexity, full_precision_perplexity=self.full_precision_perplexity)
         row.update({f"ratio_{k}": self.ratios.get(k) for k in KEY_METRICS})
         return row
 
@@ -361,7 +429,7 @@ class Comparison:
             self.requests_by_label[variant.label] = own
             engine.add_workload(iter(own))
         self._finished = [False] * len(self.engines)
-        self._quality: dict[int, tuple] = {}
+        self._quality: dict[int, QualityCost] = {}
         self._started = time.perf_counter()
         self.wall_time_s = 0.0
 
@@ -431,12 +499,14 @@ class Comparison:
         configs = []
         for i, (variant, engine) in enumerate(zip(self.variants, self.engines)):
             if i not in self._quality and (measure_quality or engine.runner.name != "real"):
-                self._quality[i] = measure_kv_quality(engine)
-            cost, note = self._quality.get(i, (None, "not measured yet"))
+                self._quality[i] = measure_quality_cost(engine)
+            quality = self._quality.get(i, QualityCost(None, "not measured yet"))
             memory = engine.plan.to_dict()
             configs.append(ConfigurationResult(
                 label=variant.label, settings=engine_settings(variant, engine), metrics=engine.summary(),
-                memory={k: memory[k] for k in MEMORY_FIELDS}, kv_quality_cost=cost, kv_quality_note=note,
+                memory={k: memory[k] for k in MEMORY_FIELDS}, kv_quality_cost=quality.cost,
+                kv_quality_note=quality.note, perplexity=quality.perplexity,
+                full_precision_perplexity=quality.full_precision_perplexity,
             ))
         base = configs[0]
         for config in configs:

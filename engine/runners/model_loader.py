@@ -3,16 +3,19 @@
 A model directory holds config.json, *.safetensors and, optionally, a tokenizer. Pickled
 weights (*.bin) load only when the caller passes allow_pickle. Models already in the local
 Hugging Face cache are discovered so the user can pick one without typing a path.
+Weights quantise on load (int8, nf4) through bitsandbytes wherever it has a backend (CUDA; the
+CPU from 0.48), probed first on one small layer so that elsewhere the user reads one sentence.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvscope.engine.checks import load_json, read_capped, require_table, shown
-from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
+from kvscope.engine.config import QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
 from kvscope.engine.hf_config import MAX_CONFIG_BYTES, model_from_hf_config
 from kvscope.engine.hf_fields import checked_hf_fields
 from kvscope.engine.units import GiB
@@ -24,7 +27,6 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 SUPPORTED_MODEL_TYPES = tuple(SUPPORTED_ARCHITECTURES.values())
-QUANTIZATIONS = ("int8", "nf4")
 MAX_INDEX_BYTES = 64 * 1024**2  # model.safetensors.index.json: a few MiB for the largest models
 NAMES_LISTED = 5  # of the parameters that do not match, the first few by name
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -43,8 +45,8 @@ class LoadedModel:
     @property
     def label(self) -> str:
         kind = "random weights" if self.random_weights else "weights from disk"
-        quant = f", {self.quantization}" if self.quantization else ""
-        return f"{self.config.name} ({kind}{quant}, {self.config.weight_dtype} on {self.device})"
+        weights = f"{self.quantization} weights" if self.quantization else self.config.weight_dtype
+        return f"{self.config.name} ({kind}, {weights} on {self.device})"
 
 
 def _read_config(path: Path) -> dict:
@@ -164,15 +166,18 @@ def _available_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_weights_fit(model: ModelConfig, device, dtype: str) -> None:
+def check_weights_fit(model: ModelConfig, device, dtype: str, quantization: str | None = None) -> None:
     """Refuse, before allocating anything, a model whose weights cannot fit on the device."""
-    from kvscope.engine.memory_math import num_parameters
+    from kvscope.engine.memory_math import bitsandbytes_weights_bytes, num_parameters
 
-    expected = num_parameters(model) * WEIGHT_DTYPE_BYTES[dtype]
+    if quantization:
+        expected = bitsandbytes_weights_bytes(model, quantization, dtype)
+    else:
+        expected = num_parameters(model) * WEIGHT_DTYPE_BYTES[dtype]
     available = _available_bytes(device)
     if expected > available:
         raise ConfigError(
-            f"{model.name} needs about {expected / GiB:.1f} GiB for its weights as {dtype}, "
+            f"{model.name} needs about {expected / GiB:.1f} GiB for its weights as {quantization or dtype}, "
             f"but {device} has {available / GiB:.1f} GiB"
         )
 
@@ -198,7 +203,7 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ConfigError(f"unknown quantization {quantization!r}; choose {', '.join(QUANTIZATIONS)}")
 
-    check_weights_fit(model_config, dev, quantization or dtype)
+    check_weights_fit(model_config, dev, dtype, quantization)
 
     # ignore_mismatched_sizes: a parameter of another shape is reported, by name, by check_weights_match
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=not allow_pickle or None,
@@ -209,35 +214,80 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
     try:
         hf_model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
     except Exception as exc:  # corrupt or mismatched weights raise many kinds (SafetensorError among them)
-        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"model directory {path}: cannot load: {first_line[:300]}") from None
+        raise ConfigError(f"model directory {path}: cannot load: {_first_line(exc)}") from None
     check_weights_match(path, loading_info)
     if not quantization:
         hf_model.to(dev)
     hf_model.eval()
-    # Parameters only: buffers such as rotary frequencies are bytes, not weights, and leaving them
-    # out keeps this figure equal to the one `kvscope math` derives from the config.
-    weights = sum(p.numel() * p.element_size() for p in hf_model.parameters())
-    loaded_config = model_config.replace(weight_dtype=quantization or dtype, weights_bytes=int(weights),
-                                         weights_source="the loaded model's parameters, measured",
-                                         source=f"local model directory {path}")
+    source = "the loaded model's parameters, measured"
+    if quantization:  # on an AVX512-BF16 CPU nf4 weights are repacked (absmax to bf16) on their first forward
+        with torch.inference_mode():
+            hf_model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=dev), use_cache=False)
+        source = (f"the loaded model's parameters and {quantization} scales, measured (linear layers {quantization}; "
+                  f"embeddings, norms and LM head {dtype})")
+    loaded_config = model_config.replace(weight_dtype=quantization or dtype, weights_bytes=measured_weights_bytes(hf_model),
+                                         weights_source=source, source=f"local model directory {path}")
     return LoadedModel(hf_model, _tokenizer(path), loaded_config, path, dev, random_weights, quantization)
 
 
-def _bitsandbytes_config(quantization: str, device, dtype: str):
-    try:
-        import bitsandbytes  # noqa: F401
-        from transformers import BitsAndBytesConfig
-    except ImportError:
-        raise ConfigError("weight quantisation needs bitsandbytes: pip install 'kvscope[quantization]'") from None
-    if device.type != "cuda":
-        raise ConfigError(f"bitsandbytes {quantization} needs a CUDA device on this platform; this run is on {device}")
+def measured_weights_bytes(hf_model) -> int:
+    """Bytes the weights occupy: the parameters and the scales bitsandbytes keeps beside quantised
+    ones. Buffers (rotary frequencies) are not weights: without them an unquantised model's figure
+    is the one `kvscope math` derives from its config."""
     import torch
 
-    if quantization == "nf4":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                  bnb_4bit_compute_dtype=getattr(torch, _TORCH_DTYPES[dtype]))
-    return BitsAndBytesConfig(load_in_8bit=True)
+    sizes = {}
+    for module in hf_model.modules():
+        params = list(module.parameters(recurse=False))
+        state = getattr(module, "state", None)  # int8: its scales move here on the first forward
+        tensors = [*params, getattr(state, "CB", None), getattr(state, "SCB", None)]
+        for param in params:
+            tensors.append(getattr(param, "SCB", None))
+            quant = getattr(param, "quant_state", None)
+            while quant is not None:  # nf4: absmax and code (a nested state holds its own again)
+                tensors += [quant.absmax, quant.code, getattr(quant, "offset", None)]
+                quant = getattr(quant, "state2", None)
+        sizes.update({(t.data_ptr(), t.nbytes): t.nbytes for t in tensors if torch.is_tensor(t)})
+    return int(sum(sizes.values()))
+
+
+def _first_line(exc: Exception) -> str:
+    return ((str(exc).splitlines() or [""])[0] or type(exc).__name__)[:300]
+
+
+def check_bitsandbytes(quantization: str, device, dtype: str = "fp32") -> None:
+    """A one-line ConfigError unless bitsandbytes can run `quantization` on `device`: one small
+    layer is quantised there and multiplied, as the model's will be."""
+    import torch
+
+    # bitsandbytes warns on every int8 matmul of a non-fp16 input (each layer, each step on a CPU)
+    # and, on import, of an optional kernel package it does without: nothing a user can act on.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise ConfigError("weight quantisation needs bitsandbytes, which is not installed: "
+                          "pip install 'kvscope[quantization]'") from None
+    except Exception as exc:  # a broken native library raises at import on some platforms
+        raise ConfigError(f"bitsandbytes is installed but does not load: {_first_line(exc)}") from None
+    compute_dtype = getattr(torch, _TORCH_DTYPES[dtype])
+    try:
+        layer = (bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=compute_dtype, quant_type="nf4")
+                 if quantization == "nf4" else bnb.nn.Linear8bitLt(64, 64, bias=False, has_fp16_weights=False))
+        with torch.inference_mode():
+            layer.to(device).eval()(torch.ones((2, 64), dtype=compute_dtype, device=device))
+    except Exception as exc:  # a missing backend raises NotImplementedError, RuntimeError or worse
+        raise ConfigError(f"bitsandbytes {getattr(bnb, '__version__', '?')} cannot run {quantization} weights on "
+                          f"{device}: {_first_line(exc)} (its CPU backend needs 0.48 or newer)") from None
+
+
+def _bitsandbytes_config(quantization: str, device, dtype: str):
+    from transformers import BitsAndBytesConfig
+
+    check_bitsandbytes(quantization, device, dtype)
+    if quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=_TORCH_DTYPES[dtype])
 
 
 def _tokenizer(path: Path):

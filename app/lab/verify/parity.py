@@ -4,6 +4,12 @@ shared prefixes and forced preemption — and through transformers' own generate
 With fp32 KV the tokens must be identical. With a narrower KV dtype the cost is measured two
 ways on the engine's own outputs: top-1 agreement (does the full-precision model, given the same
 prefix, pick the same token?) and the largest logit difference.
+
+With weights quantised on load (int8, nf4) generate() runs the same quantised model. nf4 stays
+exact. int8 need not: bitsandbytes' LLM.int8() sends every input column holding a value above
+6.0 in ANY row of the matmul through a 16-bit path, so a token's result depends on which other
+tokens share its matmul: the engine's packed batch of chunks and decodes, or generate()'s one
+sequence. app/lab/verify/quality.py measures what the quantisation itself costs.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class ParityResult:
     preemptions: int
     prefix_hit_tokens: int
     chunked_prefill_chunks: int  # prompt chunks that left part of their prompt for a later step
+    weights: str = ""  # the loaded weights' type: fp32, bf16, or the quantisation (int8, nf4)
 
     @property
     def exact(self) -> bool:
@@ -120,4 +127,5 @@ def run_parity(loaded: LoadedModel, kv_cache_dtype: str, num_prompts: int = 8, m
         kv_cache_dtype=engine.resolved.kv_cache_dtype, sequences=len(prompts), identical_sequences=identical,
         token_agreement=agree / positions, top1_agreement=top1 / positions, max_logit_diff=max_diff,
         preemptions=summary["preemptions"], prefix_hit_tokens=prefix_tokens, chunked_prefill_chunks=chunked,
+        weights=loaded.quantization or loaded.config.weight_dtype,
     )
