@@ -4,6 +4,8 @@
     kvscope export run.kvrec --perfetto trace.json  a Chrome/Perfetto trace (ui.perfetto.dev)
     kvscope export run.kvrec --csv steps.csv        the per-step series, one row per engine step
 
+A recording of an attached vLLM server (`kvscope attach --record`) is described too, and --csv
+writes its metric series, one row per scrape; it has no engine steps, so --perfetto refuses it.
 A missing, truncated or corrupt recording ends in one line on stderr and exit code 2.
 """
 
@@ -70,6 +72,10 @@ def run(args) -> int:
     for flag, path in outputs:
         check_output_path(flag, path, {"recording": args.file})
     check_distinct_outputs(dict(outputs))
+    from kvscope.app.lab.recording.records import is_attached, read_header
+
+    if is_attached(read_header(args.file)):
+        return export_attached(args)
     with Recording.open(args.file) as recording:
         if recording.warning:
             print(f"kvscope: warning: {recording.warning}", file=sys.stderr)
@@ -97,4 +103,41 @@ def run(args) -> int:
                 print(f"per-step CSV written to {args.csv} ({format_bytes(size)}, {rows:,} rows)")
         except OSError as exc:
             raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
+    return 0
+
+
+def export_attached(args) -> int:
+    """An attached server's recording: described, or its metric series as CSV (one row per scrape)."""
+    import csv
+
+    from kvscope.app.lab.recording.attached_reader import AttachedRecording
+
+    if args.perfetto:
+        raise ConfigError(f"--perfetto: {Path(args.file).name} is a recording of an attached vLLM server, which "
+                          "publishes no engine steps to trace; --csv writes its metric series")
+    recording = AttachedRecording.open(args.file)
+    if recording.warning:
+        print(f"kvscope: warning: {recording.warning}", file=sys.stderr)
+    series = recording.series()
+    if not args.csv:
+        info = recording.info
+        print(f"{recording.path.name}: an attached vLLM server, {info['version']} at {info['url']} serving "
+              f"{', '.join(info['model_names']) or 'an unknown model'} with {info['num_gpu_blocks']:,} KV blocks of "
+              f"{info['block_size']} tokens per engine ({len(info['engines'])} engine(s)). It holds "
+              f"{recording.num_steps:,} ticks over {format_seconds(recording.duration_s)}: "
+              f"{sum(recording.event_counts().values()):,} KV events in {recording.num_batches:,} batches, "
+              f"{len(series['time_s']):,} scrapes of /metrics. Recorded {recording.header.get('created', '?')} by "
+              f"kvscope {recording.header.get('kvscope_version', '?')} (recording format "
+              f"{'.'.join(str(v) for v in recording.header['format_version'])}); {format_bytes(recording.file_size)}."
+              + (f" Note: {recording.note}." if recording.note else ""))
+        return 0
+    try:
+        with atomic_output(args.csv) as partial, open(partial, "w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(list(series))
+            writer.writerows(zip(*(values.tolist() for values in series.values())))
+    except OSError as exc:
+        raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
+    print(f"metric series CSV written to {args.csv} ({format_bytes(Path(args.csv).stat().st_size)}, "
+          f"{len(series['time_s']):,} rows, one per scrape)")
     return 0

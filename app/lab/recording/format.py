@@ -20,7 +20,7 @@ from kvscope.engine.checks import MAX_JSON_DEPTH, nesting_depth
 from kvscope.engine.config import ConfigError
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1  # 1.1: a recording of an attached vLLM server (header "source"; ATTACH_START, ATTACH_TICKS)
 SIGNATURE = b"\x89KVREC\r\n\x1a\n"  # PNG-style: a text-mode transfer or a 7-bit channel breaks it visibly
 FILE_HEADER = struct.Struct("<10sHH")
 FRAME_HEAD = struct.Struct("<2sBBQI")  # marker, type, flags, payload length, payload CRC32
@@ -31,7 +31,10 @@ TRAILER_TAG = b"KVRINDEX"
 FLAG_ZLIB = 1
 
 HEADER, KEYFRAME, STEPS, DELTAS, INDEX = 1, 2, 3, 4, 5
-RECORD_NAMES = {HEADER: "header", KEYFRAME: "keyframe", STEPS: "steps", DELTAS: "deltas", INDEX: "index"}
+ATTACH_START, ATTACH_TICKS = 6, 7  # an attached server: its prefix-cache map at the start, then what arrived
+RECORD_NAMES = {HEADER: "header", KEYFRAME: "keyframe", STEPS: "steps", DELTAS: "deltas", INDEX: "index",
+                ATTACH_START: "attach start", ATTACH_TICKS: "attach ticks"}
+SOURCE_ENGINE, SOURCE_ATTACH = "engine", "vllm-attach"  # the header's "source": what was recorded
 
 COMPRESS_LEVEL = 1  # zlib: higher levels cost several times the time for a few percent of size
 # The most one record may hold once inflated: a keyframe of the largest pool the engine builds

@@ -177,3 +177,118 @@ def _fits(values: np.ndarray, dtype: np.dtype, name: str, what: str) -> None:
     info = np.iinfo(dtype)
     if values.dtype.kind not in "iub" or int(values.min()) < max(info.min, -(2**62)) or int(values.max()) > info.max:
         raise _corrupt(f"{what}: {name} must hold whole numbers from {info.min:,} to {info.max:,}")
+
+
+# -- a recording of an attached vLLM server (attached_writer.py) ---------------------------------------
+
+_ATTACH_TEXTS = ("url", "version")
+_ATTACH_LISTS = ("model_names", "engines", "sources")
+MAX_NOTICE_TEXT = 4_000
+NOTICE_FIELDS = 8  # tick, batches before it, kind, stream, first seq, last seq, count, message
+
+
+def _table(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise _corrupt(f"{what} must be a table, got {shown(value)}")
+    return value
+
+
+def _text(value, what: str, limit: int = MAX_NOTICE_TEXT) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise _corrupt(f"{what} must be text of at most {limit:,} characters, got {shown(value)}")
+    return value
+
+
+def check_attach_header(header: dict, name: str) -> dict:
+    """The server an attached recording followed (header "attach") and how ("target")."""
+    attach = _table(header.get("attach"), f"{name}: the header's attach")
+    for key in _ATTACH_TEXTS:
+        _text(attach.get(key), f"{name}: the header's attach.{key}", 2_000)
+    for key in _ATTACH_LISTS:
+        values = attach.get(key)
+        if not isinstance(values, list) or len(values) > MAX_EVENT_KINDS or not all(isinstance(v, str) for v in values):
+            raise _corrupt(f"{name}: the header's attach.{key} must be a list of texts, got {shown(values)}")
+    whole(attach.get("num_gpu_blocks"), f"{name}: the header's attach.num_gpu_blocks", 1, MAX_NUM_BLOCKS)
+    whole(attach.get("block_size"), f"{name}: the header's attach.block_size", 1, MAX_BLOCK_SIZE)
+    if attach.get("replay") is not None:
+        _text(attach["replay"], f"{name}: the header's attach.replay", 2_000)
+    for key in ("cache_config", "unavailable"):
+        table = _table(attach.get(key), f"{name}: the header's attach.{key}")
+        if not all(isinstance(v, str) for v in table.values()):
+            raise _corrupt(f"{name}: the header's attach.{key} must map names to texts")
+    prediction = attach.get("prediction")
+    if not isinstance(prediction, list) or not all(isinstance(row, dict) and isinstance(row.get("name"), str)
+                                                   and isinstance(row.get("unit"), str)
+                                                   and isinstance(row.get("note"), str) for row in prediction):
+        raise _corrupt(f"{name}: the header's attach.prediction must be a list of figures")
+    for row in prediction:
+        for key in ("predicted", "observed", "error"):
+            if row.get(key) is not None:
+                _number(row[key], f"{name}: the header's attach.prediction {key}")
+    _table(header.get("target"), f"{name}: the header's target")
+    for key in ("model", "hardware"):
+        if header.get(key) is not None:
+            _table(header[key], f"{name}: the header's {key}")
+    return header
+
+
+def check_attach_start(head: dict, arrays: dict, counts: tuple, subscriber: tuple, what: str) -> None:
+    """ATTACH_START: the map's state (map.state, msgpack bytes) and the counts when recording began."""
+    _number(head.get("time_s"), f"{what}: time_s")
+    events = _table(head.get("events"), f"{what}: events")
+    if len(events) > MAX_EVENT_KINDS:
+        raise _corrupt(f"{what}: events names {len(events):,} kinds")
+    for kind, n in events.items():
+        whole(n, f"{what}: events {kind[:40]}")
+    for group, names in (("counts", counts), ("subscriber", subscriber)):
+        table = _table(head.get(group), f"{what}: {group}")
+        for key in names:
+            whole(table.get(key), f"{what}: {group}.{key}")
+    state = arrays.get("map.state")
+    if state is None or state.dtype != np.uint8:
+        raise _corrupt(f"{what} has no map.state bytes")
+
+
+def check_ticks(head: dict, arrays: dict, num_ticks: int, point_columns: tuple, subscriber: tuple,
+                what: str) -> None:
+    """ATTACH_TICKS of num_ticks ticks: tables of consistent lengths, streams and notices in range."""
+    times = _length(arrays, "tick.time_s", num_ticks, what)
+    if times.dtype.kind != "f" or not np.isfinite(times).all():
+        raise _corrupt(f"{what}: tick.time_s must hold finite seconds")
+    batches = _counts(arrays, "tick.num_batches", num_ticks, what)
+    for name in ("tick.has_point", "tick.metric_restart", *(f"tick.{n}" for n in subscriber)):
+        _length(arrays, name, num_ticks, what)
+    for name in subscriber:
+        _counts(arrays, f"tick.{name}", num_ticks, what)
+    points = int(np.count_nonzero(arrays["tick.has_point"]))
+    for name in point_columns:
+        _length(arrays, f"point.{name}", points, what)
+    for name in ("batch.seq", "batch.stream", "batch.replayed"):
+        _length(arrays, name, batches, what)
+    _length(arrays, "batch.bytes", _counts(arrays, "batch.length", batches, what), what)
+    streams = head.get("streams")
+    if (not isinstance(streams, list) or len(streams) > MAX_STEPS
+            or not all(isinstance(s, list) and len(s) == 3 and isinstance(s[0], str) and isinstance(s[1], str)
+                       and (s[2] is None or isinstance(s[2], int) and not isinstance(s[2], bool)) for s in streams)):
+        raise _corrupt(f"{what}: streams must be a list of [source, topic, data-parallel rank]")
+    _in_range(arrays, "batch.stream", len(streams), what)
+    notices = head.get("notices")
+    if not isinstance(notices, list) or not all(isinstance(n, list) and len(n) == NOTICE_FIELDS for n in notices):
+        raise _corrupt(f"{what}: notices must be a list of [{NOTICE_FIELDS} fields]")
+    per_tick = arrays["tick.num_batches"]
+    for n in notices:
+        tick = whole(n[0], f"{what}: a notice's tick", 0, num_ticks - 1)
+        whole(n[1], f"{what}: a notice's place in its tick", 0, int(per_tick[tick]))
+        _text(n[2], f"{what}: a notice's kind", 40)
+        whole(n[3], f"{what}: a notice's stream", -1, len(streams) - 1)
+        for value in (n[4], n[5]):
+            if value is not None:
+                whole(value, f"{what}: a notice's seq", -(2**63), 2**63 - 1)
+        whole(n[6], f"{what}: a notice's count")
+        _text(n[7], f"{what}: a notice's message")
+    failures = head.get("failures")
+    if not isinstance(failures, list) or not all(isinstance(f, list) and len(f) == 2 for f in failures):
+        raise _corrupt(f"{what}: failures must be a list of [tick, message]")
+    for tick, message in failures:
+        whole(tick, f"{what}: a failed scrape's tick", 0, num_ticks - 1)
+        _text(message, f"{what}: a failed scrape's message")

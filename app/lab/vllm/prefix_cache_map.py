@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Union
 
+import msgspec
 import numpy as np
 
 from kvscope.app.lab.vllm.events import (
@@ -38,6 +40,8 @@ from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_FREE
 
 BlockKey = tuple[int, int, BlockHash]  # (DP rank, group_idx, hash)
 NO_CHAIN = -1
+CELL_ARRAYS = ("cell_state", "cell_order", "cell_stored_ts", "cell_chain", "cell_depth", "cell_hash")
+_COUNTERS = ("_stored", "_removed", "_cleared", "_unknown_removals", "_unknown_events", "_next_order", "_next_chain")
 
 
 @dataclass(slots=True)
@@ -213,6 +217,11 @@ class PrefixCacheMap:
     def num_cells(self) -> int:
         return len(self.cell_state)
 
+    @property
+    def ranks(self) -> list[int]:
+        """The DP ranks that have cells, in the order their segments were laid out."""
+        return list(self._segments)
+
     def segment_of(self, data_parallel_rank: int) -> slice:
         """The cells of one DP engine (each has its own num_gpu_blocks)."""
         start = self._segments[data_parallel_rank]
@@ -243,3 +252,99 @@ class PrefixCacheMap:
         chains = len({block.chain for block in self.blocks.values()})
         return PrefixCacheCounts(self.num_cells, len(self.blocks), placed, unplaced, chains, self._stored,
                                  self._removed, self._cleared, self._unknown_removals, self._unknown_events)
+
+
+# -- the map as data: what a recording of an attached server starts from ------------------------------
+# Plain msgpack of the blocks (a hash is an int or bytes, as vLLM sent it) and the cell arrays as
+# they are: the cells are kvscope's placement, which no replay of events could rebuild once the
+# events before a recording started are gone.
+
+_Hash = Union[int, bytes]
+
+
+class _BlockState(msgspec.Struct, array_like=True):
+    rank: int
+    group: int
+    hash: _Hash
+    parent: Union[_Hash, None]
+    tokens: list[int]
+    order: int
+    stored_ts: float
+    chain: int
+    depth: int
+    cells: list[int]
+
+
+class _MapState(msgspec.Struct, array_like=True):
+    num_gpu_blocks: int
+    block_size: Union[int, None]
+    segments: list[tuple[int, int]]  # (DP rank, first cell), in layout order
+    blocks: list[_BlockState]
+    unplaced: list[tuple[int, int, _Hash]]  # keys waiting for a free cell, in order
+    counters: list[int]  # _COUNTERS
+
+
+_STATE_DECODER = msgspec.msgpack.Decoder(_MapState)
+
+
+def map_state(cache: PrefixCacheMap) -> tuple[bytes, dict]:
+    """The map as (msgpack of its blocks, its cell arrays)."""
+    blocks = [_BlockState(key[0], key[1], key[2], b.parent, list(b.token_ids), b.order, b.stored_ts, b.chain, b.depth,
+                          list(b.cells)) for key, b in cache.blocks.items()]
+    unplaced = [key for keys in cache._unplaced.values() for key in keys]
+    state = _MapState(cache.num_gpu_blocks, cache.block_size, list(cache._segments.items()), blocks, unplaced,
+                      [getattr(cache, name) for name in _COUNTERS])
+    return msgspec.msgpack.encode(state), {name: getattr(cache, name) for name in CELL_ARRAYS}
+
+
+def restore_map(blob: bytes, arrays: dict, max_cells: int) -> PrefixCacheMap:
+    """The map map_state() saved. Anything inconsistent -- a cell outside the pool, a segment out of
+    place, arrays of the wrong length -- is a ValueError naming what."""
+    try:
+        state = _STATE_DECODER.decode(blob)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"the prefix-cache map cannot be read: {exc}") from None
+    n = state.num_gpu_blocks
+    if not 0 < n or n * max(len(state.segments), 1) > max_cells:
+        raise ValueError(f"the prefix-cache map has {n} blocks per engine in {len(state.segments)} segments")
+    cache = PrefixCacheMap(n, state.block_size)
+    if [start for _, start in state.segments] != [k * n for k in range(len(state.segments))] or \
+            not state.segments or state.segments[0][0] != 0 or len({r for r, _ in state.segments}) != len(state.segments):
+        raise ValueError("the prefix-cache map's engine segments are out of place")
+    for rank, _ in state.segments[1:]:
+        cache._segment(rank)
+    cells = cache.num_cells
+    for name in CELL_ARRAYS:
+        values = arrays.get(name)
+        if values is None or len(values) != cells:
+            raise ValueError(f"the prefix-cache map's {name} does not have one entry per cell ({cells:,})")
+        setattr(cache, name, np.array(values, dtype=getattr(cache, name).dtype))
+    used: set[int] = set()
+    for b in state.blocks:
+        key = (b.rank, b.group, b.hash)
+        segment = cache._segments.get(b.rank)
+        if segment is None or key in cache.blocks or any(
+                not segment <= c < segment + n or c in used for c in b.cells):
+            raise ValueError("the prefix-cache map places a block outside its engine's cells, or twice")
+        used.update(b.cells)
+        cache.blocks[key] = CachedBlock(b.parent, tuple(b.tokens), b.rank, b.group, b.order, b.stored_ts, b.chain,
+                                        b.depth, list(b.cells))
+        for c in b.cells:
+            cache._cell_key[c] = key
+    state_of_cells = np.full(cells, BLOCK_FREE, np.uint8)
+    state_of_cells[list(used)] = BLOCK_CACHED
+    if not np.array_equal(state_of_cells, cache.cell_state):
+        raise ValueError("the prefix-cache map's cell states disagree with its blocks")
+    for rank, start in state.segments:
+        cache._free[rank] = [c for c in range(start, start + n) if c not in used]  # ascending: a valid heap
+        cache._unplaced[rank] = []
+    for key in state.unplaced:
+        key = tuple(key)
+        if key not in cache.blocks or key[0] not in cache._unplaced:
+            raise ValueError("the prefix-cache map has an unplaced block it does not hold")
+        cache._unplaced[key[0]].append(key)
+    if len(state.counters) != len(_COUNTERS) or any(v < 0 for v in state.counters):
+        raise ValueError("the prefix-cache map's counters are not 7 counts")
+    for name, value in zip(_COUNTERS, state.counters):
+        setattr(cache, name, value)
+    return cache

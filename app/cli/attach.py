@@ -1,0 +1,206 @@
+"""`kvscope attach URL`: follow a running vLLM server's KV cache events and metrics, in the window
+or, with --duration, headless (a summary, or --json OUT for scripts and checks).
+
+URL is the server's HTTP address (/version, /metrics). Events come from its publisher
+(--kv-events tcp://HOST:5557, which vLLM binds with `"endpoint": "tcp://*:5557"`), or from servers
+that dial a socket kvscope binds (--kv-listen tcp://*:5557, the server's endpoint naming this
+host); --replay names the server's replay socket, so missed batches are fetched again.
+--data-parallel-size N follows N DP engines, rank r on each endpoint's port + r, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kvscope.engine.config import ConfigError
+from kvscope.engine.units import format_bytes, format_percent, format_seconds
+
+from kvscope.app.cli import options
+from kvscope.app.cli.output import table
+from kvscope.app.lab.output_path import check_output_path, write_json_output
+
+MAX_DURATION_S = 7 * 86400.0
+POLL_MS = 100
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("attach", help="follow a live vLLM server's KV cache events and metrics")
+    parser.add_argument("url", metavar="URL", help="the server's HTTP address, e.g. http://127.0.0.1:8000")
+    events = parser.add_mutually_exclusive_group()
+    events.add_argument("--kv-events", metavar="ENDPOINT",
+                        help="the server's KV event publisher to dial, e.g. tcp://127.0.0.1:5557")
+    events.add_argument("--kv-listen", metavar="ENDPOINT",
+                        help="bind this endpoint for servers to dial (their --kv-events-config endpoint names "
+                             "this host), e.g. tcp://*:5557")
+    parser.add_argument("--replay", metavar="ENDPOINT",
+                        help="the server's replay socket, e.g. tcp://127.0.0.1:5558: missed batches are fetched again")
+    parser.add_argument("--data-parallel-size", type=options.bounded(1, 256, whole_only=True), default=1,
+                        metavar="N", help="DP engines: rank r publishes on each endpoint's port + r (default 1)")
+    parser.add_argument("--topic", default=None, help="the server's event topic (default: every topic)")
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", metavar="PRESET", help="the served model's kvscope preset, for the prediction")
+    model.add_argument("--model-path", metavar="DIR",
+                       help="the served model's directory (its config.json), for the prediction")
+    parser.add_argument("--hardware", metavar="PRESET",
+                        help="what the server runs on, for the prediction when it sized its cache from GPU memory")
+    parser.add_argument("--timeout", type=options.bounded(0.05, 60.0), default=2.0, metavar="SECONDS",
+                        help="for each HTTP request and replay answer (default 2)")
+    parser.add_argument("--duration", type=options.bounded(0.0, MAX_DURATION_S, low_open=True), metavar="SECONDS",
+                        help="headless: follow for this long, then print what was observed (no window)")
+    parser.add_argument("--json", metavar="OUT", help="with --duration: write the observations as JSON ('-': stdout)")
+    parser.add_argument("--record", metavar="FILE",
+                        help="record what arrives to a .kvrec, for `kvscope gui --replay FILE` and `kvscope export`")
+    parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark", help="the window's colours")
+    parser.add_argument("--quit-after", type=options.bounded(0.0, MAX_DURATION_S), metavar="SECONDS",
+                        help="the window: close after this many seconds")
+    parser.add_argument("--screenshot", metavar="PNG", help="the window, with --quit-after: save it as a PNG first")
+    parser.set_defaults(func=run)
+
+
+def target_from_args(args):
+    from kvscope.app.lab.presets import load_hardware, load_model
+    from kvscope.app.lab.vllm.attachment import AttachTarget
+    from kvscope.engine.hf_config import load_hf_config
+
+    if not (args.kv_events or args.kv_listen):
+        raise ConfigError("give the server's KV event endpoint (--kv-events tcp://HOST:5557) or one for servers to "
+                          "dial (--kv-listen tcp://*:5557)")
+    model = load_hf_config(args.model_path) if args.model_path else load_model(args.model) if args.model else None
+    hardware = load_hardware(args.hardware) if args.hardware else None
+    return AttachTarget(url=args.url, kv_events=args.kv_events, kv_listen=args.kv_listen, replay=args.replay,
+                        data_parallel_size=args.data_parallel_size, topic=args.topic or "", model=model,
+                        hardware=hardware, timeout_s=args.timeout)
+
+
+def follow(target, duration_s: float, record: str | None = None) -> dict:
+    """Attach, follow for duration_s (recording to `record` if given), and report; ConfigError
+    (one line) if attaching fails or the endpoint proves not to be a vLLM publisher (the report is
+    then in the error's `report`)."""
+    from kvscope.app.lab.vllm.attachment import Attachment, publisher_error
+
+    with Attachment(target) as attachment:
+        if record:
+            attachment.start_recording(record)
+        deadline = time.monotonic() + duration_s
+        while (left := deadline - time.monotonic()) > 0:
+            attachment.poll(int(min(POLL_MS, left * 1000)) + 1)
+        attachment.poll(0)
+        attachment.scrape()
+        report = attachment.report()
+        error = publisher_error(attachment)
+        recorder = attachment.stop_recording()
+        if recorder is not None:
+            report["recording"] = {"path": str(recorder.path), "bytes": recorder.size, "ticks": recorder.num_ticks}
+    if error is not None:
+        error.report = report
+        raise error
+    return report
+
+
+def summary_rows(report: dict) -> list[tuple[str, str]]:
+    m = report["metrics"]
+
+    def seconds(value):
+        return "n/a" if value is None else format_seconds(value)
+
+    events = ", ".join(f"{name} {count:,}" for name, count in report["events"].items()) or "none"
+    rows = [
+        ("server", f"{report['server']} (vLLM {report['server_version']}, {', '.join(report['model_names']) or '?'})"),
+        ("cache", f"{report['num_gpu_blocks']:,} blocks x {report['block_size']} tokens per engine, "
+                  f"{report['data_parallel_engines']} engine(s)"),
+        ("events", f"{events} in {report['batches']:,} batches ({report['blocks_stored']:,} blocks stored, "
+                   f"{report['blocks_removed']:,} removed)"),
+        ("gaps / replayed / lost", f"{report['gaps']:,} / {report['batches_replayed']:,} / {report['batches_lost']:,}"),
+        ("restarts / decode errors", f"{report['restarts']:,} / {report['decode_errors']:,}"),
+        ("blocks cached at the end", f"{report['blocks_cached']:,} in {report['chains']:,} chains"),
+        ("KV cache usage (now / peak)", f"{_percent(m['kv_usage'])} / {_percent(m['peak_kv_usage'])}"),
+        ("running / waiting", f"{_count(m['num_running'])} / {_count(m['num_waiting'])}"),
+        ("preemptions (server total)", _count(m["preemptions"])),
+        ("prefix cache hit rate (server total)", _percent(m["prefix_cache_hit_rate"])),
+        ("TTFT p50 / p99 (while attached)", f"{seconds(m['ttft_p50_s'])} / {seconds(m['ttft_p99_s'])}"),
+        ("inter-token p50 / p99 (while attached)", f"{seconds(m['itl_p50_s'])} / {seconds(m['itl_p99_s'])}"),
+    ]
+    for figure in report["prediction"]:
+        predicted, observed = (figure_value(figure[key], figure["unit"]) for key in ("predicted", "observed"))
+        unit = "" if figure["unit"] == "s" else f" {figure['unit']}"
+        error = "" if figure["error"] is None else f", error {figure['error']:+.1%}"
+        rows.append((f"{figure['name']} predicted / observed", f"{predicted} / {observed}{unit}{error}"
+                                                                 f"  ({figure['note']})"))
+    return rows
+
+
+def figure_value(value, unit: str) -> str:
+    """A predicted or observed figure with its unit's formatting: seconds as ms / s, counts plain."""
+    if value is None:
+        return "n/a"
+    return format_seconds(value) if unit == "s" else f"{value:,.2f}"
+
+
+def run_window(target, args) -> int:
+    """The explorer window with the server's page showing; the live engine is built only if played."""
+    import argparse
+    import sys
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from kvscope.app.cli.gui import initial_values
+    from kvscope.app.gui.main_window import MainWindow
+
+    values = initial_values(argparse.Namespace(backend=None, model=None, hardware=None, workload=None,
+                                               model_path=None))
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("kvscope")
+    window = MainWindow(values, theme=args.theme, autoplay=False, attach=target)
+    if args.record:
+        window.attached.host.start_recording(args.record)
+    window.resize(1600, 960)
+    window.show()
+    window.arrange_docks()
+    if args.quit_after is not None:
+        def finish():
+            if args.screenshot:
+                window.grab().save(args.screenshot)
+            window.close()
+            app.quit()
+
+        QTimer.singleShot(int(args.quit_after * 1000), finish)
+    return app.exec()
+
+
+def _percent(value) -> str:
+    return "n/a" if value is None else format_percent(value)
+
+
+def _count(value) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def run(args) -> int:
+    if args.json and args.duration is None:
+        raise ConfigError("--json writes what a headless attach observed: give --duration SECONDS too")
+    check_output_path("--json", args.json)
+    if args.record:
+        check_output_path("--record", args.record)
+    if args.screenshot:
+        check_output_path("--screenshot", args.screenshot)
+    target = target_from_args(args)
+    if args.duration is None:
+        return run_window(target, args)
+    try:
+        report = follow(target, args.duration, args.record)
+    except ConfigError as exc:
+        if args.json and getattr(exc, "report", None) is not None:
+            write_json_output("--json", args.json, exc.report)
+        raise
+    if args.json:
+        write_json_output("--json", args.json, report)
+    if args.json != "-":
+        print(table(summary_rows(report), title=f"Attached for {args.duration:g} s"))
+        if report["warning"]:
+            print(f"note: {report['warning']}")
+        if args.record:
+            recorded = report["recording"]
+            print(f"recording written to {recorded['path']} ({format_bytes(recorded['bytes'])}, "
+                  f"{recorded['ticks']:,} ticks): `kvscope gui --replay {recorded['path']}` replays it")
+    return 0

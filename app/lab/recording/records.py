@@ -1,0 +1,248 @@
+"""The .kvrec file as records: its signature and versions, where each record lies (from the index
+the trailer points at, or by a scan of a file whose writer never closed it), each payload read with
+its checksums verified, and the header. reader.py (an engine run) and attached_reader.py (an
+attached vLLM server) read what these find.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import zlib
+from pathlib import Path
+
+from kvscope.app.lab.recording.format import (
+    DELTAS,
+    FILE_HEADER,
+    FLAG_ZLIB,
+    FORMAT_MAJOR,
+    FRAME,
+    FRAME_MARKER,
+    HEADER,
+    INDEX,
+    KEYFRAME,
+    RECORD_NAMES,
+    SIGNATURE,
+    SOURCE_ATTACH,
+    SOURCE_ENGINE,
+    STEPS,
+    TRAILER,
+    TRAILER_TAG,
+    RecordingError,
+    decode_payload,
+    inflate,
+)
+from kvscope.app.lab.recording.schema import check_header, whole
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordEntry:
+    number: int  # 0-based position in the file, as error messages count records
+    type: int
+    offset: int
+    first: int  # first step (STEPS, DELTAS) or position (KEYFRAME)
+    count: int  # steps in a STEPS or DELTAS record
+
+
+@dataclasses.dataclass
+class OpenedFile:
+    """A .kvrec file's records found and its header read and checked (recording/schema.py)."""
+
+    handle: object
+    reader: "_RecordReader"
+    header: dict
+    entries: list
+    index_head: dict | None
+    warning: str | None  # a file that was not closed; "{last}" stands for what it holds
+    size: int
+
+
+def is_attached(header: dict) -> bool:
+    """Whether a header is an attached vLLM server's (attached_reader.py), not an engine run's."""
+    return header.get("source", SOURCE_ENGINE) == SOURCE_ATTACH
+
+
+def read_header(path) -> dict:
+    """A recording's header alone (checked): what a caller reads to choose its reader."""
+    opened = open_records(path, allow_truncated=True)
+    opened.handle.close()
+    return opened.header
+
+
+def open_records(path, allow_truncated: bool = False) -> OpenedFile:
+    """The signature, the versions, the records (from the index, or by a scan of a file that was not
+    closed) and the header. RecordingError, naming the file, for anything else."""
+    path = Path(path)
+    name = path.name
+    if path.is_dir():
+        raise RecordingError(f"{path} is a folder, not a recording")
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise RecordingError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        size = handle.seek(0, 2)
+        handle.seek(0)
+        start = handle.read(FILE_HEADER.size)
+        if len(start) < len(SIGNATURE) or not start.startswith(SIGNATURE):
+            if SIGNATURE.startswith(start):
+                raise RecordingError(f"{name} is truncated: it ends at byte {size:,}, inside the file signature")
+            raise RecordingError(f"{name} is not a kvscope recording (it does not start with the .kvrec signature)")
+        if len(start) < FILE_HEADER.size:
+            raise RecordingError(f"{name} is truncated: it ends at byte {size:,}, inside the file header")
+        _, major, minor = FILE_HEADER.unpack(start)
+        if major > FORMAT_MAJOR:
+            raise RecordingError(
+                f"{name} uses recording format {major}.{minor}, newer than this kvscope reads "
+                f"({FORMAT_MAJOR}.x): open it with a newer kvscope")
+        reader = _RecordReader(handle, name, size)
+        entries, index_head = reader.index_from_trailer()
+        warning = None
+        if entries is None:
+            entries, index_head, warning = reader.scan(allow_truncated)  # checks every checksum on the way
+        if not entries or entries[0].type != HEADER:
+            raise RecordingError(f"{name}: its first record is not a header: the file is corrupt")
+        header, _ = decode_payload(reader.payload(entries[0]), f"{name}: record 0 (the header)")
+        header = check_header(header, name, (major, minor))
+        return OpenedFile(handle, reader, header, entries, index_head, warning, size)
+    except BaseException:
+        handle.close()
+        raise
+
+
+class _RecordReader:
+    """Frames and checksums: finds the records of a file and reads their payloads."""
+
+    def __init__(self, handle, name: str, size: int):
+        self.handle = handle
+        self.name = name
+        self.size = size
+        self._lock = threading.Lock()  # one file position: a seek and its read go together
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def _read(self, offset: int, n: int) -> bytes:
+        with self._lock:
+            self.handle.seek(offset)
+            return self.handle.read(n)
+
+    def _frame_at(self, number: int, offset: int, kind: str = "") -> tuple[int, int, int, int]:
+        """(type, flags, payload length, payload CRC) of the frame at offset, or a RecordingError."""
+        raw = self._read(offset, FRAME.size)
+        if len(raw) < FRAME.size:
+            raise _Truncated(number, offset, FRAME.size)
+        marker, record_type, flags, length, crc, frame_crc = FRAME.unpack(raw)
+        if marker != FRAME_MARKER or zlib.crc32(raw[:16]) != frame_crc:
+            raise RecordingError(f"{self.name}: record {number}{kind} at byte {offset:,} has a damaged frame "
+                                 "(its marker or frame checksum is wrong): the file is corrupt")
+        return record_type, flags, length, crc
+
+    def payload(self, entry: RecordEntry, label: str | None = None) -> bytes:
+        """The record's payload, checksum verified and decompressed."""
+        try:
+            record_type, flags, length, crc = self._frame_at(entry.number, entry.offset)
+        except _Truncated:
+            raise RecordingError(f"{self.name} is truncated: record {entry.number} at byte {entry.offset:,} "
+                                 f"lies past the end of the file at byte {self.size:,}") from None
+        what = label or (f"record {entry.number} (a {RECORD_NAMES.get(record_type, f'type-{record_type}')} record "
+                         f"at byte {entry.offset:,})")
+        if entry.offset + FRAME.size + length > self.size:  # said before reading: a claimed length costs nothing
+            raise RecordingError(f"{self.name} is truncated: {what} ends past the end of the file at byte {self.size:,}")
+        data = self._read(entry.offset + FRAME.size, length)
+        if len(data) < length:
+            raise RecordingError(f"{self.name} is truncated: {what} ends past the end of the file at byte {self.size:,}")
+        if zlib.crc32(data) != crc:
+            raise RecordingError(f"{self.name}: {what} fails its checksum: the file is corrupt")
+        if flags & FLAG_ZLIB:
+            data = inflate(data, f"{self.name}: {what}")
+        return data
+
+    def verify(self, entries) -> None:
+        for entry in entries:
+            self.payload(entry)
+
+    def index_from_trailer(self):
+        """(entries, index head) from the INDEX record the trailer points at; (None, None) when the
+        file has no valid trailer (its writer never closed it)."""
+        if self.size < FILE_HEADER.size + TRAILER.size:
+            return None, None
+        raw = self._read(self.size - TRAILER.size, TRAILER.size)
+        index_offset, tag, crc = TRAILER.unpack(raw)
+        if tag != TRAILER_TAG or zlib.crc32(raw[:16]) != crc or not FILE_HEADER.size <= index_offset < self.size:
+            return None, None
+        probe = RecordEntry(-1, INDEX, index_offset, 0, 0)
+        label = f"the index record (at byte {index_offset:,})"
+        try:
+            record_type = self._frame_at(-1, index_offset)[0]
+        except (_Truncated, RecordingError):
+            raise RecordingError(f"{self.name}: {label} has a damaged frame: the file is corrupt") from None
+        if record_type != INDEX:
+            raise RecordingError(f"{self.name}: the trailer points at byte {index_offset:,}, which holds no index "
+                                 "record: the file is corrupt")
+        head, a = decode_payload(self.payload(probe, label), f"{self.name}: {label}")
+        columns = [a.get(f"record.{name}") for name in ("type", "offset", "first", "count")]
+        if any(c is None for c in columns) or len({len(c) for c in columns}) != 1:
+            raise RecordingError(f"{self.name}: {label} is malformed: the file is corrupt")
+        entries = [RecordEntry(n, t, o, f, c) for n, (t, o, f, c) in enumerate(zip(*(c.tolist() for c in columns)))]
+        for entry in entries:
+            if not FILE_HEADER.size <= entry.offset < index_offset:
+                raise RecordingError(f"{self.name}: the index points at byte {entry.offset:,}, outside the records: "
+                                     "the file is corrupt")
+            whole(entry.first, f"{self.name}: {label} entry {entry.number}: first step", 0)
+            whole(entry.count, f"{self.name}: {label} entry {entry.number}: step count", 0)
+        return entries, head
+
+    def scan(self, allow_truncated: bool):
+        """Walk the records from the start (a file with no index: its writer did not close it)."""
+        entries: list[RecordEntry] = []
+        offset, number = FILE_HEADER.size, 0
+        complete_steps = 0  # steps whose STEPS and DELTAS records are both whole
+        pending_steps: dict[int, int] = {}
+        while offset < self.size:
+            try:
+                record_type, flags, length, _ = self._frame_at(number, offset)
+                if offset + FRAME.size + length > self.size:
+                    raise _Truncated(number, offset, FRAME.size + length)
+            except _Truncated as cut:
+                message = (f"{self.name} is truncated: "
+                           + (f"the last complete step is {complete_steps - 1:,}" if complete_steps
+                              else "it holds no complete step")
+                           + f"; it ends mid-record at byte {self.size:,} (record {cut.number} starts at byte "
+                             f"{cut.offset:,} and needs {cut.needed:,} bytes)")
+                if number == 0 or not allow_truncated:
+                    raise RecordingError(message) from None
+                return entries, None, message
+            entry = RecordEntry(number, record_type, offset, 0, 0)
+            if record_type in (STEPS, DELTAS, KEYFRAME, INDEX):
+                where = f"{self.name}: record {number}"
+                head, _ = decode_payload(self.payload(entry), where)
+                if record_type == KEYFRAME:
+                    entry = dataclasses.replace(entry, first=whole(head.get("position"), f"{where}: position", 0))
+                elif record_type in (STEPS, DELTAS):
+                    entry = dataclasses.replace(entry, first=whole(head.get("first_step"), f"{where}: first_step", 0),
+                                                count=whole(head.get("num_steps"), f"{where}: num_steps", 1))
+                    seen = pending_steps.pop(entry.first, None)
+                    if seen is None:
+                        pending_steps[entry.first] = entry.count
+                    else:
+                        complete_steps = max(complete_steps, entry.first + entry.count)
+                elif record_type == INDEX:
+                    return entries, head, None  # whole, but its trailer was damaged: the index is enough
+            else:
+                self.payload(entry)  # checks the checksum of the header and of types a newer minor added
+            entries.append(entry)
+            offset += FRAME.size + length
+            number += 1
+        if not entries:
+            raise RecordingError(f"{self.name} is truncated: it ends at byte {self.size:,}, before its header record")
+        return entries, None, (f"{self.name} was not closed (the process recording it stopped before writing its "
+                               "index): it is read up to its last complete record, which holds {last}")
+
+
+class _Truncated(Exception):
+    def __init__(self, number: int, offset: int, needed: int):
+        super().__init__(number, offset, needed)
+        self.number, self.offset, self.needed = number, offset, needed

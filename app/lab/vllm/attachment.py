@@ -1,0 +1,457 @@
+"""One attached vLLM server, followed: its KV events into the prefix-cache map, its /metrics into
+series, and what went wrong on the way into log rows. Plain code with no thread: the headless
+`kvscope attach` and the window's AttachSession (app/host/attach_session.py) drive it alike with
+poll() and scrape().
+
+What it holds:
+- the server (ServerInfo), the prefix-cache map (PrefixCacheMap: num_gpu_blocks cells per DP
+  engine, stored blocks placed by kvscope), the subscriber's counts;
+- one ObservedPoint per scrape (about one a second): the gauges, what the counters counted since
+  the previous scrape, latency percentiles of the histogram deltas, the prefix-cache hit rate;
+- log rows (kind, text) for stored / removed / cleared events and GAP / REPLAYED / RESTART /
+  DECODE_ERROR notices, and a failed scrape;
+- predicted beside observed (prediction.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from kvscope.app.lab.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, UnknownEvent, block_hash_u64
+from kvscope.app.lab.vllm.metrics import (
+    DEFAULT_TIMEOUT_S,
+    EngineMetrics,
+    ServerMetrics,
+    counter_delta,
+    fetch_metrics,
+    histogram_delta,
+    latency_percentiles,
+    prefix_cache_hit_rate,
+    restarted_between,
+)
+from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, ObservedLoad, PredictedFigure, predict
+from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
+from kvscope.app.lab.vllm.server import NotAPublisher, ServerInfo, check_replay_endpoint, probe_server
+from kvscope.app.lab.vllm.subscriber import (
+    KvEventSubscriber,
+    NoticeKind,
+    ReceivedBatch,
+    StreamNotice,
+    data_parallel_endpoints,
+)
+from kvscope.engine.config import ConfigError
+
+SCRAPE_INTERVAL_S = 1.0
+LOG_ROWS_KEPT = 2_000
+LOG_KINDS = ("stored", "removed", "cleared", "unknown", "gap", "replayed", "restart", "decode_error", "scrape")
+EVENT_NAMES = {BlockStored: "BlockStored", BlockRemoved: "BlockRemoved", AllBlocksCleared: "AllBlocksCleared",
+               UnknownEvent: "unknown"}
+# What vLLM's events and metrics cannot tell, shown where the live run shows it.
+UNAVAILABLE = {
+    "block tables": "vLLM publishes block hashes, never block ids or which request holds a block: the cells are "
+                    "placed by kvscope, and no request owns one",
+    "requests": "vLLM publishes no per-request state: the requests table stays empty; the metrics count them",
+    "batch timeline": "vLLM publishes no batch membership, refill or per-step timing",
+    "frees": "a finished request's blocks stay cached and vLLM publishes nothing when it frees them or reuses "
+             "a prefix: every stored block is drawn as cached until its BlockRemoved",
+    "compute utilisation": "vLLM's metrics have no roofline figure",
+}
+QUANTILES = (0.5, 0.99)
+
+
+@dataclass(frozen=True)
+class AttachTarget:
+    """Where the server is and how to follow its events (the `kvscope attach` flags)."""
+
+    url: str
+    kv_events: str | None = None  # the server's PUB endpoint, dialled
+    kv_listen: str | None = None  # an endpoint kvscope binds for servers to dial
+    replay: str | None = None  # the server's replay (ROUTER) endpoint
+    data_parallel_size: int = 1  # rank r publishes (and replays) on the endpoint's port + r
+    topic: str = ""
+    model: object | None = None  # a ModelConfig, for the prediction
+    hardware: object | None = None  # a HardwareSpec the server runs on, for the prediction
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    scrape_interval_s: float = SCRAPE_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class ObservedPoint:
+    """One scrape: the gauges now, the counters and histograms since the previous scrape."""
+
+    time_s: float  # seconds since attaching
+    kv_usage: float  # 0 - 1, averaged over DP engines
+    num_running: float
+    num_waiting: float
+    preemptions: float  # since the previous scrape
+    prompt_tokens: float
+    generation_tokens: float
+    interval_s: float  # since the previous scrape (0 for the first)
+    prefix_cache_hit_rate: float  # NaN when nothing was queried
+    ttft_p50_s: float
+    ttft_p99_s: float
+    itl_p50_s: float
+    itl_p99_s: float
+    queue_time_p50_s: float
+    queue_time_p99_s: float
+    cached_blocks: int  # placed in the map (events), for the memory bar beside kv_usage
+    # the histograms' observations since the previous scrape: counts and sums (seconds), for means
+    ttft_count: float = 0.0
+    ttft_sum_s: float = 0.0
+    itl_count: float = 0.0
+    itl_sum_s: float = 0.0
+    queue_time_count: float = 0.0
+    queue_time_sum_s: float = 0.0
+
+
+def _nan(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
+_SUMMED = {"ttft": "time_to_first_token", "itl": "inter_token_latency", "queue_time": "queue_time"}
+
+
+def _histogram_sums(before: EngineMetrics | None, after: EngineMetrics) -> dict:
+    """Each latency histogram's count and sum of the observations between two scrapes."""
+    out = {}
+    for short, figure in _SUMMED.items():
+        now = getattr(after, figure)
+        # the first scrape has no window before it; a restart in between makes `now` all new (histogram_delta)
+        delta = None if now is None or before is None else histogram_delta(getattr(before, figure), now)
+        out[f"{short}_count"] = delta.count if delta is not None else 0.0
+        out[f"{short}_sum_s"] = delta.sum if delta is not None else 0.0
+    return out
+
+
+@dataclass
+class AttachCounts:
+    events: Counter = field(default_factory=Counter)  # by event type name
+    blocks_stored: int = 0
+    blocks_removed: int = 0
+    scrapes: int = 0
+    scrape_failures: int = 0
+    metric_restarts: int = 0  # counters went down, or series were created anew
+
+
+class Attachment:
+    def __init__(self, target: AttachTarget, clock=time.monotonic):
+        if not (target.kv_events or target.kv_listen):
+            raise ConfigError("give the server's KV event endpoint (--kv-events tcp://HOST:5557) or one to listen "
+                              "on (--kv-listen tcp://*:5557)")
+        if target.kv_events and target.kv_listen:
+            raise ConfigError("--kv-events and --kv-listen exclude each other: dial the server's publisher, or "
+                              "let the servers dial kvscope")
+        self.target = target
+        self._clock = clock
+        self.server: ServerInfo | None = None
+        self.prefix_map: PrefixCacheMap | None = None
+        self.subscriber: KvEventSubscriber | None = None
+        self.prediction: list[PredictedFigure] = []
+        self.counts = AttachCounts()
+        self.points: list[ObservedPoint] = []
+        self.log_rows: deque = deque(maxlen=LOG_ROWS_KEPT)  # (kind, text), oldest first
+        self.new_rows = 0  # rows added since take_new_rows()
+        self.first_metrics: EngineMetrics | None = None
+        self.last_metrics: ServerMetrics | None = None
+        self.peak_kv_usage = 0.0
+        self.peak_running = 0.0
+        self.map_changed = False
+        self._started = 0.0
+        self._next_scrape = 0.0
+        self._previous: EngineMetrics | None = None
+        self._previous_at = 0.0
+        self._now = 0.0  # the clock when the current poll began: rows and scrapes are stamped with it
+        self.replay_checked = False
+        self.recorder = None  # an AttachRecorder (app/lab/recording/attached_writer.py) while one records
+        self.latency = None  # a LatencyModel (prediction.py) once attached
+
+    # -- opening --------------------------------------------------------------------------------
+    def open(self) -> "Attachment":
+        """Reach the server, read its cache configuration, subscribe. ConfigError with one line
+        (ServerUnreachable, MetricsError, NotAPublisher, SubscriberError) when any part fails."""
+        target = self.target
+        self.server, metrics = probe_server(target.url, target.timeout_s)
+        endpoint = target.kv_events or target.kv_listen
+        publishers = data_parallel_endpoints(endpoint, target.replay, target.data_parallel_size,
+                                             listen=target.kv_listen is not None)
+        for publisher in publishers:
+            if publisher.replay_endpoint is not None:
+                check_replay_endpoint(publisher.replay_endpoint, target.timeout_s)
+                self.replay_checked = True
+        self.prefix_map = PrefixCacheMap(self.server.num_gpu_blocks, self.server.block_size)
+        self.subscriber = KvEventSubscriber(publishers, topic=target.topic, replay_timeout_s=target.timeout_s)
+        self.prediction = predict(self.server.cache_config, self.server.version, target.model, target.hardware,
+                                  self.server.num_gpu_blocks)
+        self.latency = LatencyModel.for_server(self.server, target.model, target.hardware)
+        self._started = self._now = self._clock()
+        self._take_scrape(metrics, self._started)
+        self._next_scrape = self._started + target.scrape_interval_s
+        return self
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.stop_recording()
+        if self.subscriber is not None:
+            self.subscriber.close()
+            self.subscriber = None
+
+    def __enter__(self) -> "Attachment":
+        return self.open()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._clock() - self._started
+
+    # -- following ------------------------------------------------------------------------------
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Read what the publishers sent (waiting at most timeout_ms for the first), scrape when a
+        scrape is due; the number of batches applied."""
+        records = self.subscriber.poll(timeout_ms)
+        self._now = self._clock()
+        self.follow(records)
+        scraped = self._scrape() if self._now >= self._next_scrape else None
+        if self.recorder is not None and (records or scraped is not None):
+            self.recorder.record_tick(self, records, scraped)
+        return sum(isinstance(record, ReceivedBatch) for record in records)
+
+    def follow(self, records) -> None:
+        """Apply what the subscriber delivered (a replay hands over what was recorded)."""
+        for record in records:
+            if isinstance(record, ReceivedBatch):
+                self._apply(record)
+            else:
+                self._notice(record)
+
+    def scrape(self) -> ObservedPoint | None:
+        """One scrape of /metrics now; a failure is a log row, not an error (the server may be
+        restarting)."""
+        self._now = self._clock()
+        scraped = self._scrape()
+        if self.recorder is not None:
+            self.recorder.record_tick(self, [], scraped)
+        return scraped if isinstance(scraped, ObservedPoint) else None
+
+    def _scrape(self):
+        """The scrape's ObservedPoint, or the failure's message."""
+        now = self._now
+        self._next_scrape = now + self.target.scrape_interval_s
+        try:
+            metrics = fetch_metrics(self.server.url, self.target.timeout_s)
+        except ConfigError as exc:
+            self.scrape_failed(str(exc))
+            return str(exc)
+        return self._take_scrape(metrics, now)
+
+    def scrape_failed(self, message: str) -> None:
+        self.counts.scrape_failures += 1
+        self._row("scrape", f"scrape failed: {message}")
+
+    def _take_scrape(self, metrics: ServerMetrics, now: float) -> ObservedPoint:
+        total, before = metrics.total, self._previous
+        restarted = before is not None and restarted_between(before, total)
+        if self.first_metrics is None or restarted:
+            self.first_metrics = total
+        latency = latency_percentiles(before, total, QUANTILES) if before is not None else {}
+
+        def pct(figure, q):
+            return _nan(latency.get(figure, {}).get(q))
+
+        def delta(name):
+            return _nan(counter_delta(None if before is None else getattr(before, name), getattr(total, name))
+                        if before is not None else 0.0)
+
+        hit_rate = prefix_cache_hit_rate(before, total) if before is not None else None
+        point = ObservedPoint(
+            time_s=now - self._started, kv_usage=_nan(total.kv_cache_usage),
+            num_running=_nan(total.num_requests_running), num_waiting=_nan(total.num_requests_waiting),
+            preemptions=delta("num_preemptions_total"), prompt_tokens=delta("prompt_tokens_total"),
+            generation_tokens=delta("generation_tokens_total"),
+            interval_s=0.0 if before is None else now - self._previous_at, prefix_cache_hit_rate=_nan(hit_rate),
+            ttft_p50_s=pct("time_to_first_token", 0.5), ttft_p99_s=pct("time_to_first_token", 0.99),
+            itl_p50_s=pct("inter_token_latency", 0.5), itl_p99_s=pct("inter_token_latency", 0.99),
+            queue_time_p50_s=pct("queue_time", 0.5), queue_time_p99_s=pct("queue_time", 0.99),
+            cached_blocks=self.prefix_map.counts().placed_copies if self.prefix_map is not None else 0,
+            **_histogram_sums(before, total))
+        self._previous, self._previous_at, self.last_metrics = total, now, metrics
+        self.add_point(point, restarted)
+        return point
+
+    def add_point(self, point: ObservedPoint, restarted: bool = False) -> None:
+        """A scrape taken (live: just now; a replay: as recorded)."""
+        self.counts.scrapes += 1
+        if restarted:
+            self.counts.metric_restarts += 1
+            self._row("restart", "the server's metrics started again (a counter went down or its series were "
+                                 "created anew): the server restarted")
+        self.points.append(point)
+        self.peak_kv_usage = max(self.peak_kv_usage, 0.0 if math.isnan(point.kv_usage) else point.kv_usage)
+        self.peak_running = max(self.peak_running, 0.0 if math.isnan(point.num_running) else point.num_running)
+
+    def _apply(self, record: ReceivedBatch) -> None:
+        batch = record.batch
+        self.prefix_map.apply(batch)
+        self.map_changed = True
+        rank = batch.data_parallel_rank or 0
+        where = f"seq {record.seq}" + (f" DP {rank}" if self.target.data_parallel_size > 1 or rank else "") + \
+            (" (replayed)" if record.replayed else "")
+        for event in batch.events:
+            name = EVENT_NAMES[type(event)]
+            self.counts.events[name] += 1
+            if isinstance(event, BlockStored):
+                self.counts.blocks_stored += len(event.block_hashes)
+                parent = "a new chain" if event.parent_block_hash is None else \
+                    f"after {block_hash_u64(event.parent_block_hash):016x}"
+                self._row("stored", f"{where}: {len(event.block_hashes)} block(s) stored, {parent}: "
+                                    f"{_hashes(event.block_hashes)}")
+            elif isinstance(event, BlockRemoved):
+                self.counts.blocks_removed += len(event.block_hashes)
+                self._row("removed", f"{where}: {len(event.block_hashes)} block(s) evicted: "
+                                     f"{_hashes(event.block_hashes)}")
+            elif isinstance(event, AllBlocksCleared):
+                self._row("cleared", f"{where}: the prefix cache was reset (all blocks cleared)")
+            else:
+                self._row("unknown", f"{where}: an event of type {event.type_name!r} this kvscope does not know")
+
+    def _notice(self, notice: StreamNotice) -> None:
+        if notice.kind is NoticeKind.RESTART and notice.stream is not None:
+            self.prefix_map.reset(notice.stream.data_parallel_rank or 0)
+            self.map_changed = True
+        self._row(notice.kind.value, notice.message)
+
+    def _row(self, kind: str, text: str) -> None:
+        self.log_rows.append((kind, f"{self._now - self._started:9.3f} s  {text}"))
+        self.new_rows += 1
+
+    def take_new_rows(self) -> list[tuple[str, str]]:
+        """The log rows added since the last call (at most the LOG_ROWS_KEPT newest)."""
+        count, self.new_rows = min(self.new_rows, len(self.log_rows)), 0
+        return list(self.log_rows)[len(self.log_rows) - count:]
+
+    # -- recording ------------------------------------------------------------------------------
+    def start_recording(self, path) -> None:
+        """Record from now to path (.kvrec) until stop_recording(); RecordingError if it cannot be written."""
+        from kvscope.app.lab.recording.attached_writer import AttachRecorder
+
+        self.stop_recording()
+        self.recorder = AttachRecorder(path, self)
+
+    def stop_recording(self, note: str | None = None):
+        """Finish the recording, if one runs; returns the recorder (its path, size and ticks)."""
+        recorder, self.recorder = self.recorder, None
+        if recorder is not None:
+            recorder.close(self.report(), note)
+        return recorder
+
+    # -- reading --------------------------------------------------------------------------------
+    def latency_prediction(self, window_s: float = LATENCY_WINDOW_S) -> list[PredictedFigure]:
+        """Predicted beside observed latencies for the load of the last window_s seconds."""
+        load = ObservedLoad.of_points(self.points, len(self.server.engines), self.server.num_gpu_blocks,
+                                      self.server.block_size, window_s)
+        return self.latency.predict(load) if self.latency is not None else []
+
+    @property
+    def no_events_reason(self) -> str | None:
+        """Why the map may be empty: set while nothing decodable has arrived."""
+        if self.subscriber is None or self.subscriber.counts.batches:
+            return None
+        endpoint = self.target.kv_events or self.target.kv_listen
+        if self.subscriber.counts.decode_errors:
+            return (f"{self.subscriber.counts.decode_errors} message(s) from {endpoint} could not be decoded and "
+                    "none could: it is not a vLLM KV event publisher")
+        return (f"no KV event from {endpoint} yet: vLLM publishes only while it runs requests; if requests run, "
+                "it is not the server's publisher (--kv-events-config endpoint)")
+
+    def window_metrics(self) -> dict:
+        """The metric series' last values, named as `kvscope run --json` names what means the same;
+        counters are the server's totals, percentiles and the hit rate over the attached window."""
+        last = self.last_metrics.total if self.last_metrics is not None else EngineMetrics()
+        first = self.first_metrics
+        # the observations between the first and the last scrape (latency_percentiles sees a restart)
+        latency = latency_percentiles(first, last, QUANTILES) if first is not None and first is not last else {}
+        names = {"time_to_first_token": "ttft", "inter_token_latency": "itl", "queue_time": "queue_time",
+                 "e2e_request_latency": "e2e_latency"}
+        values = {
+            "num_running": last.num_requests_running, "num_waiting": last.num_requests_waiting,
+            "kv_usage": last.kv_cache_usage, "peak_kv_usage": self.peak_kv_usage, "peak_running": self.peak_running,
+            "preemptions": last.num_preemptions_total, "prompt_tokens": last.prompt_tokens_total,
+            "output_tokens": last.generation_tokens_total,
+            "prefix_cache_queries_tokens": last.prefix_cache_queries_total,
+            "prefix_cache_hits_tokens": last.prefix_cache_hits_total,
+            "prefix_cache_hit_rate": prefix_cache_hit_rate(None, last),
+        }
+        for figure, short in names.items():
+            for q in QUANTILES:
+                values[f"{short}_p{round(q * 100)}_s"] = latency.get(figure, {}).get(q)
+        return values
+
+    def report(self) -> dict:
+        """What `kvscope attach --json` writes."""
+        server, subscriber, counts = self.server, self.subscriber.counts if self.subscriber else None, self.counts
+        map_counts = self.prefix_map.counts()
+        return {
+            "server": server.url,
+            "server_version": server.version,
+            "model_names": list(server.model_names),
+            "num_gpu_blocks": server.num_gpu_blocks,
+            "block_size": server.block_size,
+            "data_parallel_engines": len(server.engines),
+            "duration_s": self.elapsed_s,
+            "event_sources": self.subscriber.sources if self.subscriber else [],
+            "streams": [{"source": s.source, "topic": s.topic, "data_parallel_rank": s.data_parallel_rank}
+                        for s in (self.subscriber.streams if self.subscriber else [])],
+            "events": dict(sorted(counts.events.items())),
+            "blocks_stored": counts.blocks_stored,
+            "blocks_removed": counts.blocks_removed,
+            "batches": subscriber.batches if subscriber else 0,
+            "batches_replayed": subscriber.replayed if subscriber else 0,
+            "gaps": subscriber.gaps if subscriber else 0,
+            "batches_lost": subscriber.missed if subscriber else 0,
+            "restarts": subscriber.restarts if subscriber else 0,
+            "decode_errors": subscriber.decode_errors if subscriber else 0,
+            "duplicates": subscriber.duplicates if subscriber else 0,
+            "blocks_cached": map_counts.cached_blocks,
+            "cells_placed": map_counts.placed_copies,
+            "blocks_unplaced": map_counts.unplaced,
+            "chains": map_counts.chains,
+            "unknown_removals": map_counts.unknown_removals,
+            "scrapes": counts.scrapes,
+            "scrape_failures": counts.scrape_failures,
+            "metric_restarts": counts.metric_restarts,
+            "metrics": self.window_metrics(),
+            "metrics_note": "counters (preemptions, prompt_tokens, output_tokens, prefix_cache_*_tokens) are the "
+                            "server's totals since it started; percentiles are of the histogram observations "
+                            "between the first and the last scrape (null: none observed)",
+            "prediction": [figure.as_dict() for figure in self.prediction + self.latency_prediction(math.inf)],
+            "unavailable": UNAVAILABLE,
+            "warning": self.no_events_reason,
+        }
+
+
+def attach_info(attachment: Attachment) -> dict:
+    """What a window shows of the server once attached (and a recording's header keeps)."""
+    server = attachment.server
+    return {"url": server.url, "version": server.version, "model_names": list(server.model_names),
+            "num_gpu_blocks": server.num_gpu_blocks, "block_size": server.block_size,
+            "engines": list(server.engines), "sources": attachment.subscriber.sources,
+            "replay": attachment.target.replay, "cache_config": dict(server.cache_config),
+            "prediction": [figure.as_dict() for figure in attachment.prediction], "unavailable": dict(UNAVAILABLE)}
+
+
+def _hashes(hashes) -> str:
+    shown = ", ".join(f"{block_hash_u64(h):016x}" for h in hashes[:3])
+    return shown + (f" ... ({len(hashes)} hashes)" if len(hashes) > 3 else "")
+
+
+def publisher_error(attachment: Attachment) -> NotAPublisher | None:
+    """After following for a while: the endpoint is not a publisher when it sent only what cannot be
+    decoded, or sent nothing and had no replay socket to vouch for it."""
+    reason = attachment.no_events_reason
+    if reason is None or (attachment.replay_checked and not attachment.subscriber.counts.decode_errors):
+        return None
+    return NotAPublisher(reason)

@@ -1,0 +1,275 @@
+"""kvscope's memory math beside what an attached vLLM server reports: predicted, observed, error.
+
+The server's cache configuration (vllm:cache_config_info) gives its block size, KV dtype, the
+memory it gave the KV cache (kv_cache_memory_bytes, from vLLM 0.10), the block count it got and
+the concurrency it logs (kv_cache_max_concurrency: sequences of max_model_len tokens). With the
+model's shape (a config.json, or a kvscope preset) kvscope's own accounting (memory_math.py,
+vLLM's layer groups, the server's version) predicts the same figures:
+- num_gpu_blocks from the KV memory (or from the device memory when a --hardware preset says what
+  the server ran on); a num_gpu_blocks_override on the server forces the count, so that row has
+  no error to give;
+- max concurrency from the server's own block count and kvscope's blocks per sequence: this
+  checks the layer-group math even when the block count was forced.
+Latencies, from the same plan and kvscope's step cost model (engine/cost_model.py, the simulated
+engine's; its calibration, when the hardware preset has one, labels the rows): for the load the
+server's metrics show over a window -- requests running, the tokens its KV cache holds, the prompt
+tokens it prefills a second -- the decode step time (the inter-token latency) and the time to
+first token (the observed queue time plus the mean prompt's prefill in one step beside the running
+decodes; kvscope predicts the prefill, not the queue). Observed: the histograms' means over the
+same window.
+Whatever cannot be predicted is a row with its reason, never a number made up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
+from kvscope.engine.cost_model import StepCostModel, calibration_note
+from kvscope.engine.memory_math import plan_memory
+
+MAX_MODEL_LEN_LABELS = ("max_model_len",)  # not in cache_config_info today; read if a version adds it
+
+
+@dataclass(frozen=True)
+class PredictedFigure:
+    name: str  # "num_gpu_blocks", "max_concurrency"
+    unit: str
+    predicted: float | None
+    observed: float | None
+    note: str = ""  # how the prediction was made, or why there is none
+    calibration: str = ""  # the cost model's calibration label, for predicted latencies
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - observed) / observed; None where either is missing or the count was forced."""
+        if self.predicted is None or not self.observed or "forced" in self.note:
+            return None
+        return (self.predicted - self.observed) / self.observed
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "unit": self.unit, "predicted": self.predicted, "observed": self.observed,
+                "error": self.error, "note": self.note, "calibration": self.calibration}
+
+
+def _label(cache_config: dict, name: str) -> str | None:
+    value = cache_config.get(name)
+    return None if value in (None, "None", "") else value
+
+
+def _int_label(cache_config: dict, name: str) -> int | None:
+    value = _label(cache_config, name)
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _float_label(cache_config: dict, name: str) -> float | None:
+    value = _label(cache_config, name)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def observed_max_model_len(cache_config: dict) -> int | None:
+    """The server's max_model_len: kv_cache_size_tokens / kv_cache_max_concurrency, as vLLM logs them."""
+    for name in MAX_MODEL_LEN_LABELS:
+        if (value := _int_label(cache_config, name)) is not None:
+            return value
+    tokens, concurrency = _int_label(cache_config, "kv_cache_size_tokens"), _float_label(
+        cache_config, "kv_cache_max_concurrency")
+    if tokens and concurrency:
+        return round(tokens / concurrency)
+    return None
+
+
+def _version(version: str) -> str:
+    parts = version.split("+")[0].split(".")
+    digits = [p for p in parts[:3] if p.isdigit()]
+    return ".".join(digits) if len(digits) >= 2 else ""
+
+
+def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: HardwareSpec | None):
+    """kvscope's memory plan of the server's cache: its block size, KV dtype, KV memory (or the
+    hardware's memory x gpu_memory_utilization), vLLM's accounting of its version. ConfigError
+    when kvscope cannot plan it."""
+    block_size = _int_label(cache_config, "block_size") or 16
+    kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
+    dtype = _label(cache_config, "cache_dtype") or "auto"
+    utilization = _float_label(cache_config, "gpu_memory_utilization") or 0.9
+    if hardware is None:  # only the KV budget is read from it: a placeholder device that holds it
+        if kv_memory is None:
+            raise ConfigError("the server sized its cache from GPU memory and no hardware was given")
+        hardware = HardwareSpec(name="the server", memory_bytes=max(kv_memory, 1), memory_bandwidth_bytes_per_s=1.0,
+                                peak_flops={"bf16": 1.0})
+    args = EngineArgs(block_size=block_size, kv_cache_dtype=dtype, max_model_len=observed_max_model_len(cache_config),
+                      kv_cache_memory_bytes=kv_memory, gpu_memory_utilization=utilization, tensor_parallel_size=1,
+                      vllm_version=_version(version) or EngineArgs().vllm_version)
+    return plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
+
+
+def predict(cache_config: dict, version: str, model: ModelConfig | None, hardware: HardwareSpec | None = None,
+            observed_blocks: int | None = None) -> list[PredictedFigure]:
+    observed_blocks = observed_blocks or _int_label(cache_config, "num_gpu_blocks")
+    observed_concurrency = _float_label(cache_config, "kv_cache_max_concurrency")
+    if model is None:
+        why = "no model shape: pass --model-path DIR (its config.json) or --model PRESET"
+        return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
+                PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
+    kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
+    override = _int_label(cache_config, "num_gpu_blocks_override")
+    utilization = _float_label(cache_config, "gpu_memory_utilization") or 0.9
+    where = "from kv_cache_memory_bytes"
+    if kv_memory is None and hardware is None:
+        why = "the server sized its cache from GPU memory: pass --hardware PRESET (what it runs on)"
+        return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
+                PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
+    if hardware is not None and kv_memory is None:
+        where = f"from {hardware.name} x gpu_memory_utilization {utilization:g}"
+    try:
+        plan = server_plan(cache_config, version, model, hardware)
+    except ConfigError as exc:
+        why = f"kvscope cannot plan {model.name} with the server's settings: {exc}"
+        return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
+                PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
+    blocks_note = f"{model.name}, vLLM {plan.vllm_version} accounting, {where}"
+    if override is not None:
+        blocks_note = f"forced: the server runs with num_gpu_blocks_override {override}; kvscope's math for " \
+                      f"{model.name} gives {plan.num_blocks:,} {where}"
+    concurrency = observed_blocks / plan.blocks_per_sequence if observed_blocks and plan.blocks_per_sequence else None
+    concurrency_note = (f"the server's {observed_blocks:,} blocks / {plan.blocks_per_sequence:,} blocks per "
+                        f"sequence of {plan.max_model_len:,} tokens") if concurrency is not None else \
+        "the server reports no block count"
+    return [PredictedFigure("num_gpu_blocks", "blocks", float(plan.num_blocks), observed_blocks, blocks_note),
+            PredictedFigure("max_concurrency", "sequences", concurrency, observed_concurrency, concurrency_note)]
+
+
+# -- latencies ------------------------------------------------------------------------------------------
+
+LATENCY_WINDOW_S = 30.0  # the window's latency rows: the load of the last half minute
+MAX_STEP_S = 60.0  # a decode step the fixed point pushes past this: the server cannot keep up
+
+
+@dataclass(frozen=True)
+class ObservedLoad:
+    """The server's load and latencies over a window of scrapes (attachment.ObservedPoint)."""
+
+    seconds: float
+    engines: int
+    num_running: float  # mean of the gauge, all engines together
+    kv_tokens: float  # mean tokens one engine's KV cache holds: usage x num_gpu_blocks x block_size
+    prompt_tokens_per_s: float  # all engines
+    generation_tokens_per_s: float
+    new_requests: float  # first tokens in the window (the TTFT histogram's count)
+    prompt_tokens: float
+    ttft_mean_s: float | None
+    itl_mean_s: float | None
+    queue_time_mean_s: float | None
+
+    @classmethod
+    def of_points(cls, points, engines: int, num_gpu_blocks: int, block_size: int,
+                  window_s: float = LATENCY_WINDOW_S) -> "ObservedLoad | None":
+        """The scrapes of the last window_s seconds (each counts what happened since the one before);
+        None when there is no interval to measure yet."""
+        if not points:
+            return None
+        start = points[-1].time_s - window_s
+        window = [p for p in points if p.interval_s > 0 and p.time_s >= start]
+        if not window:
+            return None
+        seconds = sum(p.interval_s for p in window)
+
+        def mean(name):
+            values = [getattr(p, name) for p in window if not math.isnan(getattr(p, name))]
+            return sum(values) / len(values) if values else 0.0
+
+        def total(name):
+            return sum(v for p in window if not math.isnan(v := getattr(p, name)))
+
+        def ratio(name):
+            count = total(f"{name}_count")
+            return total(f"{name}_sum_s") / count if count > 0 else None
+
+        return cls(seconds, max(engines, 1), mean("num_running"), mean("kv_usage") * num_gpu_blocks * block_size,
+                   total("prompt_tokens") / seconds, total("generation_tokens") / seconds, total("ttft_count"),
+                   total("prompt_tokens"), ratio("ttft"), ratio("itl"), ratio("queue_time"))
+
+
+class LatencyModel:
+    """kvscope's step cost model of the server (or why there is none), predicting its latencies."""
+
+    NAMES = (("inter_token_latency", "decode step"), ("time_to_first_token", "prefill"))
+
+    def __init__(self, cost: StepCostModel | None, why: str = "", calibration: str = ""):
+        self.cost = cost
+        self.why = why
+        self.calibration = calibration
+
+    @classmethod
+    def for_server(cls, server, model: ModelConfig | None, hardware: HardwareSpec | None) -> "LatencyModel":
+        if model is None:
+            return cls(None, "no model shape: pass --model-path DIR (its config.json) or --model PRESET")
+        if hardware is None:
+            return cls(None, "no hardware: pass --hardware PRESET (what the server runs on); the step cost model "
+                             "needs its FLOP/s and memory bandwidth")
+        try:
+            plan = server_plan(server.cache_config, server.version, model, hardware)
+        except ConfigError as exc:
+            return cls(None, f"kvscope cannot plan {model.name} with the server's settings: {exc}")
+        return cls(StepCostModel(model, hardware, plan), calibration=hardware.calibration["label"])
+
+    def predict(self, load: ObservedLoad | None) -> list[PredictedFigure]:
+        """The inter-token latency and TTFT kvscope predicts for the load, beside the observed means."""
+        itl_observed = None if load is None else load.itl_mean_s
+        ttft_observed = None if load is None else load.ttft_mean_s
+        if self.cost is None or load is None:
+            why = self.why or "no scrape interval yet"
+            return [PredictedFigure("inter_token_latency", "s", None, itl_observed, why),
+                    PredictedFigure("time_to_first_token", "s", None, ttft_observed, why)]
+        label = calibration_note(self.cost.calibration)
+        running = load.num_running / load.engines
+        prompt_rate = load.prompt_tokens_per_s / load.engines
+        prompt_len = load.prompt_tokens / load.new_requests if load.new_requests > 0 else 0.0
+        window = f"over the last {load.seconds:.0f} s; {label}"
+        if running < 0.5:
+            itl = PredictedFigure("inter_token_latency", "s", None, itl_observed,
+                                  f"no request was running {window}", self.calibration)
+        else:
+            step = self._decode_step(running, prompt_rate, prompt_len, load.kv_tokens)
+            itl = PredictedFigure(
+                "inter_token_latency", "s", step, itl_observed,
+                (f"a decode step of {running:,.1f} running requests per engine over {load.kv_tokens:,.0f} KV tokens, "
+                 f"prefilling {prompt_rate:,.0f} prompt tokens/s beside them, " if step is not None else
+                 f"the step cost model does not settle: at {prompt_rate:,.0f} prompt tokens/s per engine the "
+                 "server would fall behind, ") + window, self.calibration)
+        if load.new_requests <= 0:
+            ttft = PredictedFigure("time_to_first_token", "s", None, ttft_observed,
+                                   f"no request got its first token {window}", self.calibration)
+        else:
+            queue = load.queue_time_mean_s or 0.0
+            prefill, _, _ = self.cost.cost(running + prompt_len, running + 1, load.kv_tokens + prompt_len ** 2 / 2,
+                                           load.kv_tokens, running + 1)
+            ttft = PredictedFigure(
+                "time_to_first_token", "s", queue + prefill, ttft_observed,
+                f"the mean prompt ({prompt_len:,.0f} tokens) prefilled in one step beside {running:,.1f} running "
+                f"requests ({prefill * 1000:,.2f} ms) plus the observed mean queue time ({queue * 1000:,.2f} ms): "
+                f"kvscope predicts the prefill, not the queue; {window}", self.calibration)
+        return [itl, ttft]
+
+    def _decode_step(self, running: float, prompt_rate: float, prompt_len: float, kv_tokens: float) -> float | None:
+        """The step time t where a step of the running decodes plus the prompt tokens that arrive in t
+        costs t (a fixed point); None where it grows without bound."""
+        step = 0.0
+        for _ in range(100):
+            prefill = prompt_rate * step
+            new, _, _ = self.cost.cost(running + prefill, running, kv_tokens + prefill * prompt_len / 2, kv_tokens,
+                                       running)
+            if new > MAX_STEP_S:
+                return None
+            if abs(new - step) <= 1e-9 + 1e-6 * new:
+                return new
+            step = new
+        return None

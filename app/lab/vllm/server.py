@@ -1,0 +1,114 @@
+"""A vLLM server as kvscope attaches to it: its HTTP side (/version, /metrics, /v1/models) and the
+one check its KV event side allows before any event has arrived.
+
+Every failure is one ConfigError sentence naming the address: the server is unreachable, answered
+an HTTP error, serves an exposition without vLLM metrics or without the cache configuration, or an
+event endpoint is not a vLLM publisher. vLLM publishes events only while it runs requests, so a
+silent PUB port proves nothing; its replay socket (a ROUTER) answers at once, even when idle, so
+when one is given it is asked for a batch beyond any seq and must answer with the end marker.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import zmq
+
+from kvscope.app.lab.vllm.events import END_OF_REPLAY_SEQ, KvEventDecodeError, decode_seq
+from kvscope.app.lab.vllm.metrics import (
+    DEFAULT_TIMEOUT_S,
+    MetricsError,
+    ServerMetrics,
+    ServerUnreachable,
+    fetch_metrics,
+    fetch_text,
+    fetch_version,
+    server_url,
+)
+from kvscope.engine.config import ConfigError
+
+REPLAY_PROBE_SEQ = 1 << 62  # beyond any batch a server has sent: its replay answers only the end marker
+
+__all__ = ["MetricsError", "NotAPublisher", "ServerInfo", "ServerUnreachable", "check_replay_endpoint",
+           "probe_server", "served_models"]
+
+
+class NotAPublisher(ConfigError):
+    """An endpoint that does not speak vLLM's KV event protocol; the message names it."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What kvscope reads of a server once, when it attaches."""
+
+    url: str  # http://host:port
+    version: str
+    num_gpu_blocks: int  # per engine (each DP engine has its own pool of this size)
+    block_size: int  # tokens per block
+    cache_config: dict = field(default_factory=dict)  # vllm:cache_config_info's labels (of the first engine)
+    model_names: tuple[str, ...] = ()  # /v1/models ids, else the metrics' model_name labels
+    engines: tuple[str, ...] = ("0",)  # the metrics' `engine` labels: one per DP engine
+
+    def cache_config_int(self, name: str) -> int | None:
+        value = self.cache_config.get(name)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+
+    def cache_config_float(self, name: str) -> float | None:
+        try:
+            return float(self.cache_config[name])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def probe_server(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[ServerInfo, ServerMetrics]:
+    """The server's version, cache configuration and served models, and a first scrape of its
+    metrics. Raises ServerUnreachable or MetricsError (ConfigErrors) with one line."""
+    url = server_url(address)
+    version = fetch_version(url, timeout_s)
+    metrics = fetch_metrics(url, timeout_s)
+    num_gpu_blocks, block_size = metrics.num_gpu_blocks, metrics.block_size
+    if not num_gpu_blocks or not block_size:
+        raise MetricsError(f"{url}/metrics has no vllm:cache_config_info with num_gpu_blocks and block_size; "
+                           "kvscope needs them to draw the server's cache (vLLM serves it from 0.9)")
+    cache_config = next(iter(metrics.cache_config.values()), {})
+    models = served_models(url, timeout_s) or metrics.model_names
+    return ServerInfo(url, version, num_gpu_blocks, block_size, dict(cache_config), tuple(models),
+                      tuple(metrics.engines) or ("0",)), metrics
+
+
+def served_models(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, ...]:
+    """The ids /v1/models lists (the served model names); () when it has none to give."""
+    try:
+        data = json.loads(fetch_text(f"{server_url(address)}/v1/models", timeout_s))
+        return tuple(str(entry["id"]) for entry in data["data"])
+    except (ConfigError, ValueError, KeyError, TypeError):
+        return ()
+
+
+def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Ask a replay socket for the batches from a seq no server reaches: a vLLM publisher answers
+    with its end marker alone. Raises NotAPublisher when it does not."""
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    hint = "is it the server's --kv-events-config replay_endpoint?"
+    try:
+        socket.connect(endpoint)
+        socket.send_multipart([b"", REPLAY_PROBE_SEQ.to_bytes(8, "big", signed=True)])
+        if not socket.poll(int(timeout_s * 1000)):
+            raise NotAPublisher(f"replay endpoint {endpoint} gave no answer within {timeout_s:g} s; {hint}")
+        frames = socket.recv_multipart()
+    except zmq.ZMQError as exc:
+        raise NotAPublisher(f"cannot use replay endpoint {endpoint!r}: {exc}") from None
+    finally:
+        socket.close(linger=0)
+    if frames and frames[0] == b"":
+        frames = frames[1:]
+    try:
+        ended = len(frames) in (2, 3) and decode_seq(frames[-2]) == END_OF_REPLAY_SEQ
+    except KvEventDecodeError:
+        ended = False
+    if not ended:
+        raise NotAPublisher(f"replay endpoint {endpoint} answered {len(frames)} frames that are not vLLM's end "
+                            f"of replay; {hint}")

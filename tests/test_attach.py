@@ -1,0 +1,216 @@
+"""`kvscope attach` against loopback: a local HTTP server serving the captured /metrics and a
+publisher replaying the captured KV event batches (a gap that replay fills, a server restart).
+The headless command's JSON counts, every error as one line and exit 2, the AttachSession's
+frames, and kvscope's prediction beside the server's own figures."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from attach_fixtures import (
+    WAIT_S,
+    FixtureServer,
+    LoopbackPublisher,
+    cached_after_run1,
+    expected_events,
+    play_script,
+    vllm_routes,
+)
+from kvscope.app.cli.main import main
+from kvscope.app.host.attach_session import AttachSession
+from kvscope.app.host.protocol import APPLY, AttachFrame
+from kvscope.app.lab.vllm.attachment import AttachTarget
+from kvscope.app.lab.vllm.prediction import predict
+from kvscope.engine.config import ModelConfig
+from kvscope.engine.snapshot import BLOCK_CACHED
+
+
+@pytest.fixture
+def server():
+    started = []
+
+    def start(routes=None) -> FixtureServer:
+        started.append(FixtureServer(vllm_routes() if routes is None else routes))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def publisher():
+    started = []
+
+    def start(**options) -> LoopbackPublisher:
+        started.append(LoopbackPublisher(**options))
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def attach(*args) -> int:
+    return main(["attach", *map(str, args)])
+
+
+def test_headless_attach_counts_what_the_publisher_sent(server, publisher, tmp_path, capsys):
+    http, pub = server(), publisher()
+    play_script(pub)
+    out = tmp_path / "attach.json"
+    assert attach(http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint, "--duration", 2,
+                  "--json", out) == 0
+    report = json.loads(out.read_text())
+    expected = expected_events()
+    assert report["server_version"] == "0.32.0"
+    assert report["model_names"] == ["tiny"]
+    assert (report["num_gpu_blocks"], report["block_size"]) == (12, 32)
+    assert report["events"] == expected["events"]
+    assert (report["blocks_stored"], report["blocks_removed"]) == (expected["stored"], expected["removed"])
+    assert report["batches"] == 22 + 4
+    assert report["gaps"] == 1 and report["batches_lost"] == 0
+    assert report["batches_replayed"] >= 3  # the three missing, and any the publisher had sent by then
+    assert 10 in pub.replay_requests
+    assert report["restarts"] == 1 and report["decode_errors"] == 0
+    assert report["blocks_cached"] == cached_after_run1()
+    metrics = report["metrics"]
+    assert metrics["preemptions"] == 3  # the pressure run's, from vllm:num_preemptions_total
+    for name in ("preemptions", "prompt_tokens", "output_tokens", "prefix_cache_hit_rate", "ttft_p50_s",
+                 "ttft_p99_s", "queue_time_p50_s", "e2e_latency_p99_s", "peak_kv_usage", "peak_running"):
+        assert name in metrics  # named as `kvscope run --json` names them
+    assert report["warning"] is None
+    assert "Attached for 2 s" in capsys.readouterr().out
+
+
+def test_an_unreachable_server_exits_2_naming_it(capsys):
+    port = free_port()
+    assert attach(f"http://127.0.0.1:{port}", "--kv-events", "tcp://127.0.0.1:1", "--duration", 1) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvscope: error: cannot reach") and str(port) in err and "\n" not in err
+
+
+def test_an_http_error_exits_2_with_the_status(server, capsys):
+    http = server({"/version": (500, b"boom")})
+    assert attach(http.url, "--kv-events", "tcp://127.0.0.1:1", "--duration", 1) == 2
+    assert "answered HTTP 500" in capsys.readouterr().err
+
+
+def test_an_exposition_without_vllm_metrics_exits_2(server, capsys):
+    routes = vllm_routes(metrics=b"# TYPE other_total counter\nother_total 1.0\n")
+    http = server(routes)
+    assert attach(http.url, "--kv-events", "tcp://127.0.0.1:1", "--duration", 1) == 2
+    assert "has no vllm: metric" in capsys.readouterr().err
+
+
+def test_a_replay_endpoint_that_is_not_a_publisher_exits_2(server, capsys):
+    http = server()
+    assert attach(http.url, "--kv-events", "tcp://127.0.0.1:1", "--replay", f"tcp://127.0.0.1:{http.port}",
+                  "--timeout", 0.3, "--duration", 1) == 2
+    err = capsys.readouterr().err
+    assert f"replay endpoint tcp://127.0.0.1:{http.port} gave no answer" in err
+
+
+def test_a_publisher_of_undecodable_frames_exits_2(server, publisher, tmp_path, capsys):
+    http, pub = server(), publisher()
+
+    def garbage():
+        assert pub.subscribed.wait(WAIT_S)
+        pub.send_raw([b"kv", (0).to_bytes(8, "big"), b"\xc1 not msgpack"])
+
+    threading.Thread(target=garbage, daemon=True).start()
+    out = tmp_path / "attach.json"
+    assert attach(http.url, "--kv-events", pub.endpoint, "--duration", 1, "--json", out) == 2
+    assert "could not be decoded" in capsys.readouterr().err
+    assert json.loads(out.read_text())["decode_errors"] == 1  # what was observed is still written
+
+
+def test_silence_without_a_replay_socket_to_vouch_exits_2(server, capsys):
+    http = server()
+    assert attach(http.url, "--kv-events", f"tcp://127.0.0.1:{free_port()}", "--duration", 0.5) == 2
+    assert "no KV event from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    ([], "give the server's KV event endpoint"),
+    (["--kv-events", "tcp://127.0.0.1:1", "--json", "x.json"], "give --duration"),
+    (["--kv-events", "tcp://127.0.0.1:1", "--kv-listen", "tcp://*:1"], "not allowed with"),
+])
+def test_bad_flags_exit_2(flags, message, capsys):
+    try:
+        code = attach("http://127.0.0.1:1", *flags)
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_session_frames_carry_the_map_the_points_and_the_log(server, publisher):
+    http, pub = server(), publisher()
+    session = AttachSession()
+    session.handle(APPLY, (AttachTarget(http.url, kv_events=pub.endpoint, replay=pub.replay_endpoint), True))
+    first = session.take_frame()
+    assert isinstance(first, AttachFrame) and first.error is None
+    assert first.info["num_gpu_blocks"] == 12 and first.info["unavailable"]["block tables"]
+    assert first.snapshot.num_blocks == 12 and not first.snapshot.count(BLOCK_CACHED)
+    play_script(pub)
+    frames, deadline = [first], time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and session.attachment.subscriber.counts.batches < 26:
+        session.advance(0.001)
+        frames.append(session.take_frame())
+    frames.append(session.take_frame())
+    kinds = {kind for frame in frames for kind, _ in frame.log_lines}
+    assert {"stored", "removed", "gap", "replayed", "restart"} <= kinds
+    snapshot = [f.snapshot for f in frames if f.snapshot is not None][-1]
+    assert snapshot.count(BLOCK_CACHED) == cached_after_run1()
+    cached = snapshot.block_state == BLOCK_CACHED
+    assert (snapshot.block_owner[cached] >= 0).all()  # the chain: one colour per prefix chain
+    assert len(first.points) == 1 and first.observed[0].num_running == 0
+    session.close()
+
+
+def test_a_failure_to_attach_is_the_frames_error():
+    session = AttachSession()
+    session.handle(APPLY, (AttachTarget(f"http://127.0.0.1:{free_port()}", kv_events="tcp://127.0.0.1:1"), True))
+    frame = session.take_frame()
+    assert "cannot reach" in frame.error and not session.playing
+
+
+def test_prediction_matches_the_block_count_the_live_server_reported():
+    # The live CPU server (vLLM 0.32): 1 GiB of KV cache, 32-token blocks, 16,384 blocks, concurrency
+    # 1,024 at 512 tokens. A 2-layer model with 4 KV heads of 64 in 16 bits holds 2,048 bytes a token.
+    from kvscope.app.lab.vllm.metrics import parse_metrics
+
+    from attach_fixtures import FIXTURES
+
+    metrics = parse_metrics((FIXTURES / "metrics_live_vllm_cpu_0.32.prom").read_text())
+    config = next(iter(metrics.cache_config.values()))
+    model = ModelConfig(name="two-layers", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                        head_dim=64, hidden_size=256, intermediate_size=512, vocab_size=1000, weight_dtype="bf16")
+    blocks, concurrency = predict(config, "0.32.0", model)
+    assert blocks.observed == 16384 and blocks.predicted == 16384 and blocks.error == 0
+    assert concurrency.observed == 1024 and concurrency.predicted == pytest.approx(1024)
+    doubled = predict(config, "0.32.0", model.replace(num_hidden_layers=4))[0]
+    assert doubled.error == pytest.approx(-0.5)
+
+
+def test_a_forced_block_count_has_no_error_and_no_model_no_prediction():
+    config = {"block_size": "32", "num_gpu_blocks": "12", "num_gpu_blocks_override": "12",
+              "kv_cache_memory_bytes": "1073741824", "kv_cache_size_tokens": "384", "kv_cache_max_concurrency": "1.5"}
+    model = ModelConfig(name="m", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+                        hidden_size=256, intermediate_size=512, vocab_size=1000)
+    blocks, concurrency = predict(config, "0.32.0", model)
+    assert blocks.error is None and "forced" in blocks.note
+    assert concurrency.predicted == pytest.approx(1.5) and concurrency.error == pytest.approx(0)
+    assert all(f.predicted is None and "--model" in f.note for f in predict(config, "0.32.0", None))
