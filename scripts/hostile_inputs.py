@@ -222,7 +222,7 @@ def recording_cases(d: Path) -> list:
         cases.append(Case(f"export --perfetto {name}", "recording",
                           ["export", str(path), "--perfetto", str(d / "out" / f"{name}.json")], expect="refuse_or_ok"))
     for name in ("header-num-blocks-huge", "keyframe-no-owner", "zlib-bomb-deltas", "header-event-kinds-int",
-                 "huge-claimed-length"):
+                 "huge-claimed-length", "empty-file", "text-file", "signature-only", "flipped-byte-middle"):
         cases.append(Case(f"gui --replay {name}", "recording",
                           ["gui", "--replay", str(d / "recordings" / f"{name}.kvrec"), "--quit-after", "1"],
                           expect="refuse", slow=True))
@@ -358,6 +358,15 @@ def preset_cases(d: Path) -> list:
         Case("compare --scenario ''", "structure", ["compare", "--scenario", ""]),
         Case("gui --scenario ''", "structure", ["gui", "--scenario", "", "--quit-after", "1"], slow=True),
         Case("gui --model ''", "structure", ["gui", "--model", "", "--quit-after", "1"], slow=True),
+        Case("gui --model nope", "structure", ["gui", "--model", "nope", "--quit-after", "1"], slow=True,
+             must_say=("nope",)),
+        Case("gui --hardware nope", "structure", ["gui", "--hardware", "nope", "--quit-after", "1"], slow=True),
+        Case("gui --workload nope", "structure", ["gui", "--workload", "nope", "--quit-after", "1"], slow=True),
+        Case("gui --scenario nope", "structure", ["gui", "--scenario", "nope", "--quit-after", "1"], slow=True),
+        Case("gui --theme nope", "structure", ["gui", "--theme", "nope", "--quit-after", "1"]),
+        Case("gui --backend nope", "structure", ["gui", "--backend", "nope", "--quit-after", "1"]),
+        Case("gui --model ../../etc/passwd", "structure",
+             ["gui", "--model", "../../etc/passwd", "--quit-after", "1"], slow=True),
         Case("run --workload a folder .toml", "files", ["run", "--quiet", "--workload", str(d) + "/x.toml"]),
     ]
     scen = d / "scenarios"
@@ -500,10 +509,15 @@ def model_folder_cases(d: Path) -> list:
     for name in ("missing-parameter", "architectures-string", "config-deep"):
         cases.append(Case(f"verify --model-path {name}", "model", ["verify", "--model-path", str(folders[name])],
                           slow=True))
-        # weights that do not match their config are found as they load: in the window, which says so
+    # weights that do not match their config are refused before the window opens, as by `run`
+    for name in ("missing-parameter", "unexpected-parameter", "more-layers-in-config", "shape-mismatch",
+                 "architectures-string", "config-deep", "garbage-safetensors", "no-weights", "auto-map"):
         cases.append(Case(f"gui --model-path {name}", "model", ["gui", "--model-path", str(folders[name]),
                                                                 "--quit-after", "1"], slow=True,
-                          expect="either" if name == "missing-parameter" else "refuse"))
+                          must_say=("weights do not match",) if "parameter" in name or "mismatch" in name
+                          or "more-layers" in name else ()))
+    cases.append(Case("gui --model-path good", "model", ["gui", "--model-path", str(good), "--quit-after", "1"],
+                      expect="ok", slow=True))
     cases.append(Case("run --model-path without architectures (llama)", "model",
                       ["run", "--quiet", "--backend", "real", "--model-path", str(folders["no-architectures"]),
                        "--requests", "2"], expect="ok", slow=True))
@@ -570,6 +584,14 @@ def number_cases(d: Path) -> list:
         Case("gui --size 0x0", "numbers", ["gui", "--size", "0x0"]),
         Case("gui --size axb", "numbers", ["gui", "--size", "axb"]),
         Case("gui --size 1e3x800", "numbers", ["gui", "--size", "1e3x800"]),
+        Case("gui --size -5x5", "numbers", ["gui", "--size", "-5x5", "--quit-after", "1"]),
+        Case("gui --size 1600x", "numbers", ["gui", "--size", "1600x", "--quit-after", "1"]),
+        Case("gui --size 1e9x1e9", "numbers", ["gui", "--size", "1e9x1e9", "--quit-after", "1"]),
+        Case("gui --size 99999999999999999999x800", "numbers",
+             ["gui", "--size", "99999999999999999999x800", "--quit-after", "1"]),
+        Case("gui --quit-after inf", "numbers", ["gui", "--quit-after", "inf"]),
+        Case("gui --quit-after 1e-300 (closes at once)", "numbers",
+             ["gui", "--backend", "simulated", "--quit-after", "1e-300"], expect="ok", slow=True),
         Case("compare --requests -5", "numbers", ["compare", "--scenario", "cache-ceiling", "--requests", "-5"]),
         Case("compare --requests 1e12", "numbers", ["compare", "--scenario", "cache-ceiling", "--requests", "1e12"]),
         Case("compare --seed -1", "numbers", ["compare", "--scenario", "cache-ceiling", "--seed", "-1"]),
@@ -621,7 +643,29 @@ def file_cases(d: Path) -> list:
         Case("gui --replay missing", "files", ["gui", "--replay", str(f / "missing.kvrec"), "--quit-after", "1"]),
         Case("gui --screenshot in a missing folder", "files",
              ["gui", "--screenshot", str(f / "no" / "s.png"), "--quit-after", "1"]),
-        Case("gui --replay a folder", "files", ["gui", "--replay", str(f), "--quit-after", "1"]),
+        Case("gui --replay a folder", "files", ["gui", "--replay", str(f), "--quit-after", "1"],
+             must_say=("is a folder",)),
+        Case("gui --replay /dev/zero", "files", ["gui", "--replay", "/dev/zero", "--quit-after", "1"],
+             must_say=("not a regular file",)),
+        Case("gui --replay a trace", "files", ["gui", "--replay", str(trace), "--quit-after", "1"],
+             protected=[trace]),
+        Case("gui --screenshot onto the --replay recording", "files",
+             ["gui", "--replay", str(recording), "--screenshot", str(recording), "--quit-after", "1"],
+             protected=[recording], must_say=("is also the recording",)),
+        Case("gui --screenshot another spelling of the --replay recording", "files",
+             ["gui", "--replay", str(recording), "--screenshot", str(f / "." / "run.kvrec"), "--quit-after", "1"],
+             protected=[recording]),
+        Case("gui --screenshot a folder", "files", ["gui", "--screenshot", str(f), "--quit-after", "1"]),
+        Case("gui --screenshot without --quit-after", "files", ["gui", "--screenshot", str(f / "s.png")],
+             must_say=("needs --quit-after",)),
+        Case("gui --screenshot /dev/full", "files", ["gui", "--screenshot", "/dev/full", "--quit-after", "1"],
+             must_say=("not a regular file",)),
+        Case("gui --screenshot of an unknown image format", "files",
+             ["gui", "--screenshot", str(f / "shot.nope"), "--quit-after", "1"], must_say=("no .nope images",)),
+        Case("gui --model-path /dev/null", "files", ["gui", "--model-path", "/dev/null", "--quit-after", "1"]),
+        Case("gui --replay with a screenshot", "files",
+             ["gui", "--replay", str(recording), "--screenshot", str(f / "shot.png"), "--quit-after", "1"],
+             expect="ok", slow=True, protected=[recording]),
         Case("math --config /dev/urandom", "files", ["math", "--config", "/dev/urandom"]),
     ]
     return cases

@@ -582,3 +582,104 @@ def test_a_reader_that_stops_early_costs_no_traceback():
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("name, fragments", [
+    ("missing", ["weights do not match its config.json", "layers.1.mlp.up_proj.weight"]),
+    ("shape", ["weights do not match", "of another shape"]),
+])
+def test_gui_refuses_weights_that_do_not_match_their_config_before_any_window(model_dirs, name, fragments):
+    from kvscope.app.cli.gui import check_flags
+
+    with pytest.raises(ConfigError) as error:
+        check_flags(gui_args(model_path=str(model_dirs[name])))
+    assert str(error.value).startswith(f"--model-path {model_dirs[name]}")
+    for fragment in fragments:
+        assert fragment in str(error.value)
+
+
+def test_gui_accepts_a_model_directory_whose_weights_match():
+    from kvscope.app.cli.gui import weights_mismatch
+
+    pytest.importorskip("transformers")
+    import tempfile
+
+    from kvscope.app.lab.verify.tiny_model import build_random_model
+    from kvscope.engine.config import ModelConfig
+
+    shape = ModelConfig(name="m", num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                        hidden_size=16, intermediate_size=32, vocab_size=64, max_position_embeddings=64,
+                        weight_dtype="fp32")
+    with tempfile.TemporaryDirectory() as root:
+        assert weights_mismatch(str(build_random_model(shape, Path(root) / "m"))) is None
+
+
+def test_gui_screenshot_without_quit_after_is_refused(tmp_path):
+    from kvscope.app.cli.gui import check_flags
+
+    with pytest.raises(ConfigError, match="needs --quit-after"):
+        check_flags(gui_args(screenshot=str(tmp_path / "shot.png")))
+
+
+# -- the window's own inputs: its settings form and a model folder chosen in it ---------------------
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    from kvscope.app.cli.gui import initial_values
+    from kvscope.app.gui.main_window import MainWindow
+
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    win = MainWindow(initial_values(gui_args(backend="simulated", hardware="h100-80gb", workload="chat")),
+                     autoplay=False)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.close()
+
+
+def test_the_settings_boxes_hold_what_the_command_line_accepts_and_no_more(window):
+    from kvscope.app.lab.workload import MAX_REQUESTS
+    from kvscope.engine.checks import CEILINGS, MAX_BYTES
+
+    settings, editor = window.settings, window.editor
+    assert settings.max_model_len.maximum() == CEILINGS["max_model_len"]
+    assert settings.max_num_seqs.maximum() == CEILINGS["max_num_seqs"]
+    assert settings.max_num_batched_tokens.maximum() == CEILINGS["max_num_batched_tokens"]
+    assert settings.num_requests.maximum() == MAX_REQUESTS
+    assert settings.kv_budget.maximum() * 1024**2 == MAX_BYTES
+    for name, box in editor.model_boxes.items():
+        assert box.maximum() == CEILINGS[name], name
+    assert editor.gpu_count.maximum() == CEILINGS["gpu_count"]
+    assert "at most 1,048,576 requests" in settings.max_num_seqs.toolTip()
+
+
+@pytest.mark.parametrize("field, box, fragment", [
+    ("kv_cache_memory_bytes", "kv_budget", f"more than the {MAX_NUM_BLOCKS:,} kvscope runs"),
+    ("max_model_len", "max_model_len", "not one full-length request fits"),
+])
+def test_a_value_the_engine_refuses_shows_its_reason_in_its_field_and_apply_waits(window, field, box, fragment):
+    spin = getattr(window.settings, box)
+    spin.setValue(spin.maximum())
+    assert window.settings_form.current_config() is None
+    assert fragment in window.settings.errors[field].text() and not window.settings.apply_button.isEnabled()
+    assert not window.apply_settings(play=True)
+    spin.setValue(spin.minimum())
+    assert window.settings_form.current_config() is not None and window.settings.apply_button.isEnabled()
+
+
+def test_a_model_folder_chosen_in_the_window_whose_weights_disagree_is_one_message(window, qtbot, model_dirs):
+    settings = window.settings
+    settings.model_path = str(model_dirs["missing"])
+    settings.backend.setCurrentIndex(settings.backend.findData("real"))
+    assert window.apply_settings(play=True)
+    qtbot.waitUntil(lambda: bool(window.errors_shown), timeout=120_000)
+    error = window.errors_shown[-1]
+    assert "weights do not match its config.json" in error and "Traceback" not in error
+    assert len(window.errors_shown) == 1 and window.worker.alive
+    # and the window works on: back to a preset, simulated
+    settings.model_path = None
+    settings.backend.setCurrentIndex(settings.backend.findData("simulated"))
+    window.speed.setCurrentText("max")
+    assert window.apply_settings(play=True)
+    qtbot.waitUntil(lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 10, timeout=60_000)

@@ -91,3 +91,32 @@ def test_a_frame_made_before_a_rebuild_is_dropped_not_shown():
         assert rebuilt.engine_info.workload.num_requests == 123
     finally:
         process.stop()
+
+
+def test_a_killed_process_is_reported_by_its_signal_and_the_next_command_rebuilds_the_last_run():
+    import os
+    import signal
+
+    process = SessionHost(EngineSession)
+    process.start()
+    try:
+        process.apply(endless_config(), play=True)
+        next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 10)
+        killed = process.pid
+        os.kill(killed, signal.SIGKILL)
+        report = next_frame(process, lambda f: bool(f.error))
+        assert "ended unexpectedly (signal 9, SIGKILL)" in report.error and process.pid is None
+        assert process.take_frame() is None  # said once
+        process.play()  # a fresh process knows nothing: the host builds the last run there first
+        rebuilt = next_frame(process, lambda f: f.engine_info is not None)
+        assert process.pid not in (None, killed) and rebuilt.engine_info.workload.num_requests == 1_000_000
+        next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 10 and f.playing)
+    finally:
+        process.stop()
+
+
+def test_exit_causes_in_words():
+    from kvscope.app.host.process_host import exit_cause
+
+    assert exit_cause(-9) == "signal 9, SIGKILL" and exit_cause(-11) == "signal 11, SIGSEGV"
+    assert exit_cause(1) == "exit code 1" and exit_cause(-200) == "signal 200"

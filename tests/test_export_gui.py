@@ -137,3 +137,53 @@ def test_a_path_that_cannot_be_written_is_refused_with_the_reason(window, qtbot,
     assert not window.exports.ask_plot("kv")
     assert ".png or .svg" in warnings[-1]
     assert not (tmp_path / "kv.jpg").exists()
+
+
+def files_in(folder) -> set:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_an_export_that_fails_leaves_the_existing_file_as_it_was(window, qtbot, tmp_path, saving_to, monkeypatch):
+    """Written to a temporary file beside the target and renamed over it when complete: a full
+    disk or a failing exporter costs nothing that was there."""
+    import pyqtgraph as pg
+
+    running(window, qtbot)
+    target = tmp_path / "kv.png"
+    target.write_bytes(b"the user's earlier picture")
+    before = files_in(tmp_path)
+
+    def disk_full(self, fileName=None, toBytes=False, copy=False):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pg.exporters.ImageExporter, "export", disk_full)
+        warnings = saving_to(target)
+        assert not window.exports.ask_plot("kv")
+    assert "No space left on device" in warnings[-1]
+    assert target.read_bytes() == b"the user's earlier picture" and files_in(tmp_path) == before
+    saving_to(target)
+    assert window.exports.ask_plot("kv")
+    assert_png(target)
+    assert files_in(tmp_path) == before  # replaced whole, nothing left beside it
+
+
+def test_no_export_overwrites_a_file_the_window_reads(window, qtbot, tmp_path, saving_to):
+    from tests.small_recording import record_small_run
+
+    recording = record_small_run(tmp_path / "run.png")  # a recording whatever its name: the window reads it
+    data = recording.read_bytes()
+    assert window.open_recording(str(recording))
+    try:
+        warnings = saving_to(recording)
+        assert not window.exports.ask_plot("kv")
+        assert "is also the recording" in warnings[-1]
+        saving_to(recording)
+        assert not window.exports.ask_view("block_map")
+        assert "is also the recording" in warnings[-1]
+        saving_to(recording)
+        assert not window.exports.ask_perfetto()
+        assert "is also the recording" in warnings[-1]
+        assert recording.read_bytes() == data
+    finally:
+        window.close_recording()

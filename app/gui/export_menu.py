@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox
 
-from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto
+from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto, writable
 from kvscope.app.gui.view_export import CSV_FORMAT, PLOT_FORMATS, PNG_FORMAT, export_plot, export_widget_png
 from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
 from kvscope.widgets.live_plots import TITLES as PLOT_TITLES
@@ -18,7 +18,8 @@ from kvscope.widgets.live_plots import TITLES as PLOT_TITLES
 class ExportMenu:
     """The Export menu's actions (``actions``, by key: "plot:<name>", a panel's name, "perfetto",
     "compare:<name>", "results") and what each does. The Perfetto trace is enabled while a
-    recording is open, the comparison's entries once a comparison is."""
+    recording is open, the comparison's entries once a comparison is. No export may overwrite a
+    file the window reads (``inputs``)."""
 
     def __init__(self, window, menu: QMenu):
         self.window = window
@@ -50,6 +51,12 @@ class ExportMenu:
         action.setEnabled(enabled)
         self.actions[key] = action
 
+    def inputs(self) -> dict:
+        """The files the window reads ({what: path}): the open recording, the trace, a config.json."""
+        settings = self.window.settings
+        return {"recording": self.window.replay_path, "trace": settings.trace_path,
+                "config.json": settings.config_path}
+
     def _save(self, title: str, default: str, formats: str, work) -> bool:
         """Ask for a path (the window's dialog, which tests replace), write it, report the outcome."""
         path = self.window._ask_save_path(title, default, formats)
@@ -67,20 +74,21 @@ class ExportMenu:
         title = PLOT_TITLES.get(name, name)
         plot = self.window.plots.plots[name]
         return self._save(f"Save the {title} plot", default_name(title, ".png"), PLOT_FORMATS,
-                          lambda path: export_plot(plot, path))
+                          lambda path: export_plot(plot, path, self.inputs()))
 
     def ask_view(self, key: str) -> bool:
         panels = self.window.panels
         widget, title = panels.views[key], panels.panel(key).title
         return self._save(f"Save the {title.lower()}", default_name(title, ".png"), PNG_FORMAT,
-                          lambda path: export_widget_png(widget, path))
+                          lambda path: export_widget_png(widget, path, self.inputs()))
 
     def ask_perfetto(self) -> bool:
         recording = self.window.replay_path
         if recording is None:
             return False
         return self._save("Save a Perfetto trace", default_name(Path(recording).stem, ".json"),
-                          "Chrome / Perfetto trace (*.json)", lambda path: export_perfetto(recording, path))
+                          "Chrome / Perfetto trace (*.json)",
+                          lambda path: export_perfetto(recording, path, self.inputs()))
 
     def ask_compare_plot(self, name: str) -> bool:
         compare = self.window.compare
@@ -88,7 +96,7 @@ class ExportMenu:
             return False
         title = COMPARE_PLOTS[name][0]
         return self._save(f"Save the comparison's {title} plot", default_name(f"comparison {title}", ".png"),
-                          PLOT_FORMATS, lambda path: export_plot(compare.plots.plots[name], path))
+                          PLOT_FORMATS, lambda path: export_plot(compare.plots.plots[name], path, self.inputs()))
 
     def ask_results(self) -> bool:
         compare = self.window.compare
@@ -96,5 +104,8 @@ class ExportMenu:
             QMessageBox.information(self.window, "No results yet", "Open a scenario or a comparison first: "
                                     "the table fills in as it runs.")
             return False
-        return self._save("Save the results table", default_name("results", ".csv"), CSV_FORMAT,
-                          compare.export_table_csv)
+        def save_table(path):
+            writable(path, self.inputs())
+            return compare.export_table_csv(path)  # written whole (view_export.export_csv)
+
+        return self._save("Save the results table", default_name("results", ".csv"), CSV_FORMAT, save_table)

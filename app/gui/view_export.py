@@ -12,7 +12,7 @@ from pathlib import Path
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401 - registers pg.exporters
 
-from kvscope.app.gui.export_files import ExportError, writable
+from kvscope.app.gui.export_files import ExportError, write_whole
 
 PLOT_FORMATS = "PNG image (*.png);;SVG drawing (*.svg)"
 PNG_FORMAT = "PNG image (*.png)"
@@ -49,47 +49,50 @@ def _accept_closed_svg_paths() -> None:
     module.correctCoordinates = correct_coordinates
 
 
-def export_plot(plot_item: pg.PlotItem, path) -> Path:
-    """One plot (with its title, axes and legend) as .png or .svg, chosen by the file's suffix."""
-    path = writable(path)
-    suffix = path.suffix.lower()
+def export_plot(plot_item: pg.PlotItem, path, inputs: dict | None = None) -> Path:
+    """One plot (with its title, axes and legend) as .png or .svg, chosen by the file's suffix;
+    written whole (export_files.write_whole), never over a file in inputs."""
+    suffix = Path(path).suffix.lower()
     if suffix == ".png":
         exporter = pg.exporters.ImageExporter(plot_item)
         width = int(plot_item.sceneBoundingRect().width() * PNG_SCALE)
         exporter.parameters()["width"] = max(width, 200)
+
+        def write(partial) -> None:
+            _save_image(exporter.export(toBytes=True), partial, path)
     elif suffix == ".svg":
         _accept_closed_svg_paths()
         exporter = pg.exporters.SVGExporter(plot_item)
+
+        def write(partial) -> None:
+            Path(partial).write_bytes(exporter.export(toBytes=True))
     else:
-        raise ExportError(f"{path.name}: a plot is saved as .png or .svg, not {suffix or 'a file with no suffix'}")
-    try:
-        exporter.export(str(path))
-    except OSError as exc:
-        raise ExportError(f"{path}: {exc.strerror or exc}") from exc
-    if not path.is_file():
-        raise ExportError(f"{path}: could not be written")
-    return path
+        raise ExportError(f"{Path(path).name}: a plot is saved as .png or .svg, "
+                          f"not {suffix or 'a file with no suffix'}")
+    return write_whole(path, write, inputs)
 
 
-def export_widget_png(widget, path) -> Path:
+def export_widget_png(widget, path, inputs: dict | None = None) -> Path:
     """A whole view as it is on screen (with its legend and status line) as a PNG."""
-    path = writable(path)
-    if path.suffix.lower() != ".png":
-        raise ExportError(f"{path.name}: this view is saved as a .png image")
-    if not widget.grab().save(str(path), "PNG"):
-        raise ExportError(f"{path}: could not be written")
-    return path
+    if Path(path).suffix.lower() != ".png":
+        raise ExportError(f"{Path(path).name}: this view is saved as a .png image")
+    return write_whole(path, lambda partial: _save_image(widget.grab(), partial, path), inputs)
 
 
-def export_csv(header: list[str], rows: list[list], path) -> Path:
-    path = writable(path)
-    if path.suffix.lower() != ".csv":
-        raise ExportError(f"{path.name}: a table is saved as .csv")
-    try:
-        with open(path, "w", newline="", encoding="utf-8") as f:
+def _save_image(image, partial, target) -> None:
+    """A QImage or QPixmap as PNG into the temporary file (whose name says nothing of its format)."""
+    if image is None or image.isNull() or not image.save(str(partial), "PNG"):
+        raise ExportError(f"{target}: could not be written")
+
+
+def export_csv(header: list[str], rows: list[list], path, inputs: dict | None = None) -> Path:
+    if Path(path).suffix.lower() != ".csv":
+        raise ExportError(f"{Path(path).name}: a table is saved as .csv")
+
+    def write(partial) -> None:
+        with open(partial, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(header)
             writer.writerows(rows)
-    except OSError as exc:
-        raise ExportError(f"{path}: {exc.strerror or exc}") from exc
-    return path
+
+    return write_whole(path, write, inputs)

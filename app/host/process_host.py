@@ -34,6 +34,7 @@ from kvscope.app.host.protocol import (
     STEP,
     STOP,
     STOP_RECORDING,
+    SUBMIT_PROMPT,
     Frame,
     Session,
     decode_frame,
@@ -160,6 +161,18 @@ def _send_frame(session: Session, sender: FrameSender, frame_cost: float, genera
     return 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
 
 
+def exit_cause(exitcode: int | None) -> str:
+    """How a process ended, in words: "signal 9, SIGKILL" (killed: the OOM killer, kill -9) or "exit code 1"."""
+    if exitcode is None:
+        return "no exit status"
+    if exitcode < 0:
+        try:
+            return f"signal {-exitcode}, {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 class SessionHost:
     """The window's handle on a session in its own process; every method returns at once.
 
@@ -195,7 +208,11 @@ class SessionHost:
         if self._stopped:
             return
         if not self.alive:
+            crashed = self._process is not None
             self.start()  # after a crash of the process the next command starts a fresh one
+            if crashed and command != APPLY and self.config is not None:
+                # the new process holds nothing yet: build the last config, then Play, Step or Seek acts on it
+                self._send(APPLY, (self.config, False))
         self._generation += command in NEW_PICTURE
         try:
             self._conn.send((command, arg))
@@ -221,6 +238,10 @@ class SessionHost:
 
     def step_once(self) -> None:
         self._send(STEP)
+
+    def submit_prompt(self, text: str) -> None:
+        """A typed prompt for the live engine: the next frame names its request, or why it was refused."""
+        self._send(SUBMIT_PROMPT, text)
 
     def set_speed(self, speed: float) -> None:
         self._send(SPEED, speed)
@@ -266,6 +287,11 @@ class SessionHost:
     def alive(self) -> bool:
         return self._process is not None and self._process.is_alive()
 
+    @property
+    def pid(self) -> int | None:
+        """The session process's id while it runs (what a soak samples, what a fault test kills)."""
+        return self._process.pid if self.alive else None
+
     def take_frame(self) -> Frame | None:
         """The newest frame if one has arrived (else None), and the request for the next."""
         frame = None
@@ -276,8 +302,9 @@ class SessionHost:
                 return None
             self._reported_exit = True
             return self.session_class.frame_type(
-                error=f"The {self.name} process exited unexpectedly (exit code {self._process.exitcode}); "
-                      "Apply or Reset (R) starts a new one.", status=f"the {self.name} process stopped")
+                error=f"The {self.name} process ended unexpectedly ({exit_cause(self._process.exitcode)}); "
+                      "Play, Apply or Reset (R) starts a new one.",
+                status=f"the {self.name} process ended unexpectedly")
         try:
             if self._awaiting_frame and self._conn.poll():
                 frame = decode_frame(self._conn.recv_bytes(), self._conn.recv_bytes)
