@@ -72,20 +72,26 @@ _DTYPE_ALIASES = {
 # -- defaults that are not a single field's ---------------------------------------------------------
 
 # The presets a run describes when none is named: a common model on a common GPU for the
-# simulated backend; on the real one a model small enough to run on any CPU.
+# simulated backend; on the real one a trained model small enough to run on any CPU (SmolLM2-135M-
+# Instruct, whose answers can be read). tiny-llama (random weights) is for tests and what-ifs.
 DEFAULT_MODEL = "llama-3-8b"
 DEFAULT_HARDWARE = "h100-80gb"
-DEFAULT_REAL_MODEL = "tiny-llama"
+DEFAULT_REAL_MODEL = "smollm2-135m-instruct"
+RANDOM_WEIGHTS_MODEL = "tiny-llama"
 # On a CPU the KV pool is a budget, not "all the memory": RAM is shared with everything else.
 DEFAULT_CPU_KV_CACHE_BYTES = 1 * GiB
 # The token budget of one step when none is given (with chunked prefill; without it a whole
 # prompt must fit, so the budget is at least max_model_len).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 SMALL_GPU_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's, under 70 GiB and on the A100
+# Requests running at once when none is given: vLLM's API-server defaults, by the same rule.
+LARGE_GPU_MAX_NUM_SEQS = 1024
+DEFAULT_MAX_NUM_SEQS = 256
 
 
 # ConfigError lives with the checks (engine/checks.py) that raise it most; it is imported from here.
 from kvscope.engine.checks import ConfigError, ceiling, check_fields, real_number, whole_number  # noqa: E402
+from kvscope.engine.cost_model import check_calibration  # noqa: E402
 
 
 def normalize_dtype(name: str, allowed: dict, what: str) -> str:
@@ -267,9 +273,16 @@ class HardwareSpec:
     kind: str = "gpu"  # gpu | cpu
     source: str = ""
     description: str = ""
+    # How achieved speed relates to the peaks above, and where that is known from: a table of
+    # engine/cost_model.py's UNCALIBRATED fields (None or missing fields: the datasheet peaks).
+    calibration: dict | None = None
+    # memory_bytes was set (with_memory), not detected: on a CPU the KV pool then comes out of it
+    # as on a GPU (memory x utilization - weights - reserve) instead of the default CPU budget.
+    memory_is_budget: bool = False
 
     def __post_init__(self):
         owner = f"hardware {self.name!r}"
+        object.__setattr__(self, "calibration", check_calibration(self.calibration, owner))
         object.__setattr__(self, "memory_bytes", _positive_int(owner, "memory_bytes", self.memory_bytes))
         object.__setattr__(
             self,
@@ -310,7 +323,7 @@ class HardwareSpec:
 
     def with_memory(self, memory_bytes: int) -> "HardwareSpec":
         """This hardware with another amount of memory per device, saying so in its description."""
-        return self.replace(memory_bytes=int(memory_bytes),
+        return self.replace(memory_bytes=int(memory_bytes), memory_is_budget=True,
                             description=f"{self.description}, memory set to {memory_bytes / 1024**3:.2f} GiB")
 
 
@@ -346,7 +359,9 @@ class EngineArgs:
     kv_cache_memory_bytes: int | None = _arg(
         None, "size the KV pool directly, bytes per device", unit="bytes",
         default_text=f"default on a CPU: {DEFAULT_CPU_KV_CACHE_BYTES / GiB:g} GiB")
-    max_num_seqs: int = _arg(256, "most requests running at once", flags="scheduler")
+    max_num_seqs: int | None = _arg(None, "most requests running at once", flags="scheduler",
+                                    default_text=f"vLLM's: {LARGE_GPU_MAX_NUM_SEQS:,} on GPUs of 70 GiB or more "
+                                                 f"other than the A100, else {DEFAULT_MAX_NUM_SEQS}")
     max_num_batched_tokens: int | None = _arg(None, "token budget per step", flags="scheduler",
                                               default_text=f"default {DEFAULT_MAX_NUM_BATCHED_TOKENS}; vLLM's "
                                                            f"{SMALL_GPU_MAX_NUM_BATCHED_TOKENS} on GPUs under 70 GiB "
@@ -358,15 +373,15 @@ class EngineArgs:
     allocation: str = _arg("paged", "paged blocks on demand, or a contiguous max_model_len reservation",
                            flags="scheduler", choices=ALLOCATIONS)
     seed: int = _arg(0, flags=None)  # the run's flag (--seed) also seeds its workload
-    # Fixed cost of one engine step on the device (launches, sampling, host work).
-    step_overhead_s: float = _arg(0.0005, flags=None)
+    # Fixed cost of one engine step on the device (launches, sampling, host work); None: the
+    # hardware's calibration says (engine/cost_model.py).
+    step_overhead_s: float | None = _arg(None, flags=None)
     num_gpu_blocks_override: int | None = _arg(None, flags=None)
 
     def __post_init__(self):
         owner = "engine"
-        for name in ("block_size", "max_num_seqs"):
-            object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
-        for name in ("max_model_len", "max_num_batched_tokens", "tensor_parallel_size", "num_gpu_blocks_override",
+        object.__setattr__(self, "block_size", _positive_int(owner, "block_size", self.block_size))
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size", "num_gpu_blocks_override",
                      "kv_cache_memory_bytes"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
@@ -384,7 +399,8 @@ class EngineArgs:
             choices, value = field.metadata["choices"], getattr(self, field.name)
             if choices and value not in choices:
                 raise ConfigError(f"{field.name} must be {' or '.join(map(repr, choices))}, got {value!r}")
-        real_number(self.step_overhead_s, "step_overhead_s", 0.0, 3600.0)
+        if self.step_overhead_s is not None:
+            real_number(self.step_overhead_s, "step_overhead_s", 0.0, 3600.0)
 
     def replace(self, **changes) -> "EngineArgs":
         return dataclasses.replace(self, **changes)
@@ -416,14 +432,25 @@ class ResolvedArgs:
     max_num_batched_tokens: int
     tensor_parallel_size: int
     kv_cache_memory_bytes: int | None = None  # per device; None: memory x utilization - weights - reserve
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+
+
+def _large_gpu(hardware: HardwareSpec) -> bool:
+    return hardware.kind == "gpu" and hardware.memory_bytes >= 70 * GiB and "a100" not in hardware.name.lower()
 
 
 def default_max_num_batched_tokens(hardware: HardwareSpec) -> int:
     """vLLM's API-server default (engine/arg_utils.py, 0.9 - 0.33): 8,192 tokens a step on GPUs of
     70 GiB or more other than the A100, 2,048 on the others. kvscope keeps 8,192 on a CPU."""
-    if hardware.kind == "cpu" or (hardware.memory_bytes >= 70 * GiB and "a100" not in hardware.name.lower()):
+    if hardware.kind == "cpu" or _large_gpu(hardware):
         return DEFAULT_MAX_NUM_BATCHED_TOKENS
     return SMALL_GPU_MAX_NUM_BATCHED_TOKENS
+
+
+def default_max_num_seqs(hardware: HardwareSpec) -> int:
+    """vLLM's API-server default by the same rule: 1,024 requests on the large GPUs, 256 elsewhere.
+    It sizes the sampler's rows in vLLM's memory profile as well as the batch."""
+    return LARGE_GPU_MAX_NUM_SEQS if _large_gpu(hardware) else DEFAULT_MAX_NUM_SEQS
 
 
 def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: HardwareSpec) -> ResolvedArgs:
@@ -449,7 +476,7 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         default = default_max_num_batched_tokens(hardware)
         budget = default if args.enable_chunked_prefill else max(default, max_model_len)
     kv_budget = args.kv_cache_memory_bytes
-    if kv_budget is None and hardware.kind == "cpu":
+    if kv_budget is None and hardware.kind == "cpu" and not hardware.memory_is_budget:
         kv_budget = DEFAULT_CPU_KV_CACHE_BYTES
     return ResolvedArgs(
         args=args,
@@ -458,6 +485,7 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         max_num_batched_tokens=budget,
         tensor_parallel_size=tp,
         kv_cache_memory_bytes=kv_budget,
+        max_num_seqs=args.max_num_seqs or default_max_num_seqs(hardware),
     )
 
 

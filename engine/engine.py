@@ -307,7 +307,7 @@ class Engine:
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "kv_cache_memory_bytes": resolved.kv_cache_memory_bytes,
             "max_model_len": resolved.max_model_len,
-            "max_num_seqs": args.max_num_seqs,
+            "max_num_seqs": self.resolved.max_num_seqs,
             "max_num_batched_tokens": resolved.max_num_batched_tokens,
             "kv_cache_dtype": resolved.kv_cache_dtype,
             "enable_prefix_caching": args.enable_prefix_caching,

@@ -262,7 +262,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         if lesson:
             pool_source = "memory x gpu_memory_utilization - weights - reserve (the lesson's formula)"
         else:
-            activation = activation_peak_bytes(model, tp, tokens, args.max_num_seqs)
+            activation = activation_peak_bytes(model, tp, tokens, resolved.max_num_seqs)
             non_torch = non_torch_bytes(hardware, tp)
             graphs = cuda_graph_bytes(model) if version >= CUDA_GRAPHS_SUBTRACTED_FROM else 0
             pool_source = (f"memory x gpu_memory_utilization - weights - activation peak - non-torch"
@@ -305,7 +305,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         cudagraph_bytes=graphs * tp,
         extra_reserve_bytes=args.reserve_bytes * tp,
         profiled_tokens=0 if lesson else tokens,
-        profiled_seqs=0 if lesson else min(args.max_num_seqs, tokens),
+        profiled_seqs=0 if lesson else min(resolved.max_num_seqs, tokens),
         blocks_per_sequence=layout.blocks_per_request,
         kv_cache_size_tokens=_size_line(layout, int(num_blocks), concurrency, resolved.max_model_len, version, lesson),
         layer_groups=tuple((g.kind, g.layers, g.blocks_per_request) for g in layout.groups),

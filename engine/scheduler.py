@@ -41,7 +41,7 @@ class Scheduler:
         args = resolved.args
         self.kv = kv_manager
         self.sink = sink
-        self.max_num_seqs = args.max_num_seqs
+        self.max_num_seqs = resolved.max_num_seqs
         self.max_num_batched_tokens = resolved.max_num_batched_tokens
         self.chunked_prefill = args.enable_chunked_prefill
         self.static = args.scheduling == "static"

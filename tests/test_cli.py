@@ -435,7 +435,8 @@ def test_every_engine_argument_with_a_flag_is_generated_from_engine_args(capsys)
         assert flag in usage, flag
         if field.metadata["default_text"] is None and type(field.default) in (int, float):
             assert f"{field.metadata['help']} (default {field.default:g})" in text, flag
-    assert "(default 256)" in text and "(default 0.9)" in text and "(default 16)" in text
+    assert "(vLLM's: 1,024 on GPUs of 70 GiB or more other than the A100, else 256)" in text
+    assert "(default 0.9)" in text and "(default 16)" in text
     # no flags given: every engine argument is at EngineArgs' default
     from kvscope.app.cli.main import build_parser
 
@@ -521,7 +522,7 @@ def test_run_json_fields(capsys):
     assert report["seed"] == 0
     assert report["engine_args"] == {
         "block_size": 16, "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": None, "max_model_len": 8192,
-        "max_num_seqs": 256,
+        "max_num_seqs": 1024,  # vLLM's default on an H100
         "max_num_batched_tokens": 8192, "kv_cache_dtype": "bf16", "enable_prefix_caching": True,
         "enable_chunked_prefill": True, "tensor_parallel_size": 1, "scheduling": "continuous", "allocation": "paged",
     }
