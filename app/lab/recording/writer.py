@@ -436,6 +436,13 @@ class RunRecorder:
         """Whether the recording is at self.path: always once closed, unless it failed over an existing file."""
         return self._writer.committed
 
+    def abandon(self) -> None:
+        """After a write failed (a full disk): end the writer thread and close the file, left
+        unfinished (no index: readers say so); nothing more is written."""
+        if not self._closed:
+            self._closed = True
+            self._writer.abandon()
+
     def close(self, summary: dict | None = None, note: str | None = None, failed: bool = False) -> int:
         """Write what is buffered, the index and the trailer; returns the file size in bytes.
         note says why a run ended early (an interruption, an engine error), for the reader. failed:
