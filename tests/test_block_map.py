@@ -445,8 +445,10 @@ def test_half_a_million_blocks(view, qtbot):
     qtbot.waitExposed(view)
     snap = random_snapshot(500_000, seed=7)
     view.update_snapshot(snap)
-    assert view.index_image().shape == (500, 1000)
-    assert view.index_image().dtype == np.uint8
+    rows, width = view.index_image().shape
+    assert rows * width >= 500_000 and view.index_image().dtype == np.uint8
+    k = view.blocks_per_cell()  # far more blocks than pixels: drawn as an overview
+    assert k > 1 and width % k == 0 and view.shown_image().shape == (rows, width // k)
     changed = {"allocated": np.arange(1000, 1200), "evicted": np.arange(5000, 5050)}
     times, numpy_times = [], []
     for i in range(20):
@@ -587,3 +589,84 @@ def test_a_hybrid_models_blocks_say_their_layer_group(view):
     assert "layer group: 1 of 2 (full attention)" in view.hover_text(full_block)
     assert "layer group: 2 of 2 (sliding window of 64 tokens)" in view.hover_text(sliding_block)
     assert "blocks in use by layer group: full attention" in view.status_text()
+
+
+# --- big pools: an overview of cells of several blocks, zoomed in to each block -------------------
+def band_view(qtbot, n=29_043, size=(1200, 220)):
+    """A pool of n blocks in a wide, low panel (where 29,043 blocks were a band of 1-pixel noise)."""
+    view = BlockMapView()
+    qtbot.addWidget(view)
+    view.resize(*size)
+    view.show()
+    qtbot.waitExposed(view)
+    snap = random_snapshot(n, seed=3)
+    view.update_snapshot(snap)
+    return view, snap
+
+
+def test_a_big_pool_is_drawn_in_readable_cells_each_its_blocks_majority(qtbot):
+    view, snap = band_view(qtbot)
+    k = view.blocks_per_cell()
+    assert k > 1
+    shown = view.shown_image()
+    rows, columns = shown.shape
+    pixels_per_cell = (view._vb.width() / columns, view._vb.height() / rows)
+    assert min(pixels_per_cell) >= bm.MIN_CELL_PX - 0.5, pixels_per_cell
+    detail = view.index_image()
+    rng = np.random.default_rng(0)
+    for row, column in zip(rng.integers(0, rows - 1, 40), rng.integers(0, columns, 40)):
+        values, counts = np.unique(detail[row, column * k:(column + 1) * k], return_counts=True)
+        assert counts[values == shown[row, column]][0] == counts.max()  # the majority of its k blocks
+    first = view.block_at(2, 3 * k + 1)
+    text = view.hover_text(first)
+    assert text.startswith(f"blocks {2 * view.grid_shape()[1] + 3 * k:,}-") and f"({k} blocks in this cell" in text
+    assert "free" in text or "used" in text
+
+
+def test_zooming_in_shows_each_block_and_zooming_out_the_overview_again(qtbot):
+    view, snap = band_view(qtbot)
+    k = view.blocks_per_cell()
+    view._vb.setRange(xRange=(100, 140), yRange=(2, 6), padding=0)
+    assert view.blocks_per_cell() == 1
+    assert np.array_equal(view.shown_image(), view.index_image())
+    block = view.block_at(3, 120)
+    assert view.hover_text(block).startswith(f"block {block:,} (row 3, col 120)")
+    view.reset_view()
+    assert view.blocks_per_cell() == k and view.shown_image().shape[1] == view.grid_shape()[1] // k
+
+
+def test_a_click_on_an_overview_cell_selects_the_request_holding_most_of_it(qtbot):
+    owner = np.repeat(np.arange(300), 100)[:29_043].astype(np.int64)  # request r holds blocks 100r .. 100r+99
+    snap = make_snapshot(29_043, owner=owner, state=np.full(29_043, BLOCK_USED, np.uint8),
+                         ref=np.ones(29_043, np.int32))
+    view = BlockMapView()
+    qtbot.addWidget(view)
+    view.resize(1200, 220)
+    view.show()
+    qtbot.waitExposed(view)
+    view.update_snapshot(snap)
+    k = view.blocks_per_cell()
+    assert k > 1
+    first, last = view._grid.cell_range(4321, k)
+    expected = np.bincount(owner[first:last + 1]).argmax()
+    with qtbot.waitSignal(view.request_selected) as signal:
+        view._emit_for_block(4321)
+    assert signal.args == [expected]
+
+
+def test_a_small_pool_keeps_one_cell_per_block(view):
+    view.update_snapshot(random_snapshot(3000))
+    assert view.blocks_per_cell() == 1 and view.grid_shape() == grid.grid_shape(3000)
+
+
+def test_neighbouring_requests_get_clearly_different_colours():
+    colours = REQUEST_COLORS.astype(np.int64)
+    for step in (1, 2):  # request ids next to each other, and one apart, as a batch lays them out
+        distance = np.sqrt(((colours - np.roll(colours, -step, axis=0)) ** 2).sum(axis=1))
+        assert distance.min() > 60, (step, distance.min())
+
+
+def test_the_legend_says_1_block_not_1_blocks(view):
+    state = np.array([BLOCK_USED, BLOCK_FREE, BLOCK_FREE], dtype=np.uint8)
+    view.update_snapshot(make_snapshot(3, owner=np.array([4, -1, -1]), state=state, ref=np.array([1, 0, 0], np.int32)))
+    assert view.legend_texts()["used"].startswith("used 1 block (") and "free 2 blocks (" in view.legend_texts()["free"]

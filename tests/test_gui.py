@@ -130,7 +130,7 @@ def test_a_model_edit_that_cannot_exist_is_refused_and_a_good_one_is_applied(win
     window.settings.set_values({"model": "llama-2-7b"})
     window.settings_form.show_selected_presets()
     window.editor.model_boxes["num_key_value_heads"].setValue(5)  # 32 heads cannot share 5 KV heads
-    assert "must divide" in window.settings.errors["model"].text()
+    assert "must divide" in window.editor.model_error.text()  # said in the tab where it was typed
     assert not window.settings.apply_button.isEnabled()
     window.editor.model_boxes["num_key_value_heads"].setValue(8)
     assert window.settings.apply_button.isEnabled()
@@ -218,7 +218,7 @@ def test_a_crashed_engine_process_is_reported_and_replaced(window, qtbot):
     qtbot.waitUntil(lambda: step_of(window) > 0, timeout=10000)
     before = window.latest_snapshot
     os.kill(window.worker._process.pid, signal.SIGKILL)  # as the kernel's OOM killer would
-    qtbot.waitUntil(lambda: any("exited unexpectedly" in e for e in window.errors_shown), timeout=10000)
+    qtbot.waitUntil(lambda: any("ended unexpectedly (signal 9" in e for e in window.errors_shown), timeout=10000)
     assert window.play_action.text() == "Play"
     assert window.apply_settings()  # a fresh engine process
     engine_of(window, qtbot, lambda e: e is not engine, timeout=30000)
@@ -338,3 +338,21 @@ def test_a_memory_bar_segment_too_narrow_for_its_size_gives_it_in_a_row_under_th
     bar.grab()  # paints without error, the crowded one under the bar
     bar.set_segments("Memory budget: test", [weights, Segment("KV free", 900 * 2**20, (40, 200, 90))])
     assert bar.crowded_segments() == []  # half the bar each: room for both
+
+
+def test_request_ids_are_never_cut_to_an_ellipsis(qtbot):
+    from kvscope.engine.snapshot import REQUEST_DTYPE
+    from kvscope.widgets.requests_table import RequestsTable
+
+    table = RequestsTable()
+    qtbot.addWidget(table)
+    table.resize(600, 300)
+    table.show()
+    first = np.zeros(3, dtype=REQUEST_DTYPE)
+    first["request_id"] = [1, 2, 3]  # the column is sized from these ...
+    table.set_requests(first)
+    later = np.zeros(2, dtype=REQUEST_DTYPE)
+    later["request_id"] = [1_234_567, 88]  # ... and must still hold these whole
+    table.set_requests(later)
+    swatch = table.style().pixelMetric(table.style().PixelMetric.PM_SmallIconSize)
+    assert table.columnWidth(0) >= table.fontMetrics().horizontalAdvance("#1234567") + swatch + 8

@@ -26,11 +26,11 @@ def test_the_self_test_passes_every_check_and_reports_each_with_its_time(capsys)
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if re.match(r"\s+(PASS|FAIL)\s", line)]
     names = [line.split()[1] for line in lines]
-    assert names == ["imports", "presets", "simulated", "real", "window", "start-up"], out
+    assert names == ["imports", "presets", "simulated", "real", "Qt", "window", "start-up"], out
     assert all(line.split()[0] == "PASS" for line in lines), out
     assert all(re.search(r"\d+\.\d\d s", line) for line in lines), out
     assert "window drawn" in lines[-1] and "after process start" in lines[-1], out
-    assert "all 6 checks passed" in out
+    assert "all 7 checks passed" in out
 
 
 def test_a_failing_check_fails_the_self_test(monkeypatch, capsys):
@@ -45,7 +45,7 @@ def test_a_failing_check_fails_the_self_test(monkeypatch, capsys):
     assert run_self_test() == 1
     out = capsys.readouterr().out
     assert re.search(r"FAIL\s+presets .*RuntimeError: no presets here", out), out
-    assert "FAILED 1 of 6 checks (presets)" in out
+    assert "FAILED 1 of 7 checks (presets)" in out
 
 
 def test_an_unknown_self_test_option_is_a_usage_error(capsys):
@@ -172,3 +172,60 @@ def test_the_installer_refuses_sudo_and_an_incomplete_archive(archive, tmp_path)
     result = run(["bash", str(top / "install.sh")], home)
     assert result.returncode != 0 and "unpack the whole archive" in result.stderr
     assert not (home / ".local").exists()
+
+
+# -- Qt's X11 libraries ------------------------------------------------------------------------------
+LDD_ON_A_FRESH_DEBIAN = """\
+\tlinux-vdso.so.1 (0x00007ffc)
+\tlibQt6XcbQpa.so.6 => /venv/PySide6/Qt/lib/libQt6XcbQpa.so.6 (0x00007f)
+\tlibxcb-cursor.so.0 => not found
+\tlibxcb-icccm.so.4 => not found
+\tlibxcb-keysyms.so.1 => not found
+\tlibxcb-icccm.so.4 => not found
+\tlibfoo-unheard-of.so.3 => not found
+\tlibxcb1.so.1 => /lib/x86_64-linux-gnu/libxcb.so.1 (0x00007f)
+"""
+
+
+def test_the_missing_x11_libraries_are_named_with_the_apt_line_that_installs_them():
+    from kvscope.app.cli.qt_system_libs import missing_libraries, problem
+
+    missing = missing_libraries(LDD_ON_A_FRESH_DEBIAN)
+    assert missing == ["libxcb-cursor.so.0", "libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libfoo-unheard-of.so.3"]
+    line = problem(missing)
+    assert "install them: sudo apt-get install -y libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 and" in line
+    assert "libfoo-unheard-of.so.3 with `apt-file search`" in line and "QT_QPA_PLATFORM=offscreen" in line
+    assert "\n" not in line and problem([]) is None
+
+
+def test_headless_and_wayland_runs_need_no_x11_libraries():
+    from kvscope.app.cli.qt_system_libs import uses_xcb
+
+    assert uses_xcb({}, "linux")
+    assert uses_xcb({"QT_QPA_PLATFORM": "xcb"}, "linux")
+    assert not uses_xcb({"QT_QPA_PLATFORM": "offscreen"}, "linux")
+    assert not uses_xcb({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}, "linux")
+    assert not uses_xcb({}, "darwin")
+
+
+def test_kvscope_gui_refuses_to_start_without_them_in_one_line(monkeypatch):
+    from kvscope.app.cli import qt_system_libs
+    from kvscope.engine.config import ConfigError
+
+    monkeypatch.setattr(qt_system_libs, "missing_for_xcb", lambda: ["libxcb-cursor.so.0"])
+    with pytest.raises(ConfigError, match=r"sudo apt-get install -y libxcb-cursor0"):
+        qt_system_libs.check_qt_system_libs({"QT_QPA_PLATFORM": "xcb"})
+    qt_system_libs.check_qt_system_libs({"QT_QPA_PLATFORM": "offscreen"})  # headless: not asked
+
+
+@needs_bash
+def test_the_make_run_script_exits_2_with_the_apt_line_when_not_root(monkeypatch, capsys):
+    from kvscope.app.cli import qt_system_libs
+
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    monkeypatch.setattr(qt_system_libs, "missing_for_xcb", lambda: ["libxcb-icccm.so.4"])
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert qt_system_libs.ensure(install=True) == 2
+    assert "sudo apt-get install -y libxcb-icccm4" in capsys.readouterr().err
+    assert "ensure_qt_system_libs.sh" in (ROOT / "Makefile").read_text()
+    assert "kvscope.app.cli.qt_system_libs --install" in (ROOT / "scripts" / "ensure_qt_system_libs.sh").read_text()

@@ -35,10 +35,15 @@ from kvscope.engine.snapshot import (
 )
 from kvscope.widgets.block_map_colors import LUT_SIZE, build_dim_lut, build_flash_lut, build_lut, luma
 from kvscope.widgets.block_map_decorations import CellDecorations
-from kvscope.widgets.block_map_grid import BlockGrid
+from kvscope.widgets.block_map_grid import BlockGrid, overview_layout
 from kvscope.widgets.block_map_legend import BlockMapLegend
 from kvscope.widgets.elided_label import ElidedLabel
 from kvscope.widgets.palette import DARK, Theme
+
+# A block map drawn finer than this is noise: a bigger pool is drawn with several blocks per cell
+# (block_map_grid.overview_layout) until the wheel zooms in to DETAIL_CELL_PX per block.
+MIN_CELL_PX = 6
+DETAIL_CELL_PX = 3
 
 
 class BlockMapView(QtWidgets.QWidget):
@@ -58,6 +63,8 @@ class BlockMapView(QtWidgets.QWidget):
         self._snapshot: Snapshot | None = None
         self._grid = BlockGrid()
         self._num_blocks = -1  # the pool size drawn; -1 before the first snapshot
+        self._blocks_per_cell = 1  # > 1: a big pool's overview (cells of k blocks) unless zoomed in
+        self._detail = True  # each block its own cell on screen (a small pool, or zoomed in far enough)
         self._selected = -1
         self._hover_block = -1
         self._tooltip_text = ""
@@ -89,6 +96,7 @@ class BlockMapView(QtWidgets.QWidget):
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
         self._glw.installEventFilter(self)
         self._glw.setMouseTracking(True)
+        self._vb.sigRangeChanged.connect(self._on_range_changed)
 
         # legend and status line
         self._legend = BlockMapLegend(self)
@@ -131,7 +139,7 @@ class BlockMapView(QtWidgets.QWidget):
         self._snapshot = snapshot
         if n:
             self._grid.draw(snapshot)
-        self._image.setImage(self._grid.index_image, autoLevels=False)
+        self._show_cells()
         self._advance_flash(changed)
         if self._selected >= 0:
             self._rebuild_dim()
@@ -205,6 +213,14 @@ class BlockMapView(QtWidgets.QWidget):
         """The current [rows, width] uint8 selection overlay (1: dimmed, not the selected request)."""
         return self._grid.dim_image
 
+    def blocks_per_cell(self) -> int:
+        """Blocks one drawn cell holds now: 1, or k in a big pool's overview (zoomed out)."""
+        return 1 if self._detail else self._blocks_per_cell
+
+    def shown_image(self) -> np.ndarray:
+        """The index image on screen: index_image(), or the overview's [rows, width / k] cells."""
+        return self._grid.aggregate(self.blocks_per_cell()) if self._num_blocks > 0 else self._grid.index_image
+
     def grid_shape(self) -> tuple[int, int]:
         """(rows, width) of the current grid."""
         return self._grid.rows, self._grid.width
@@ -225,10 +241,13 @@ class BlockMapView(QtWidgets.QWidget):
         return self.block_at(int(math.floor(p.y())), int(math.floor(p.x())))
 
     def hover_text(self, block_id: int) -> str:
-        """What hovering a block tells: id, state, owner(s), fill, prefix hash."""
+        """What hovering a block tells: id, state, owner(s), fill, prefix hash; in a big pool's
+        overview, the range of blocks its cell holds and what they are."""
         snap = self._snapshot
         if snap is None or not (0 <= block_id < snap.num_blocks):
             return ""
+        if self.blocks_per_cell() > 1:
+            return self._cell_text(block_id)
         state = int(snap.block_state[block_id])
         owner = int(snap.block_owner[block_id])
         ref = int(snap.block_ref_cnt[block_id])
@@ -267,10 +286,49 @@ class BlockMapView(QtWidgets.QWidget):
             lines.append(f"layer group: {group + 1} of {len(snap.group_names)} ({name})")
         return "\n".join(lines)
 
+    def _cell_text(self, block_id: int) -> str:
+        snap = self._snapshot
+        first, last = self._grid.cell_range(block_id, self._blocks_per_cell)
+        state = snap.block_state[first:last + 1]
+        owner = snap.block_owner[first:last + 1]
+        shared = (state == BLOCK_USED) & (snap.block_ref_cnt[first:last + 1] > 1)
+        counts = [("used", int(np.count_nonzero(state == BLOCK_USED)) - int(shared.sum())),
+                  ("shared", int(shared.sum())), ("cached", int(np.count_nonzero(state == BLOCK_CACHED))),
+                  ("reserved", int(np.count_nonzero(state == BLOCK_RESERVED))),
+                  ("free", int(np.count_nonzero(state == BLOCK_FREE)))]
+        held = owner[(state != BLOCK_FREE) & (owner >= 0)]
+        ids, per = np.unique(held, return_counts=True)
+        top = ids[np.argsort(-per, kind="stable")][:4]
+        lines = [f"blocks {first:,}-{last:,} ({last - first + 1} blocks in this cell; the wheel zooms in to "
+                 "each block)", ", ".join(f"{n:,} {name}" for name, n in counts if n)]
+        if len(ids):
+            more = f" and {len(ids) - len(top)} more" if len(ids) > len(top) else ""
+            lines.append(f"request{'s' if len(ids) > 1 else ''} {', '.join(str(int(r)) for r in top)}{more}")
+        return "\n".join(lines)
+
+    def _cell_owner(self, block_id: int) -> int:
+        """The request holding most blocks of block_id's drawn cell (-1: none)."""
+        snap = self._snapshot
+        first, last = self._grid.cell_range(block_id, self._blocks_per_cell)
+        state, owner = snap.block_state[first:last + 1], snap.block_owner[first:last + 1]
+        held = owner[(state != BLOCK_FREE) & (owner >= 0)]
+        if not len(held):
+            return -1
+        ids, per = np.unique(held, return_counts=True)
+        return int(ids[np.argmax(per)])
+
     # --- internals: grid, flashes and selection ---------------------------------------------------
+    def _layout(self, n: int) -> tuple[int, int]:
+        """(grid width, blocks per cell) for n blocks in the map's area now."""
+        self.layout().activate()  # the map's area as laid out, also before the view is first shown
+        size = self._glw.size()
+        return overview_layout(n, max(size.width(), 80), max(size.height(), 50), MIN_CELL_PX)
+
     def _set_grid(self, n: int) -> None:
         self._num_blocks = n
-        self._grid.resize(n)
+        width, self._blocks_per_cell = self._layout(n) if n else (0, 1)
+        self._detail = self._blocks_per_cell == 1
+        self._grid.resize(n, width or None)
         grid = self._grid
         self._hover_block = -1
         for item, img in ((self._image, grid.index_image), (self._flash, grid.flash_image),
@@ -282,6 +340,32 @@ class BlockMapView(QtWidgets.QWidget):
         w, h = max(grid.width, 1), max(grid.rows, 1)
         self._vb.setLimits(xMin=0, xMax=w, yMin=0, yMax=h, minXRange=min(4, w), minYRange=min(2, h))
         self.reset_view()
+
+    def _show_cells(self) -> None:
+        """Draw the index image, or the overview's cells stretched over the same grid coordinates."""
+        cells = self.shown_image()
+        self._image.setImage(cells, autoLevels=False)
+        if cells.size:  # an empty pool has no cells to stretch
+            self._image.setRect(QtCore.QRectF(0, 0, self._grid.width, self._grid.rows))
+
+    def _on_range_changed(self, *_args) -> None:
+        """Zoomed in until a block is DETAIL_CELL_PX wide: one cell per block; zoomed out: the overview."""
+        if self._blocks_per_cell == 1:
+            return
+        (x0, x1), _ = self._vb.viewRange()
+        detail = self._vb.width() / max(x1 - x0, 1e-9) >= DETAIL_CELL_PX
+        if detail != self._detail:
+            self._detail = detail
+            self._hover_block = -1
+            self._show_cells()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """A new size may need another layout (a big pool's overview follows the panel's shape)."""
+        super().resizeEvent(event)
+        if self._num_blocks > 0 and self._layout(self._num_blocks) != (self._grid.width, self._blocks_per_cell):
+            self._set_grid(self._num_blocks)
+            if self._snapshot is not None:
+                self.update_snapshot(self._snapshot)
 
     def _update_shared(self) -> None:
         snap = self._snapshot
@@ -355,7 +439,9 @@ class BlockMapView(QtWidgets.QWidget):
         """What a click on block_id does: select its owner (free or no block: -1) and emit it."""
         snap = self._snapshot
         owner = -1
-        if snap is not None and 0 <= block_id < snap.num_blocks and int(snap.block_state[block_id]) != BLOCK_FREE:
+        if snap is not None and 0 <= block_id < snap.num_blocks and self.blocks_per_cell() > 1:
+            owner = self._cell_owner(block_id)  # a cell of the overview: the request holding most of it
+        elif snap is not None and 0 <= block_id < snap.num_blocks and int(snap.block_state[block_id]) != BLOCK_FREE:
             owner = max(int(snap.block_owner[block_id]), -1)
         self.select_request(owner)
         self.request_selected.emit(owner)

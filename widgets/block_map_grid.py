@@ -43,10 +43,26 @@ def grid_width(num_blocks: int) -> int:
     return int(min(MAX_GRID_WIDTH, max(MIN_GRID_WIDTH, round(math.sqrt(_GRID_ASPECT * max(num_blocks, 0))))))
 
 
-def grid_shape(num_blocks: int) -> tuple[int, int]:
-    """(rows, width) of the grid that holds num_blocks cells (at least one row)."""
-    width = grid_width(num_blocks)
+def grid_shape(num_blocks: int, width: int | None = None) -> tuple[int, int]:
+    """(rows, width) of the grid that holds num_blocks cells (at least one row); width: grid_width's."""
+    width = width or grid_width(num_blocks)
     return max(1, -(-num_blocks // width)), width
+
+
+def overview_layout(num_blocks: int, width_px: int, height_px: int, min_cell_px: int) -> tuple[int, int]:
+    """(grid width, blocks per drawn cell) for a pool drawn in width_px x height_px.
+
+    While one cell per block is at least min_cell_px square, the usual grid (grid_width) and 1.
+    A bigger pool (29,043 blocks in a 300-pixel-high panel: a band of 1-pixel noise) keeps rows
+    min_cell_px high and puts k neighbouring blocks of a row into one drawn cell, k so that the
+    cells are min_cell_px wide too; the grid width is a multiple of k, so each drawn cell is a
+    contiguous range of blocks, and zoomed in far enough each block is its own cell again."""
+    columns, rows = max(1, width_px // min_cell_px), max(1, height_px // min_cell_px)
+    if num_blocks <= columns * rows:
+        return grid_width(num_blocks), 1
+    width = -(-num_blocks // rows)  # rows min_cell_px high fill the height
+    k = -(-width // columns)
+    return k * -(-width // k), k
 
 
 class BlockGrid:
@@ -58,11 +74,11 @@ class BlockGrid:
         self._last_flash_t: float | None = None
         self.resize(num_blocks)
 
-    def resize(self, num_blocks: int) -> None:
-        """A new pool size: every image and buffer anew (flashes of the old pool do not carry over)."""
+    def resize(self, num_blocks: int, width: int | None = None) -> None:
+        """A new pool size (or grid width): every image and buffer anew (flashes do not carry over)."""
         n = num_blocks
         self.num_blocks = n
-        self.rows, self.width = grid_shape(n) if n else (0, 0)
+        self.rows, self.width = grid_shape(n, width) if n else (0, 0)
         shape = (self.rows, self.width)
         self.index_image = np.full(shape, LUT_NO_BLOCK, dtype=np.uint8)
         self._index_flat = self.index_image.reshape(-1)
@@ -188,3 +204,21 @@ class BlockGrid:
     def undimmed_count(self) -> int:
         """Blocks the selection overlay leaves clear: the selected request's."""
         return int(np.count_nonzero(self._dim_flat[:self.num_blocks] == 0))
+
+    # --- the overview of a big pool --------------------------------------------------------------------
+    def aggregate(self, k: int) -> np.ndarray:
+        """[rows, width / k] uint8: each cell the index most of its k blocks have (their majority
+        state and, for a request's blocks, the request's colour); a tie goes to the lower index
+        (free blocks first)."""
+        groups = self.index_image.reshape(self.rows, self.width // k, k)
+        if k == 1:
+            return groups[:, :, 0].copy()
+        cells = groups.shape[0] * groups.shape[1]
+        keys = groups.reshape(cells, k).astype(np.int64) + (np.arange(cells, dtype=np.int64) * 256)[:, None]
+        counts = np.bincount(keys.reshape(-1), minlength=cells * 256).reshape(cells, 256)
+        return counts.argmax(axis=1).astype(np.uint8).reshape(groups.shape[:2])
+
+    def cell_range(self, block_id: int, k: int) -> tuple[int, int]:
+        """[first, last] block of the drawn cell holding block_id when cells hold k blocks."""
+        first = block_id - (block_id % self.width) % k
+        return first, min(first + k, self.num_blocks) - 1

@@ -35,7 +35,7 @@ def _qcolor(rgb) -> QtGui.QColor:
 
 def _fmt_count(n: int, total: int) -> str:
     pct = 100.0 * n / total if total else 0.0
-    return f"{n:,} blocks ({pct:.1f} % of the pool)"  # the memory bar gives % of device memory
+    return f"{n:,} block{'' if n == 1 else 's'} ({pct:.1f} % of the pool)"  # the memory bar gives % of device memory
 
 
 class _LegendEntry(QtWidgets.QWidget):

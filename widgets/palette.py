@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NUM_REQUEST_COLORS = 48
+# 47, not 48: the golden-ratio walk then ends far from where it starts, so request 47 and request
+# 47 + 1 (back to colour 0) differ as clearly as any other neighbours (with 48 they were near twins).
+NUM_REQUEST_COLORS = 47
 
 
 def _request_palette(n: int) -> np.ndarray:

@@ -19,7 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvscope.widgets.settings_panel import let_combos_shrink
+from kvscope.widgets.settings_panel import (
+    count_suffix,
+    let_combos_shrink,
+    refresh_count_suffixes,
+    wheel_scrolls_panel,
+)
 
 MODEL_FIELDS = [  # (key, label, tooltip)
     ("num_hidden_layers", "Layers", "num_hidden_layers"),
@@ -34,7 +39,9 @@ MODEL_FIELDS = [  # (key, label, tooltip)
 
 def _int_box(tooltip: str, suffix: str = "") -> QSpinBox:
     box = QSpinBox()
-    box.setRange(1, 10_000_000)
+    # 0 can be typed: the engine refuses it with the reason, shown here, where a minimum of 1
+    # changed the typed 0 back to 1 without a word
+    box.setRange(0, 10_000_000)
     box.setToolTip(tooltip)
     box.setSuffix(suffix)
     box.setGroupSeparatorShown(True)
@@ -82,6 +89,11 @@ class PresetEditor(QScrollArea):
         self.model_note = QLabel("On the real backend an edited shape runs with random weights.")
         self.model_note.setWordWrap(True)
         form.addRow(self.model_note)
+        self.model_error = QLabel()
+        self.model_error.setWordWrap(True)
+        self.model_error.setStyleSheet("color: #e05252;")
+        self.model_error.hide()
+        form.addRow(self.model_error)
         outer.addWidget(model_group)
 
         hardware_group = QGroupBox("Hardware")
@@ -91,8 +103,9 @@ class PresetEditor(QScrollArea):
         self.memory_gib = _float_box("memory per device", " GiB", 100_000, 2)
         self.bandwidth = _float_box("memory bandwidth per device", " GB/s", 1_000_000, 0)
         self.flops = _float_box("peak dense FLOP/s per device, 16-bit", " TFLOP/s", 100_000, 1)
-        self.gpu_count = _int_box("devices, joined for tensor parallelism", " devices")
-        self.gpu_count.setRange(1, 1024)
+        self.gpu_count = _int_box("devices, joined for tensor parallelism")
+        self.gpu_count.setRange(0, 1024)  # 0 is refused with the reason, as a model field's 0 is
+        count_suffix(self.gpu_count, "device")
         form.addRow("Memory", self.memory_gib)
         form.addRow("Bandwidth", self.bandwidth)
         form.addRow("Peak FLOP/s (16-bit)", self.flops)
@@ -117,6 +130,7 @@ class PresetEditor(QScrollArea):
         outer.addWidget(buttons)
         outer.addStretch(1)
         let_combos_shrink(body)
+        wheel_scrolls_panel(body)
 
         for box in [*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count]:
             box.valueChanged.connect(self.edited)
@@ -148,11 +162,22 @@ class PresetEditor(QScrollArea):
             box.setValue(values[key] / scale)
             box.blockSignals(False)
             self._exact_hardware[key] = (box.value(), values[key])
+        refresh_count_suffixes(self)
 
     def _hardware_boxes(self) -> dict:
         """field -> (its box, the box's unit in the field's unit)"""
         return {"memory_bytes": (self.memory_gib, 1024**3), "memory_bandwidth_bytes_per_s": (self.bandwidth, 1e9),
                 "flops_16bit": (self.flops, 1e12), "gpu_count": (self.gpu_count, 1)}
+
+    def show_error(self, field: str | None, message: str = "") -> QWidget | None:
+        """Mark the box of field (a model or hardware field name) refused, with message under the
+        model's fields; None clears. Returns the marked box."""
+        boxes = {**self.model_boxes, **{key: box for key, (box, _) in self._hardware_boxes().items()}}
+        for key, box in boxes.items():
+            box.setStyleSheet("border: 1px solid #e05252;" if key == field else "")
+        self.model_error.setText(message if field in boxes else "")
+        self.model_error.setVisible(field in boxes)
+        return boxes.get(field)
 
     def set_user_presets(self, names: list[tuple[str, str]]) -> None:
         """(kind, name) pairs."""

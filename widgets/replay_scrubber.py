@@ -5,11 +5,29 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QStyle, QStyleOptionSlider, QWidget
 
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 SEEK_DELAY_MS = 80  # a drag asks for one seek per pause in the motion, not one per pixel
+
+
+class JumpSlider(QSlider):
+    """A click on the groove moves the handle there (a QSlider only pages towards the click), and
+    the press goes on as a drag from there."""
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if event.button() == Qt.LeftButton and self.maximum() > self.minimum():
+            option = QStyleOptionSlider()
+            self.initStyleOption(option)
+            handle = self.style().subControlRect(QStyle.CC_Slider, option, QStyle.SC_SliderHandle, self)
+            if not handle.contains(event.position().toPoint()):
+                groove = self.style().subControlRect(QStyle.CC_Slider, option, QStyle.SC_SliderGroove, self)
+                span = max(1, groove.width() - handle.width())
+                x = int(event.position().x()) - groove.x() - handle.width() // 2
+                self.setValue(QStyle.sliderValueFromPosition(self.minimum(), self.maximum(), x, span,
+                                                             option.upsideDown))
+        super().mousePressEvent(event)
 
 
 class ReplayScrubber(QWidget):
@@ -19,8 +37,8 @@ class ReplayScrubber(QWidget):
         super().__init__(parent)
         self.num_steps = 0
         self._end_times = np.zeros(0)
-        self.slider = QSlider(Qt.Horizontal)
-        self.slider.setToolTip("drag to any step of the recording; the block map, timeline and plots show the "
+        self.slider = JumpSlider(Qt.Horizontal)
+        self.slider.setToolTip("click or drag to any step of the recording; the block map, timeline and plots show the "
                                "run as it was right after that step")
         self.slider.setFocusPolicy(Qt.NoFocus)  # the arrow keys stay the window's (Right: one step)
         self.label = QLabel()

@@ -99,7 +99,20 @@ class RequestsTable(QTableView):
         if not self._sized and len(rows):
             self.resizeColumnsToContents()
             self._sized = True
+        if len(rows):
+            self._fit_id_column(int(rows["request_id"].max()))
         self._restore_selection()
+
+    def _fit_id_column(self, largest_id: int) -> None:
+        """The request column widens to its longest id: sized from the first rows ("#3"), it cut
+        "#1234" to "#…" later. One measurement a refresh; it never narrows (the user may widen it)."""
+        text = COLUMNS[0][2]({"request_id": largest_id})
+        swatch = self.iconSize().width() if self.iconSize().width() > 0 else self.style().pixelMetric(
+            self.style().PixelMetric.PM_SmallIconSize)
+        needed = self.fontMetrics().horizontalAdvance(text) + swatch + 4 * self.style().pixelMetric(
+            self.style().PixelMetric.PM_FocusFrameHMargin) + 16
+        if self.columnWidth(0) < needed:
+            self.setColumnWidth(0, needed)
 
     def _restore_selection(self) -> None:
         row = self.model_.row_of(self.selected_request) if self.selected_request >= 0 else -1

@@ -7,8 +7,12 @@ here knows the engine.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, Qt, Signal
+from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -53,6 +57,53 @@ def _dspin(minimum: float, maximum: float, decimals: int, suffix: str, tooltip: 
         box.setSpecialValueText(special)
     box.setKeyboardTracking(False)
     return box
+
+
+def count_suffix(box: QSpinBox, unit: str) -> None:
+    """"1 request" but "2 requests": the suffix follows the box's value (a value set with its
+    signals blocked, as a form fills itself, needs refresh_count_suffixes)."""
+    box.setProperty("count_unit", unit)
+    box.valueChanged.connect(lambda _value: _show_count_unit(box))
+    _show_count_unit(box)
+
+
+def _show_count_unit(box: QSpinBox) -> None:
+    unit = box.property("count_unit")
+    box.setSuffix(f" {unit}" if box.value() == 1 else f" {unit}s")
+
+
+def refresh_count_suffixes(container: QWidget) -> None:
+    for box in container.findChildren(QSpinBox):
+        if box.property("count_unit"):
+            _show_count_unit(box)
+
+
+class WheelScrollsPanel(QObject):
+    """The mouse wheel over a choice or number box that has no focus scrolls the panel around it
+    instead of changing the value: a user scrolling down a long form changed settings by accident.
+    Clicked (or tabbed) into, a box takes the wheel as usual."""
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() != QEvent.Type.Wheel or watched.hasFocus():
+            return False
+        area = watched.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is not None:  # handed on explicitly: Qt passes only a spontaneous wheel to the parents
+            viewport = area.viewport()
+            position = QPointF(viewport.mapFromGlobal(event.globalPosition().toPoint()))
+            QApplication.sendEvent(viewport, QWheelEvent(
+                position, event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+                event.modifiers(), event.phase(), event.inverted()))
+        return True
+
+
+def wheel_scrolls_panel(container: QWidget) -> None:
+    """Install WheelScrollsPanel on every combo and spin box of container (once per container)."""
+    guard = WheelScrollsPanel(container)
+    for box in [*container.findChildren(QComboBox), *container.findChildren(QAbstractSpinBox)]:
+        box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the wheel does not focus it either
+        box.installEventFilter(guard)
 
 
 def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:
@@ -108,6 +159,7 @@ class SettingsPanel(QScrollArea):
         # engine ----------------------------------------------------------------------------------
         box, form = self._group("Engine (vLLM's names)", outer)
         self.max_model_len = _spin(0, 1_048_576, " tokens", "max_model_len: longest prompt + output", DEFAULT_TEXT, 256)
+        count_suffix(self.max_model_len, "token")
         self._row(form, "max_model_len", "Context length", self.max_model_len)
         self.kv_cache_dtype = QComboBox()
         self.kv_cache_dtype.setToolTip("kv_cache_dtype: precision of the stored K/V; auto = the model's 16-bit type")
@@ -120,10 +172,14 @@ class SettingsPanel(QScrollArea):
         self.kv_budget = _dspin(0, 1_048_576, 0, " MiB", "kv_cache_memory_bytes: size the KV pool directly\n"
                                 "(on a CPU the pool is always a budget; default 1 GiB there)", 64, DEFAULT_TEXT)
         self._row(form, "kv_cache_memory_bytes", "KV pool size", self.kv_budget)
-        self.max_num_seqs = _spin(1, 65_536, " requests", "max_num_seqs: most requests in one batch")
+        self.max_num_seqs = _spin(0, 65_536, " requests", "max_num_seqs: most requests in one batch\n"
+                                  "default: vLLM's, 1,024 on GPUs of 70 GiB or more other than the A100, else 256",
+                                  DEFAULT_TEXT)
+        count_suffix(self.max_num_seqs, "request")
         self._row(form, "max_num_seqs", "Max running", self.max_num_seqs)
         self.max_num_batched_tokens = _spin(0, 1_048_576, " tokens", "max_num_batched_tokens: the token budget of one step",
                                             DEFAULT_TEXT, 256)
+        count_suffix(self.max_num_batched_tokens, "token")
         self._row(form, "max_num_batched_tokens", "Token budget / step", self.max_num_batched_tokens)
         self.enable_prefix_caching = QCheckBox("prefix caching")
         self.enable_prefix_caching.setToolTip("enable_prefix_caching: reuse the KV blocks of identical prefixes")
@@ -154,14 +210,17 @@ class SettingsPanel(QScrollArea):
         form.addRow("", self.open_trace)
         form.addRow("", self.trace_label)
         self.num_requests = _spin(1, 10_000_000, " requests", "how many requests the workload sends")
+        count_suffix(self.num_requests, "request")
         self._row(form, "num_requests", "Requests", self.num_requests)
         self.arrival_rate = _dspin(-1, 100_000, 2, " req/s", "Poisson arrival rate; 0 = all at once", 0.5, "preset's")
         self._row(form, "arrival_rate_per_s", "Arrival rate", self.arrival_rate)
         self.trace_speedup = _dspin(0.01, 1000, 2, "x", "replay a trace this many times faster", 0.5)
         self._row(form, "trace_speedup", "Trace speed-up", self.trace_speedup)
         self.prompt_median = _spin(0, 1_000_000, " tokens", "median prompt length (lognormal)", "preset's", 64)
+        count_suffix(self.prompt_median, "token")
         self._row(form, "prompt_median", "Prompt length", self.prompt_median)
         self.output_median = _spin(0, 1_000_000, " tokens", "median output length (lognormal)", "preset's", 16)
+        count_suffix(self.output_median, "token")
         self._row(form, "output_median", "Output length", self.output_median)
         self.shared_prefix = _dspin(-1, 100, 0, " %", "share of requests that start with a shared system prompt", 5, "preset's")
         self._row(form, "shared_prefix_fraction", "Shared prefix", self.shared_prefix)
@@ -181,6 +240,7 @@ class SettingsPanel(QScrollArea):
             for value, label in pairs:
                 self.fields[key].addItem(label, value)
         let_combos_shrink(body)
+        wheel_scrolls_panel(body)
 
         for widget in self.fields.values():
             signal = getattr(widget, "valueChanged", None) or getattr(widget, "currentIndexChanged", None) \
@@ -244,7 +304,7 @@ class SettingsPanel(QScrollArea):
             "block_size": self.block_size.currentData(),
             "gpu_memory_utilization": self.gpu_memory_utilization.value(),
             "kv_cache_memory_bytes": int(self.kv_budget.value() * 1024**2) or None,
-            "max_num_seqs": self.max_num_seqs.value(),
+            "max_num_seqs": self.max_num_seqs.value() or None,
             "max_num_batched_tokens": self.max_num_batched_tokens.value() or None,
             "enable_prefix_caching": self.enable_prefix_caching.isChecked(),
             "enable_chunked_prefill": self.enable_chunked_prefill.isChecked(),
@@ -281,7 +341,7 @@ class SettingsPanel(QScrollArea):
             if "kv_cache_memory_bytes" in v:
                 self.kv_budget.setValue((v["kv_cache_memory_bytes"] or 0) / 1024**2)
             if "max_num_seqs" in v:
-                self.max_num_seqs.setValue(v["max_num_seqs"])
+                self.max_num_seqs.setValue(v["max_num_seqs"] or 0)
             if "max_num_batched_tokens" in v:
                 self.max_num_batched_tokens.setValue(v["max_num_batched_tokens"] or 0)
             if "enable_prefix_caching" in v:
@@ -307,6 +367,7 @@ class SettingsPanel(QScrollArea):
         finally:
             for w in widgets:
                 w.blockSignals(False)
+        refresh_count_suffixes(self)
         self._update_source_labels()
         self.changed.emit()
 

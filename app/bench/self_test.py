@@ -301,6 +301,20 @@ def write_test_tokenizer(directory: Path) -> str:
     return "Qwen2Tokenizer"
 
 
+def check_qt_system_libs() -> str:
+    """The X11 libraries Qt's xcb plugin links against are on this machine (a fresh Debian or
+    Ubuntu lacks libxcb-cursor0 and others; headless runs need none)."""
+    from kvscope.app.cli.qt_system_libs import missing_for_xcb, problem, xcb_plugin
+
+    plugin = xcb_plugin()
+    if plugin is None:
+        return "no X11 platform plugin in this Qt: nothing to check"
+    message = problem(missing_for_xcb())
+    if message:
+        raise CheckFailed(message)
+    return f"every library {plugin.name} links against is installed"
+
+
 def check_window() -> str:
     from kvscope.app.cli.gui import initial_values
 
@@ -420,6 +434,7 @@ def run_self_test(argv: list[str] | None = None) -> int:
             _run("presets", check_presets),
             _run("simulated engine", check_simulated),
             _run("real tiny model", check_real, cache),
+            _run("Qt system libs", check_qt_system_libs),
             _run("window", check_window),
             _run("start-up", check_startup),
         ]

@@ -6,7 +6,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvscope.engine.config import BACKENDS, DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_REAL_MODEL, ConfigError
+from kvscope.engine.config import (
+    BACKENDS,
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    DEFAULT_REAL_MODEL,
+    RANDOM_WEIGHTS_MODEL,
+    ConfigError,
+)
+from kvscope.app.lab.chat_defaults import (
+    LIVE_CHAT_ENGINE,
+    LIVE_CHAT_MODEL,
+    LIVE_CHAT_WORKLOAD,
+    LIVE_CHAT_WORKLOAD_SETTINGS,
+    trained_model_available,
+)
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.gui.run_settings import engine_defaults
 
@@ -17,19 +31,22 @@ from kvscope.app.lab.output_path import check_output_path
 MIN_SIZE, MAX_SIDE = (320, 240), 8192
 MAX_QUIT_AFTER_S = 7 * 86400.0  # a scripted window closes within a week (Qt's timers stop at 24 days)
 # Small enough that the tiny model fills it with the real trace. A big GPU would give the tiny model
-# millions of blocks it never fills, so its default run keeps this budget there too.
+# millions of blocks it never fills, so its default run keeps this budget there too. (The trained
+# model's default run is sized in app/lab/chat_defaults.py, with its reasons.)
 GUI_CPU_KV_BUDGET = 64 * 1024**2
-DEFAULT_WORKLOAD = "azure-conv"
+DEFAULT_WORKLOAD = "azure-conv"  # with the trained model on the real backend: LIVE_CHAT_WORKLOAD
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("gui", help="the explorer window")
     parser.add_argument("--model", metavar="PRESET",
-                        help=f"model preset (default {DEFAULT_REAL_MODEL} on the real backend)")
+                        help=f"model preset (default {DEFAULT_REAL_MODEL} on the real backend, answering "
+                             f"{LIVE_CHAT_WORKLOAD}; {RANDOM_WEIGHTS_MODEL} if it is not installed)")
     parser.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory (real backend)")
     parser.add_argument("--hardware", metavar="PRESET",
                         help="hardware preset; a GPU preset selects the simulated backend")
-    parser.add_argument("--workload", metavar="PRESET", help=f"workload preset (default {DEFAULT_WORKLOAD})")
+    parser.add_argument("--workload", metavar="PRESET", help=f"workload preset (default {LIVE_CHAT_WORKLOAD} with "
+                                                             f"{LIVE_CHAT_MODEL}, else {DEFAULT_WORKLOAD})")
     parser.add_argument("--backend", choices=BACKENDS, help="default: real on this machine")
     parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark",
                         help="colours: dark (default), light, or contrast (high contrast, as demo mode uses)")
@@ -56,24 +73,33 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def initial_values(args) -> dict:
-    """The window's first settings: the real backend on this machine with the default model, already
-    running a realistic workload, unless the command line says otherwise."""
+    """The window's first settings: the real backend on this machine with the trained model answering
+    real chat text (tiny-llama replaying the Azure trace if the trained model is not installed),
+    unless the command line says otherwise."""
     from kvscope.app.lab.cuda_device import cuda_device_visible
 
     backend = args.backend or ("simulated" if args.hardware not in (None, THIS_MACHINE) else "real")
-    model = args.model or (DEFAULT_REAL_MODEL if backend == "real" else DEFAULT_MODEL)
+    if args.model or backend != "real":
+        model = args.model or DEFAULT_MODEL
+    else:
+        model = DEFAULT_REAL_MODEL if trained_model_available() else RANDOM_WEIGHTS_MODEL
     hardware = args.hardware or (THIS_MACHINE if backend == "real" else DEFAULT_HARDWARE)
     load_model(model)  # unknown names fail here, with the list of known ones
     load_hardware(hardware)
-    workload = load_workload(args.workload or DEFAULT_WORKLOAD)
-    budgeted = backend == "real" and (not cuda_device_visible() or (model == DEFAULT_REAL_MODEL and not args.model_path))
+    live_chat = backend == "real" and model == LIVE_CHAT_MODEL and not args.model_path
+    workload = load_workload(args.workload or (LIVE_CHAT_WORKLOAD if live_chat else DEFAULT_WORKLOAD))
+    budgeted = backend == "real" and (not cuda_device_visible() or (model == RANDOM_WEIGHTS_MODEL and not args.model_path))
     engine = engine_defaults()
-    if budgeted:
+    if live_chat:
+        engine.update(LIVE_CHAT_ENGINE)
+    elif budgeted:
         engine["kv_cache_memory_bytes"] = GUI_CPU_KV_BUDGET
+    scale = {"num_requests": min(workload.num_requests, 100_000), "arrival_rate_per_s": None}
+    if live_chat and workload.name == LIVE_CHAT_WORKLOAD:
+        scale.update(LIVE_CHAT_WORKLOAD_SETTINGS)
     return {
         "backend": backend, "model": model, "hardware": hardware, "workload": workload.name,
-        "model_path": args.model_path, **engine,
-        "num_requests": min(workload.num_requests, 100_000), "arrival_rate_per_s": None, "trace_speedup": 1.0,
+        "model_path": args.model_path, **engine, **scale, "trace_speedup": 1.0,
         "prompt_median": None, "output_median": None, "shared_prefix_fraction": None,
     }
 
@@ -83,9 +109,13 @@ def check_flags(args) -> dict:
     --quit-after, forever); returns the window's first settings."""
     replay, scenario = getattr(args, "replay", None), getattr(args, "scenario", None)
     if args.screenshot:
+        if args.quit_after is None:
+            raise ConfigError(f"--screenshot {args.screenshot}: needs --quit-after SECONDS (the window is saved "
+                              "just before it closes)")
         if not Path(args.screenshot).resolve().parent.is_dir():
             raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
         check_output_path("--screenshot", args.screenshot, {"recording": replay} if replay else None)
+        check_screenshot_target(args.screenshot)
     if replay:
         check_replay(replay)
     if scenario:
@@ -103,7 +133,16 @@ def check_replay(path: str) -> None:
     from kvscope.app.lab.recording import Recording
 
     if not Path(path).is_file():
-        raise ConfigError(f"--replay {path}: no such file")
+        what = ("is a folder" if Path(path).is_dir() else "not a regular file (a device or a pipe)"
+                if Path(path).exists() else "no such file")
+        raise ConfigError(f"--replay {path}: {what}; give a recording (.kvrec)")
+    from kvscope.app.lab.recording.records import is_attached, read_header
+
+    if is_attached(read_header(path)):
+        from kvscope.app.lab.recording.attached_reader import AttachedRecording
+
+        AttachedRecording.open(path, allow_truncated=True)  # reads and checks every record and batch
+        return
     with Recording.open(path, allow_truncated=True) as recording:
         recording.initial_snapshot()
         if recording.num_steps:
@@ -119,11 +158,58 @@ def check_model_path(path: str) -> None:
 
     cfg = check_model_directory(path)
     model_from_hf_config(cfg, Path(path).name or str(path), label=f"--model-path {path}: config.json")
+    check_model_weights(path)
+
+
+def check_model_weights(path: str) -> None:
+    """Weights whose names or shapes disagree with config.json are refused now, not found by the
+    engine process after the window opened. transformers lays the model out on the meta device
+    (no tensor is read: a fraction of a second for SmolLM2) in a process of its own, so the window's
+    process never imports torch (210 MiB)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        problem = pool.submit(weights_mismatch, str(path)).result()
+    if problem:
+        raise ConfigError(f"--model-path {problem}")
+
+
+def weights_mismatch(path: str) -> str | None:
+    """What is wrong with a model directory's weights against its config.json, None if nothing
+    (run in a process of its own: it imports torch and transformers)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from kvscope.engine.runners.model_loader import check_weights_match
+
+    hf_logging.set_verbosity_error()  # the mismatch is this function's to report, in one line
+    hf_logging.disable_progress_bar()
+    try:
+        _, loading_info = AutoModelForCausalLM.from_pretrained(
+            path, device_map="meta", output_loading_info=True, local_files_only=True, trust_remote_code=False,
+            ignore_mismatched_sizes=True)
+        check_weights_match(Path(path), loading_info)
+    except ConfigError as exc:
+        return str(exc).removeprefix("model directory ")
+    except (SafetensorError, OSError) as exc:  # weights that cannot be read: corrupt, cut short, missing
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"{path}: cannot read its weights: {first_line[:300]}"
+    except Exception:  # noqa: BLE001 - e.g. a quantisation config the meta device cannot lay out:
+        return None  # not a mismatch; the engine process, which really loads it, says what is wrong
+    return None
 
 
 def run(args) -> int:
     values = check_flags(args)
     replay, scenario = getattr(args, "replay", None), getattr(args, "scenario", None)
+    from kvscope.app.cli.qt_system_libs import check_qt_system_libs
+
+    check_qt_system_libs()  # a missing X11 library: one line naming the apt packages, not Qt's abort
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -138,12 +224,47 @@ def run(args) -> int:
     window.arrange_docks()
     if getattr(args, "demo", False):
         window.toggle_demo()
+    failures = []
     if args.quit_after is not None:
         def finish():
             if args.screenshot:
-                window.grab().save(args.screenshot)
+                failures.extend(save_screenshot(window, args.screenshot))
             window.close()
             app.quit()
 
         QTimer.singleShot(int(args.quit_after * 1000), finish)
-    return app.exec()
+    code = app.exec()
+    if failures:
+        raise ConfigError(failures[0])
+    return code
+
+
+def check_screenshot_target(path: str) -> None:
+    """An image file Qt can write: a regular file (a device such as /dev/full takes no image
+    whole) with the suffix of a format Qt writes, or no suffix (PNG)."""
+    from PySide6.QtGui import QImageWriter
+
+    from kvscope.app.lab.output_path import replaces_in_place
+
+    if not replaces_in_place(path):
+        raise ConfigError(f"--screenshot {path}: not a regular file (a device or a pipe); give an image file name")
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = sorted(bytes(f).decode() for f in QImageWriter.supportedImageFormats())
+    if suffix and suffix not in formats:
+        raise ConfigError(f"--screenshot {path}: Qt writes no .{suffix} images; use .png or one of "
+                          f"{', '.join('.' + f for f in formats)}")
+
+
+def save_screenshot(window, path: str) -> list[str]:
+    """The window as an image at path (its format from the suffix, PNG without one), written whole
+    (a temporary file renamed into place); [] or [why it could not be written]."""
+    from kvscope.app.lab.output_path import atomic_output
+
+    image_format = Path(path).suffix.lstrip(".").upper() or "PNG"
+    try:
+        with atomic_output(path) as partial:
+            if not window.grab().save(str(partial), image_format):
+                raise OSError(f"could not be written as {image_format}")
+    except (OSError, ConfigError) as exc:
+        return [f"--screenshot {path}: {exc.strerror if getattr(exc, 'strerror', None) else exc}"]
+    return []

@@ -3,6 +3,10 @@
 The editor shows the presets selected in the form; any change builds the run's config again, so a
 refused value is shown in its field, with the reason, and the memory preview follows every edit.
 Edited presets are saved as (and deleted from) the user's presets here.
+
+Each number field's range is the one the command line checks (engine/checks.py CEILINGS, the
+workload's limits): what a box cannot hold the engine would refuse anyway, and what it holds is
+refused, if at all, with the reason in the field, never by an overflow in the arithmetic.
 """
 
 from __future__ import annotations
@@ -11,12 +15,76 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from kvscope.app.gui.panels import add_dock, tabbed
-from kvscope.app.gui.run_settings import SettingsError, build_run_config, memory_preview, values_from_model
+from kvscope.app.gui.run_settings import (
+    MODEL_EDIT_FIELDS,
+    SettingsError,
+    build_run_config,
+    field_of,
+    memory_preview,
+    values_from_model,
+)
 from kvscope.app.lab.preset_edits import save_edited_preset
 from kvscope.app.lab.presets import delete_user_preset, load_hardware, load_model, preset_names, user_preset_names
-from kvscope.engine.config import ConfigError
+from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
+from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
+from kvscope.engine.config import ConfigError, resolve_engine_args
+from kvscope.engine.hf_config import load_hf_config
+from kvscope.engine.memory_math import plan_memory, require_fit
+from kvscope.engine.units import GiB
 from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.settings_panel import SettingsPanel
+
+
+MiB = 1024**2
+QT_INT_MAX = 2**31 - 1  # a QSpinBox holds an int32
+BOUND_NOTE = "\nat most "
+
+
+def form_bounds() -> dict[str, float]:
+    """The largest value of each number field of the run form, in the unit its box shows."""
+    return {
+        "max_model_len": ceiling("max_model_len"), "max_num_batched_tokens": ceiling("max_num_batched_tokens"),
+        "max_num_seqs": ceiling("max_num_seqs"), "kv_cache_memory_bytes": MAX_BYTES / MiB,  # the box counts MiB
+        "num_requests": MAX_REQUESTS, "arrival_rate_per_s": MAX_ARRIVAL_RATE, "trace_speedup": MAX_SPEEDUP,
+        "prompt_median": MAX_REQUEST_TOKENS, "output_median": MAX_REQUEST_TOKENS,
+    }
+
+
+def editor_bounds(editor: PresetEditor) -> dict:
+    """The model and hardware editor's boxes -> their largest value, in the unit each shows."""
+    bounds = {box: ceiling(name) for name, box in editor.model_boxes.items()}
+    bounds.update({editor.memory_gib: MAX_BYTES / GiB, editor.bandwidth: MAX_RATE / 1e9, editor.flops: MAX_RATE / 1e12,
+                   editor.gpu_count: ceiling("gpu_count")})
+    return bounds
+
+
+def bound_boxes(settings: SettingsPanel, editor: PresetEditor) -> None:
+    """Every number box's maximum from the bounds the command line checks (a box keeps its
+    minimum: 0 reads "default" where a field has one); the bound is in its tooltip."""
+    boxes = {settings.fields[name]: high for name, high in form_bounds().items()}
+    boxes.update(editor_bounds(editor))
+    for box, high in boxes.items():
+        whole = not hasattr(box, "decimals")
+        high = min(int(high), QT_INT_MAX) if whole else float(high)
+        box.setMaximum(high)
+        shown_high = f"{high:,}" if whole else f"{high:,.0f}" if high < 1e15 else f"{high:g}"
+        tip = box.toolTip().split(BOUND_NOTE)[0]
+        unit = box.property("count_unit")  # a count's suffix is singular at 1; the bound is plural
+        box.setToolTip(f"{tip}{BOUND_NOTE}{shown_high}{f' {unit}s' if unit else box.suffix()}, as the command line checks")
+
+
+EDITOR_FIELDS = (*MODEL_EDIT_FIELDS, "gpu_count")
+
+
+def editor_field(message: str) -> str | None:
+    """The model or hardware editor field a refusal names first, None if it names none."""
+    named = [(message.find(name), name) for name in EDITOR_FIELDS if name in message]
+    return min(named)[1] if named else None
+
+
+def _sources(values: dict) -> tuple:
+    """What the editor's fields are read from: the model preset, folder or config.json, and the hardware."""
+    return values["model"], values.get("model_path"), values.get("config_path"), values["hardware"]
 
 
 class SettingsForm:
@@ -27,7 +95,9 @@ class SettingsForm:
         self.window, self.settings, self.editor = window, settings, editor
         self.dock = add_dock(window, "Settings", Qt.LeftDockWidgetArea,
                              tabbed((settings, "Run"), (editor, "Model && hardware")))
-        self._editor_shows = (None, None)  # the (model, hardware) presets the editor was filled from
+        self._editor_shows = None  # the model (preset, folder or config.json) and hardware the editor shows
+        self.refusal: tuple | None = None  # (tab index, the refused field's box, the reason) while one is refused
+        bound_boxes(settings, editor)
         settings.changed.connect(self.changed)
         settings.apply_requested.connect(lambda: window.apply_settings(play=True))
         editor.edited.connect(self.changed)
@@ -45,30 +115,78 @@ class SettingsForm:
         try:
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
+            # a pool the engine would refuse to build (too many blocks) is refused here, in its field
+            require_fit(plan_memory(config.model, config.hardware,
+                                    resolve_engine_args(config.engine_args, config.model, config.hardware)))
         except SettingsError as exc:
-            self.settings.show_errors(exc.errors)
+            self.show_refused(exc.errors)
             return None
-        self.settings.show_errors({})
+        except ConfigError as exc:
+            field = field_of(str(exc))
+            self.show_refused({field if field in self.settings.errors else "kv_cache_memory_bytes": str(exc)})
+            return None
+        self.show_refused({})
         self.settings.show_preview(memory_preview(config))
         return config
+
+    def show_refused(self, errors: dict[str, str]) -> None:
+        """Each reason in the field it is about: a model or hardware field edited on the second tab
+        (0 KV heads, say) there, the rest in the run form; remembers the first for reveal_refusal."""
+        run_errors, editor_error = {}, None
+        for key, message in errors.items():
+            edited = editor_field(message) if key in ("model", "hardware") else None
+            if edited and editor_error is None:
+                editor_error = (edited, message)
+            else:
+                run_errors[key] = message
+        self.settings.show_errors(run_errors)
+        box = self.editor.show_error(*(editor_error or (None,)))
+        if editor_error:
+            self.settings.apply_button.setEnabled(False)
+        first = next((key for key in self.settings.fields if key in run_errors), None)
+        if first is not None:
+            self.refusal = (0, self.settings.fields[first], run_errors[first])
+        elif run_errors:  # a reason no field owns is shown with the memory math
+            self.refusal = (0, self.settings.preview, next(iter(run_errors.values())))
+        elif editor_error:
+            self.refusal = (1, box, editor_error[1])
+        else:
+            self.refusal = None
+
+    def reveal_refusal(self) -> str | None:
+        """Show the user the refused field: its tab, scrolled into view, focused. Returns the reason
+        (None when nothing is refused)."""
+        if self.refusal is None:
+            return None
+        tab, box, message = self.refusal
+        self.dock.show()
+        self.dock.raise_()
+        tabs = self.dock.widget()
+        tabs.setCurrentIndex(tab)
+        tabs.currentWidget().ensureWidgetVisible(box)
+        box.setFocus(Qt.FocusReason.OtherFocusReason)
+        return message
 
     def changed(self) -> None:
         values = self.settings.values()
         # The editor shows the selected presets' fields; a new selection (by hand or by a reset of the
         # form) replaces them, so stale edits never ride along under another preset's name.
-        if (values["model"], values["hardware"]) != self._editor_shows:
+        if _sources(values) != self._editor_shows:
             self.show_selected_presets()
             return
         self.current_config()
 
     def show_selected_presets(self) -> None:
-        """Fill the editor from the model and hardware presets selected in the form."""
+        """Fill the editor from the model and hardware selected in the form: a model folder or a
+        config.json chosen in it, else the model preset. Else the editor would keep the previous
+        preset's shape, and that shape would ride along as an "edit" of the folder's model."""
         values = self.settings.values()
-        self._editor_shows = (values["model"], values["hardware"])
+        self._editor_shows = _sources(values)
         try:
-            model = load_model(values["model"])
+            source = values.get("model_path") or values.get("config_path")
+            model = load_hf_config(source) if source else load_model(values["model"])
             self.editor.set_model(model.name, values_from_model(model))
-        except Exception:  # noqa: BLE001 - a local folder or config: the editor keeps its fields
+        except Exception:  # noqa: BLE001 - unreadable: the editor keeps its fields, the form says why
             pass
         try:
             hw = load_hardware(values["hardware"])

@@ -99,14 +99,24 @@ class ReplayInfo:
     end_times: np.ndarray  # engine clock at the end of each step, for the scrubber
     engine_info: EngineInfo
     warning: str | None  # set when the file was cut short: it replays up to its last whole record
+    opening_position: int = 0  # where the window opens it: opening_position() of its steps
+
+
+def opening_position(kv_usage) -> int:
+    """Where a replay opens: after the first step that left blocks in use (the pool before it is
+    empty, and so was a scripted screenshot of it), or at the end if no step ever held one."""
+    used = np.flatnonzero(np.asarray(kv_usage) > 0)
+    return int(used[0]) + 1 if len(used) else len(kv_usage)
 
 
 def read_replay_info(path, allow_truncated: bool = True) -> ReplayInfo:
     """Reads and checks the whole file: a missing or corrupt one raises RecordingError here, before
     any view changes. A truncated one replays up to its last complete record."""
     with Recording.open(path, allow_truncated=allow_truncated) as recording:
-        return ReplayInfo(str(path), recording.num_steps, recording.series()["time_s"],
-                          engine_info_from_header(recording.header, " (replay)"), recording.warning)
+        series = recording.series()
+        return ReplayInfo(str(path), recording.num_steps, series["time_s"],
+                          engine_info_from_header(recording.header, " (replay)"), recording.warning,
+                          opening_position(series["kv_usage"]))
 
 
 class ReplaySession(Session):
@@ -174,6 +184,7 @@ class ReplaySession(Session):
         self._cum_preemptions = np.concatenate([[0], np.cumsum(series["preemptions"])])
         self._finished = recording.finished_requests()
         self._rejected_steps = recording.events_of_kind(EventKind.REJECTED)["step"]
+        self._opening = opening_position(series["kv_usage"])
         self._seek(0)
         if recording.warning:
             self._pending.status = recording.warning
@@ -315,7 +326,7 @@ class ReplaySession(Session):
                            summary=self._summary(position), done=position >= self.num_steps,
                            status=f"replay of {self.recording.path.name}: step {position:,} of {self.num_steps:,}"
                                   + ("  ·  Play (Space) replays it, Step (Right) one step; drag the scrubber below"
-                                     if position == 0 else ""))
+                                     if position in (0, self._opening) and position < self.num_steps else ""))
         first = max(0, position - STEPS_KEPT)
         frame.steps.extend(self.recording.steps(first, position))
         events = []
