@@ -222,7 +222,22 @@ def test_cli_real_run_verify_and_errors(tmp_path, model_dirs):
         (("run", "--backend", "real", "--hardware", "h100-80gb"), "simulated target"),
         (("run", "--model-path", model_dirs["llama"]), "--backend real"),
         (("verify", "--kv-cache-dtype", "int3"), "unknown kv_cache_dtype"),
+        (("bench", "scheduler", "--against-vllm"), "--against-vllm goes with `kvscope bench real`"),
+        (("bench", "real", "--against-vllm", "--device", "cuda"), "vLLM's CPU build: it runs on the CPU"),
     ]:
         out = kvscope(*argv)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert message in out.stderr.strip().splitlines()[-1]
+
+
+def test_the_vllm_comparison_times_kvscope_on_exact_lengths_as_a_client_would(tiny):
+    """kvscope's side of `bench real --against-vllm`: every request makes exactly its length (end of
+    sequence ignored, as vLLM is asked to), and each TTFT is a wall time within the run."""
+    from kvscope.app.bench.bench_vs_vllm import run_kvscope_exact
+
+    prompts = [list(range(10 + i, 50 + 7 * i)) for i in range(6)]
+    outputs = [3, 9, 1, 5, 12, 4]
+    result = run_kvscope_exact(tiny, prompts, outputs)
+    assert result["output_tokens"] == sum(outputs) and result["block_size"] == 32
+    assert 0 < result["ttft_p50_s"] < result["wall_time_s"]
+    assert result["throughput_tokens_per_s"] == pytest.approx(sum(outputs) / result["wall_time_s"])
