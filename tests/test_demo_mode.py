@@ -74,8 +74,7 @@ def test_the_talk_keys_in_demo_mode(window, qtbot):
     window.toggle_demo()
     qtbot.waitUntil(window.isFullScreen, timeout=5000)
     step = lambda: window.latest_snapshot.step if window.latest_snapshot is not None else -1  # noqa: E731
-    press(window, qtbot, Qt.Key_Space)  # play
-    assert window.play_action.text() == "Pause"
+    assert window.play_action.text() == "Pause"  # the live run starts: the audience sees no empty page
     qtbot.waitUntil(lambda: step() > 5, timeout=10000)
     press(window, qtbot, Qt.Key_Space)  # pause
     assert window.play_action.text() == "Play"
@@ -135,3 +134,66 @@ def test_digits_typed_in_a_field_stay_in_the_field(window, qtbot):
     qtbot.keyClicks(box, "12")
     assert box.text().startswith("12")
     assert not window.compare_showing() and window.current_scenario is None
+
+
+def test_demo_mode_shows_the_streaming_answer_large_and_puts_the_split_back(window, qtbot):
+    import dataclasses
+
+    from kvscope.app.gui.demo_mode import DEMO_ANSWER_POINTS
+    from kvscope.app.host.protocol import FrameDelta, RequestText
+
+    split, box = window.center_split, window.prompt
+    sizes = split.sizes()
+    window.toggle_demo()
+    qtbot.waitUntil(window.isFullScreen, timeout=5000)
+    prompt_index = split.indexOf(box)
+    assert split.sizes()[prompt_index] == 0  # the simulated engine answers no text: the box folds away
+    assert window.inspector_dock.isHidden()
+    # an engine that answers text, streaming a workload request and then a typed one
+    info = dataclasses.replace(window.engine_info, no_text_reason=None)
+    prompt = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
+    window.render_frame(FrameDelta(engine_info=info, texts={3: RequestText(prompt, "Sunlight", None)}))
+    shares = [size / sum(split.sizes()) for size in split.sizes()]
+    assert shares[prompt_index] > 0.5  # the answer has the most room
+    assert box.answer.font().pointSizeF() == DEMO_ANSWER_POINTS and box.question.isVisible()
+    assert box.question.text() == "#3: Why is the sky blue?" and box.answer.answer == "Sunlight"
+    window.render_frame(FrameDelta(texts={3: RequestText(None, "Sunlight scatters", None),
+                                          9: RequestText(prompt.replace("sky blue", "sea salty"), "Salt", None,
+                                                         typed=True)}))
+    assert box.question.text() == "#9: Why is the sea salty?" and box.answer.answer == "Salt"  # the newest typed
+    window.select_request(3)  # ... unless the presenter chose one
+    assert box.answer.answer == "Sunlight scatters"
+    window.toggle_demo()
+    qtbot.waitUntil(lambda: not window.isFullScreen(), timeout=5000)
+    assert not box.question.isVisible() and box.answer.font().pointSizeF() == QApplication.font().pointSizeF()
+    assert split.sizes()[prompt_index] > 0 and len(split.sizes()) == len(sizes)
+
+
+def test_demo_mode_fits_a_1280x720_screen_and_esc_restores_the_window_that_was_there(window, qtbot):
+    from PySide6.QtCore import QRect
+
+    window.setGeometry(QRect(40, 30, 760, 560))  # inside the test screen (offscreen: 800x800)
+    qtbot.waitUntil(lambda: window.geometry().width() == 760, timeout=5000)
+    before = QRect(window.geometry())
+    assert window.seed.isVisible() and window.theme_action.isVisible()
+    window.toggle_demo()
+    qtbot.waitUntil(window.isFullScreen, timeout=5000)
+    assert not window.seed.isVisible() and not window.theme_action.isVisible()  # desk controls leave the toolbar
+    for opened in (None, scenario_names()[0]):
+        if opened:
+            window.open_scenario(opened)
+        hint = window.minimumSizeHint()
+        assert hint.width() <= 1280 and hint.height() <= 720, f"demo mode needs {hint.width()}x{hint.height()}"
+    press(window, qtbot, Qt.Key_Escape)
+    qtbot.waitUntil(lambda: not window.isFullScreen(), timeout=5000)
+    qtbot.waitUntil(lambda: window.geometry() == before, timeout=5000)
+    assert window.seed.isVisible() and window.theme_action.isVisible()
+
+
+def test_plus_steps_the_speed_one_notch_at_a_time(window, qtbot):
+    window.speed.setCurrentText("1x")
+    seen = []
+    for _ in range(5):
+        press(window, qtbot, Qt.Key_Plus)
+        seen.append(window.speed.currentText())
+    assert seen == ["2x", "5x", "10x", "20x", "50x"]

@@ -5,6 +5,7 @@ import math
 import time
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import Qt
 
@@ -12,7 +13,9 @@ from kvscope.widgets.batch_lanes import (
     DECODE, EMPTY, FINISHED, JOINED, PREEMPTED, PREFILL_SMALL, BatchLanes, TimelineStep,
 )
 from kvscope.widgets.batch_timeline import BatchTimelineView
-from kvscope.widgets.live_plots import BIG_SCATTER_INTERVAL_S, BIG_SCATTER_POINTS, LivePlots, decimate_minmax
+from kvscope.widgets.live_plots import (
+    BIG_SCATTER_INTERVAL_S, BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax, windowed_mean,
+)
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 
 
@@ -265,11 +268,14 @@ def plots(qtbot):
 def test_set_series_updates_curves(plots):
     s = synthetic_series()
     plots.set_series(s)
-    for key, scale in (("kv_usage", 100.0), ("compute_utilization", 100.0), ("num_running", 1.0),
+    for key, scale in (("kv_usage", 100.0), ("num_running", 1.0),
                        ("num_waiting", 1.0), ("throughput_tokens_per_s", 1.0), ("preemptions", 1.0)):
         x, y = plots.curves[key].getData()
         assert np.allclose(x, s["time_s"]), key
         assert np.allclose(y, s[key] * scale), key
+    x, y = plots.curves["compute_utilization"].getData()  # drawn as its mean over the last second
+    assert np.allclose(x, s["time_s"])
+    assert np.allclose(y, windowed_mean(s["time_s"], s["compute_utilization"] * 100.0, COMPUTE_WINDOW_S))
     for key in ("ttft_s", "queue_time_s"):
         x, y = plots.curves[key].getData()
         assert np.allclose(x, s["finish_time_s"]) and np.allclose(y, s[key]), key
@@ -277,28 +283,33 @@ def test_set_series_updates_curves(plots):
     # KV usage and compute share one percent axis, with the wall at 100 %.
     assert plots.curves["kv_usage"] in plots.plots["kv"].listDataItems()
     assert plots.curves["compute_utilization"] in plots.plots["kv"].listDataItems()
-    assert plots.wall_line.value() == 100 and "KV pool full" in plots.wall_line.label.toPlainText()
-    assert plots.curves["kv_usage"].getData()[1].max() == pytest.approx(100.0)
-    # Every plot shows the run's time span.
-    for name in plots.plots:
-        lo, hi = plots.x_range(name)
-        assert lo <= s["time_s"][0] and hi >= s["time_s"][-1], name
-    # Items are reused frame to frame.
-    items = {k: id(v) for k, v in plots.curves.items()}
-    n_items = {k: len(p.items) for k, p in plots.plots.items()}
-    s2 = synthetic_series(n=700, m=120)
-    plots.set_series(s2)
-    assert {k: id(v) for k, v in plots.curves.items()} == items
-    assert {k: len(p.items) for k, p in plots.plots.items()} == n_items
-    assert len(plots.curves["num_running"].getData()[0]) == 700
+    assert plots.wall_line.value() == 100 and "KV pool full" in plots.legend_html("kv")
+    assert "peak FLOP/s" in plots.plots["kv"].vb.toolTip()  # what compute utilisation means
+
+
+def test_compute_utilisation_is_a_time_weighted_mean_over_the_last_second():
+    t = np.arange(0.0, 3.0, 0.1) + 0.1
+    spiky = np.where(np.arange(len(t)) % 10 == 0, 1.0, 0.0)  # one prefill step in ten at 100 %
+    smooth = windowed_mean(t, spiky, 1.0)
+    assert smooth[-1] == pytest.approx(0.1)  # ten steps of 0.1 s in the last second, one at 100 %
+    assert smooth.max() <= 1.0 and smooth[15:].max() < 0.2  # no spike to 100 % once a second has passed
+
+
+def test_nothing_is_written_over_the_kv_plot_s_data(plots):
+    """The wall is named in the legend: no text item sits in the KV plot, where it could cover the
+    curve as it reaches 100 %."""
+    plots.set_series(synthetic_series())
+    texts = [item for item in plots.plots["kv"].vb.addedItems if isinstance(item, pg.TextItem)]
+    texts += [child for child in plots.wall_line.childItems() if isinstance(child, pg.TextItem)]
+    assert texts == [] and "KV pool full" in plots.legend_html("kv")
 
 
 def test_titles_axes_and_legends(plots):
     kv = plots.plots["kv"]
     assert "KV cache vs compute" in kv.titleLabel.text
-    for legend in ("KV cache usage", "compute utilisation"):
+    for legend in ("KV cache usage", "compute (1 s mean)"):
         assert legend in kv.titleLabel.text
-    assert "KV pool full" in plots.wall_line.label.toPlainText()  # labelled on the line itself
+    assert "KV pool full" in kv.titleLabel.text  # named in the legend, never over the curve
     for name, words in (("requests", ("running", "waiting")), ("latency", ("TTFT", "queue time")),
                         ("throughput", ("output tokens/s",)), ("preemptions", ("preemptions",))):
         for w in words:
@@ -528,4 +539,4 @@ def test_lines_break_where_the_engine_stood_idle_and_compute_is_capped_at_100_pe
                       "num_running": np.ones(n), "num_waiting": np.zeros(n),
                       "throughput_tokens_per_s": np.ones(n), "preemptions": np.zeros(n)})
     x, y = plots.curves["compute_utilization"].getData()
-    assert np.nanmax(y) == 100.0 and np.isnan(y).sum() == 1
+    assert np.nanmax(y) == pytest.approx(100.0) and np.isnan(y).sum() == 1

@@ -37,6 +37,7 @@ _MARK_SYMBOL = {JOINED: "t2", FINISHED: "o", PREEMPTED: "t"}  # right triangle, 
 _MARK_GLYPH = {JOINED: "\u25b6", FINISHED: "\u25cf", PREEMPTED: "\u25bc"}
 _MARK_X_OFFSET = {JOINED: 0.15, FINISHED: 0.85, PREEMPTED: 0.5}  # within the step's cell
 _MARK_SIZE = 8
+MIN_STEPS_SHOWN = 24
 
 
 def _blend(a, b, t: float) -> tuple:
@@ -282,8 +283,12 @@ class BatchTimelineView(QWidget):
                 top = max(top, int(ln.max()) + 1)
             self._scatter[kind].setData(s + _MARK_X_OFFSET[kind], ln + 0.5)
         top = max(top, 8)
-        x0 = max(0, lanes.seq_end - cap)
-        self._plot.setXRange(x0, x0 + cap, padding=0)
+        # The steps held use the whole width: a slow engine (the real backend makes ~5 steps a
+        # second) filled 27 of 400 columns after a while, the rest blank. The range grows with
+        # the steps up to the ring's capacity, from MIN_STEPS_SHOWN so that one step is no full-width bar.
+        shown = min(cap, max(n, MIN_STEPS_SHOWN))
+        x0 = max(0, lanes.seq_end - shown)
+        self._plot.setXRange(x0, x0 + shown, padding=0)
         self._plot.setYRange(0, top, padding=0)
 
         edges = np.arange(first, lanes.seq_end + 1, dtype=np.float64)

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
-from kvscope.widgets.live_plots import decimate_minmax
+from kvscope.widgets.live_plots import decimate_minmax, let_title_shrink
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 # plot key -> (title, y axis label)
@@ -23,7 +23,10 @@ PLOTS = {
     "kv_usage": ("KV cache usage", "%"),
     "num_running": ("Running requests (batch size)", "requests"),
     "output_tokens": ("Output tokens generated", "tokens"),
+    "asked": ("", ""),  # a scenario's asked quantity as measured so far; titled by set_asked_plot
 }
+DASHES = [Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine]  # per configuration, in order
+DASH_GLYPHS = ["\u2501\u2501", "\u254d\u254d", "\u2505\u2505", "\u2501\u2505"]
 TIME_LABEL = "engine clock (s)"
 MAX_POINTS = 4000
 CURVE_WIDTH_STEP = 2.5  # px wider per configuration before the last
@@ -48,8 +51,9 @@ class ComparePlots(QWidget):
         self.legend.setTextFormat(Qt.RichText)
         self.legend.setWordWrap(True)
         self.legend.setAlignment(Qt.AlignCenter)
-        self.legend.setToolTip("One colour per configuration. Earlier configurations are drawn wider, underneath,\n"
-                               "so two runs that behave identically show as one line inside the other.")
+        self.legend.setToolTip("One colour and one dash per configuration. Earlier configurations are drawn wider,\n"
+                               "underneath, and later ones dashed: two runs that behave identically show as a\n"
+                               "dashed line on a solid one, never as one line hiding the other.")
         self._view = pg.GraphicsLayoutWidget()
         layout.addWidget(self.legend)
         layout.addWidget(self._view, 1)
@@ -64,9 +68,12 @@ class ComparePlots(QWidget):
             plot.setMenuEnabled(False)
             plot.hideButtons()
             plot.setLimits(yMin=0)
-            plot.titleLabel.setMinimumWidth(0)
             plot.titleLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+            let_title_shrink(plot.titleLabel)
             self.plots[key] = plot
+        self.moment_lines: list[tuple] = []  # (plot, line)
+        self.asked_title = ""
+        self.set_asked_plot(None)
         self.plots["kv_usage"].setYRange(0, 105, padding=0)
         self.plots["kv_usage"].enableAutoRange(axis="y", enable=False)
         self.curves: list[dict[str, pg.PlotDataItem]] = []
@@ -88,6 +95,40 @@ class ComparePlots(QWidget):
             self.curves.append(per_config)
         self.set_theme(self._theme)
 
+    def set_asked_plot(self, title: str | None, unit: str = "", tip: str = "") -> None:
+        """A fourth plot for the quantity a scenario asks about, where the other three do not show it
+        (the longest pause between tokens, the prefix cache's hit rate); None hides it."""
+        plot = self.plots["asked"]
+        self.asked_title = title or ""
+        # four plots in a row are cut off at a projector's width: the asked one takes the place of
+        # the output tokens (the plot a scenario asking something else needs least)
+        for key, shown in (("asked", bool(title)), ("output_tokens", not title)):
+            self.plots[key].setVisible(shown)
+            self.plots[key].setMaximumWidth(16777215 if shown else 0)
+        plot.setLabel("left", unit)
+        plot.vb.setToolTip(tip)
+        plot.setTitle(f"<b>{escape(self.asked_title)}</b>", color=hex_color(self._theme.foreground), size="9pt")
+
+    def set_asked_series(self, index: int, time_s, values) -> None:
+        """One configuration's asked quantity, measured so far at each clock (already in the plot's unit)."""
+        if index < len(self.curves):
+            self.curves[index]["asked"].setData(np.asarray(time_s, dtype=np.float64),
+                                                np.asarray(values, dtype=np.float64))
+
+    def mark_moment(self, time_s: float | None, text: str = "") -> None:
+        """A vertical line at one moment on every plot (the reveal's decisive moment); None removes it."""
+        for plot, line in self.moment_lines:
+            plot.removeItem(line)
+        self.moment_lines = []
+        if time_s is None:
+            return
+        pen = pg.mkPen(self._theme.accent, width=1.5, style=Qt.DashLine)
+        for key, plot in self.plots.items():
+            line = pg.InfiniteLine(pos=time_s, angle=90, pen=pen, movable=False)
+            line.setToolTip(text)
+            plot.addItem(line, ignoreBounds=True)
+            self.moment_lines.append((plot, line))
+
     def set_series(self, index: int, time_s: np.ndarray, kv_usage: np.ndarray, num_running: np.ndarray,
                    output_tokens: np.ndarray) -> None:
         """One configuration's run so far: per step, the clock (s), KV usage (0..1), running
@@ -98,6 +139,7 @@ class ComparePlots(QWidget):
         values = {"kv_usage": np.asarray(kv_usage, dtype=np.float64) * 100.0,
                   "num_running": np.asarray(num_running, dtype=np.float64),
                   "output_tokens": np.asarray(output_tokens, dtype=np.float64)}
+
         for key, y in values.items():  # long runs thinned keeping each bin's peaks, as the live plots do
             self.curves[index][key].setData(*decimate_minmax(t, y, MAX_POINTS))
 
@@ -105,6 +147,7 @@ class ComparePlots(QWidget):
         for per_config in self.curves:
             for item in per_config.values():
                 item.setData([], [])
+        self.mark_moment(None)
 
     def curve_data(self, index: int, key: str) -> tuple:
         return self.curves[index][key].getData()
@@ -118,16 +161,20 @@ class ComparePlots(QWidget):
         for i, (per_config, color) in enumerate(zip(self.curves, colors)):
             # Earlier configurations are drawn wider, underneath: two identical runs (the point of
             # some comparisons) show as one line inside another instead of one hiding the other.
+            # Later ones are dashed as well, so the one on top never hides the one beneath.
             width = 2 + CURVE_WIDTH_STEP * (n - 1 - i)
             for item in per_config.values():
-                item.setPen(pg.mkPen(color, width=width))
-        self.legend.setText(f"<span style='color:{hex_color(fg)}'>"
-                            + " &nbsp;&nbsp; ".join(f"<span style='color:{hex_color(c)}'>\u2501\u2501</span>&nbsp;{escape(label)}"
-                                                  for label, c in zip(self.labels, colors)) + "</span>")
+                item.setPen(pg.mkPen(color, width=width, style=DASHES[i % len(DASHES)]))
+        entries = " &nbsp;&nbsp; ".join(
+            f"<span style='color:{hex_color(c)}'>{DASH_GLYPHS[i % len(DASH_GLYPHS)]}</span>&nbsp;{escape(label)}"
+            for i, (label, c) in enumerate(zip(self.labels, colors)))
+        note = " &nbsp;<i>(dashed over solid: where one line shows, the runs agree)</i>" if n > 1 else ""
+        self.legend.setText(f"<span style='color:{hex_color(fg)}'>{entries}{note}</span>")
         self.legend.setStyleSheet(f"background: {hex_color(theme.background)};")
         for key, plot in self.plots.items():
             color_axes(plot, fg)
-            plot.setTitle(f"<b>{PLOTS[key][0]}</b>", color=hex_color(fg), size="9pt")
+            title = self.asked_title if key == "asked" else PLOTS[key][0]
+            plot.setTitle(f"<b>{escape(title)}</b>", color=hex_color(fg), size="9pt")
 
     @property
     def theme(self) -> Theme:

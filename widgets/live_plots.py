@@ -32,7 +32,7 @@ RANGE_SLACK = 2.5  # shrink back once the data spans less than 1/RANGE_SLACK of 
 # curve name -> (plot, legend name, theme colour attribute, style)
 CURVES = {
     "kv_usage": ("kv", "KV cache usage", "warning", "fill"),
-    "compute_utilization": ("kv", "compute utilisation", "decode", "line"),
+    "compute_utilization": ("kv", "compute (1 s mean)", "decode", "line"),
     "num_running": ("requests", "running", "good", "line"),
     "num_waiting": ("requests", "waiting", "prefill", "line"),
     "throughput_tokens_per_s": ("throughput", "output tokens/s", "good", "line"),
@@ -51,10 +51,17 @@ GAP_FACTOR = 20
 # A latency scatter of more than this many finished requests is redrawn at most every
 # BIG_SCATTER_INTERVAL_S: rebuilding 2 x 3,000 spots took ~10 ms of every frame at maximum speed.
 BIG_SCATTER_POINTS = 1000
+# Compute utilisation per step swings between ~100 % (a prefill) and a few % (decodes): drawn as its
+# time-weighted mean over this much engine time, it reads as one line beside the KV curve.
+COMPUTE_WINDOW_S = 1.0
+COMPUTE_TIP = ("Compute utilisation: achieved FLOP/s / the hardware's peak FLOP/s, i.e. the share of each step's\n"
+               "time the step's FLOPs need at peak (simulated: the roofline model of the preset GPU; real backend:\n"
+               "this machine's estimated peak), averaged over the last 1 s of engine time. KV cache usage: the\n"
+               "share of KV blocks requests hold. The point of the plot: the KV pool fills while compute has headroom.")
 BIG_SCATTER_INTERVAL_S = 0.25
 
 TITLES = {
-    "kv": "KV cache vs compute",
+    "kv": "KV cache vs compute",  # what they mean: the plot's tooltip (COMPUTE_TIP)
     "requests": "Requests",
     "throughput": "Throughput (output tokens/s)",
     "latency": "Latency (s)",
@@ -113,6 +120,39 @@ def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple:
         xs = np.concatenate((xs, x[m:]))
         ys = np.concatenate((ys, y[m:]))
     return xs, ys
+
+
+def let_title_shrink(label: pg.LabelItem) -> None:
+    """A plot title narrower than its text is cut, not made the plot's minimum width: pyqtgraph's
+    LabelItem re-sets its text's width as its minimum on every setText and resize (updateMin), which
+    pushed the plots past a side dock and off the right edge of a 1280 px screen in demo mode."""
+    original = label.updateMin
+
+    def update_min():
+        original()
+        label.setMinimumWidth(0)
+        height = label._sizeHint[Qt.SizeHint.MinimumSize][1]
+        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
+        label._sizeHint[Qt.SizeHint.PreferredSize] = (0, label._sizeHint[Qt.SizeHint.PreferredSize][1])
+        label.updateGeometry()
+
+    label.updateMin = update_min
+    update_min()
+
+
+def windowed_mean(t: np.ndarray, y: np.ndarray, window_s: float, max_dt: float = GAP_MIN_S) -> np.ndarray:
+    """At each point, the mean of y over the preceding window_s of time, each point weighted by the
+    time since the previous one (capped at max_dt, so an idle gap does not weigh as busy time)."""
+    if len(t) < 2:
+        return y.astype(np.float64)
+    dt = np.minimum(np.diff(t, prepend=t[0]), max_dt)
+    dt[0] = min(max_dt, float(np.median(dt[1:]))) if len(dt) > 1 else 1.0
+    weighted = np.concatenate(([0.0], np.cumsum(y * dt)))
+    weights = np.concatenate(([0.0], np.cumsum(dt)))
+    start = np.searchsorted(t, t - window_s, side="right")
+    end = np.arange(1, len(t) + 1)
+    total = weights[end] - weights[start]
+    return np.where(total > 0, (weighted[end] - weighted[start]) / np.where(total > 0, total, 1.0), y)
 
 
 def idle_gaps(t: np.ndarray) -> np.ndarray:
@@ -209,8 +249,8 @@ class LivePlots(QWidget):
             plot.vb.sigRangeChangedManually.connect(self._stop_following)
             plot.hideButtons()  # its "A" would turn autorange back on and fight the shared x
             # Titles may be wider than a narrow dock: let them be cut rather than push the plots out.
-            plot.titleLabel.setMinimumWidth(0)
             plot.titleLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+            let_title_shrink(plot.titleLabel)
 
         for name in ("requests", "throughput", "preemptions"):  # counts and rates: never below zero
             self.plots[name].setLimits(yMin=0)
@@ -218,8 +258,10 @@ class LivePlots(QWidget):
         kv.setYRange(-8, 118, padding=0)  # room for the "0" tick label
         kv.enableAutoRange(axis="y", enable=False)
         kv.setLimits(yMin=-10, yMax=200)
-        self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False, label="KV pool full",
-                                         labelOpts={"position": 0.99, "anchors": [(1, 0), (1, 0)]})  # under the line: above it a small plot cuts it off
+        kv.vb.setToolTip(COMPUTE_TIP)
+        # The wall is named in the legend, not on the plot: a label on the line covered the KV curve
+        # exactly where it reaches 100 %, and above the line a short plot cuts it off.
+        self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False)
         self.wall_line.setZValue(5)  # over the curves, its label on the plot's background (set_theme)
         kv.addItem(self.wall_line, ignoreBounds=True)
 
@@ -264,8 +306,6 @@ class LivePlots(QWidget):
                 item.setSymbolPen(pg.mkPen(*c, 230))
                 item.setSymbolBrush(pg.mkBrush(*c, 150))
         self.wall_line.setPen(pg.mkPen(theme.accent, width=2, style=Qt.PenStyle.DashLine))
-        self.wall_line.label.setColor(theme.accent)
-        self.wall_line.label.fill = pg.mkBrush(*theme.background[:3], 210)
 
     @property
     def theme(self) -> Theme:
@@ -280,7 +320,9 @@ class LivePlots(QWidget):
             glyph = _GLYPH.get(style, "\u2501")
             parts.append(f"<span style='color:{hex_color(getattr(self._theme, colour_attr))}'>{glyph}</span>"
                          f"&nbsp;{legend}")
-        return "&nbsp;&nbsp;".join(parts)  # the "KV pool full" line is labelled on the plot itself
+        if name == "kv":
+            parts.append(f"<span style='color:{hex_color(self._theme.accent)}'>\u254c</span>&nbsp;KV pool full")
+        return "&nbsp;&nbsp;".join(parts)
 
     def title_text(self, name: str) -> str:
         title = TITLES[name]
@@ -390,6 +432,8 @@ class LivePlots(QWidget):
                 # Compute time is the roofline's estimate: a machine that beats its estimated peak
                 # (a CPU's FLOP/s are guessed) would plot over 100 % of the time it took.
                 y = np.minimum(y, 1.0) * 100.0
+            if key == "compute_utilization":
+                y = windowed_mean(x, y, COMPUTE_WINDOW_S)
             x, y = decimate_minmax(x, y, self.max_points)
             self.curves[key].setData(*break_at_gaps(x, y, gaps))
         self._set_latency(series)

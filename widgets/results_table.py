@@ -126,6 +126,23 @@ class ResultsTable(QTableWidget):
                         item.setForeground(QColor(*color))
                     col += 1
 
+    def emphasize_row(self, name: str) -> int | None:
+        """The row named `name` (a scenario's answer) in bold, accent-coloured and scrolled into view;
+        its index, or None where the table has no such row."""
+        for r, row in enumerate(self.rows):
+            if row.name != name:
+                continue
+            for col in range(self.columnCount()):
+                item = self.item(r, col)
+                if item is not None:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                    item.setBackground(QColor(*self._theme.accent, 60))
+            self.scrollToItem(self.item(r, 0), QAbstractItemView.PositionAtCenter)
+            return r
+        return None
+
     def _set(self, row: int, col: int, text: str, tooltip: str = "", align=Qt.AlignRight) -> QTableWidgetItem:
         item = QTableWidgetItem(text)
         item.setTextAlignment(align | Qt.AlignVCenter)

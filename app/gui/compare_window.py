@@ -28,17 +28,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvscope.widgets.block_map import BlockMapView
-from kvscope.widgets.block_map_colors import state_colors
 from kvscope.widgets.compare_plots import ComparePlots, configuration_colors
-from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.palette import DARK, Theme
 from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
 
-from kvscope.engine.units import format_percent
 from kvscope.app.host.comparison import ComparisonSession
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
+from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
 
@@ -49,6 +47,16 @@ REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the 
 PLOTS_SHARE = 0.6  # of a wide window's width: the plots; the rest the results table ...
 TABLE_MAX_SHARE = 0.6  # ... or as much as its columns need, up to this
 
+# A scenario's answer the three standard plots do not show -> its own plot, of the value measured so
+# far (read from each results update): (title, unit, scale from the metric's unit, tooltip).
+ASKED_PLOTS = {
+    "itl_max_s": ("Longest pause between tokens so far", "ms", 1e3,
+                  "the longest a request mid-answer has waited for its next token, as the run measured it so far:\n"
+                  "a whole prompt prefilled in one step stalls every answer being written"),
+    "prefix_cache_hit_rate": ("Prompt tokens from the prefix cache so far", "%", 100.0,
+                              "share of the prompt tokens so far served from cached blocks instead of computed"),
+}
+
 # (result key, row name, unit, scale to the unit, better, decimals, tooltip)
 METRIC_ROWS = (
     ("throughput_tokens_per_s", "Output throughput", "tokens/s", 1.0, "higher", 0,
@@ -58,6 +66,8 @@ METRIC_ROWS = (
     ("tpot_p50_s", "Time per output token p50", "ms", 1e3, "lower", 2,
      "time between a request's output tokens after the first, median"),
     ("tpot_p99_s", "Time per output token p99", "ms", 1e3, "lower", 2, "time per output token, 99th percentile"),
+    ("itl_max_s", "Longest pause between tokens", "ms", 1e3, "lower", 1,
+     "the longest a request mid-answer waited for its next token: a whole prompt prefilled in one step stalls it"),
     ("peak_running", "Peak concurrency", "requests", 1.0, "higher", 0, "most requests running in one step"),
     ("max_concurrent_sequences", "Max concurrency (memory math)", "sequences", 1.0, "higher", 1,
      "KV pool / KV per sequence at max_model_len: how many full-length requests fit"),
@@ -67,9 +77,12 @@ METRIC_ROWS = (
     ("preemptions", "Preemptions", "count", 1.0, "lower", 0, "requests evicted from the batch to free KV blocks"),
     ("prefix_cache_hit_rate", "Prefix cache hit rate", "% of tokens", 100.0, "higher", 1,
      "prompt tokens served from the prefix cache instead of recomputed"),
-    ("kv_quality_cost", "KV quality cost: tokens that differ", "%", 100.0, "lower", 1,
-     "share of generated tokens that differ from the model's own-precision KV (1 - top-1 agreement), measured "
-     "on the real backend; the simulated backend holds no values, so it is not measured there"),
+    ("kv_quality_cost", "Quality cost: tokens that differ", "%", 100.0, "lower", 1,
+     "share of next-token predictions that differ from the model at full precision (1 - top-1 agreement) on "
+     "English passages, measured on the real backend; the simulated backend holds no values, so it is not "
+     "measured there"),
+    ("perplexity", "Perplexity on English passages", "", 1.0, "lower", 2,
+     "exp(mean negative log-likelihood) of the passages' tokens; the full-precision model's is in the note"),
     ("completed", "Requests completed", "requests", 1.0, "", 0, "requests that finished"),
 )
 
@@ -125,57 +138,6 @@ class _Columns:
         return self.data[: self.size, -1]
 
 
-def block_legend_html(theme: Theme) -> str:
-    """The block maps' legend, said once for every column."""
-    colors = state_colors(theme)
-    sample = 7  # one request's colour in each of its states
-
-    def swatch(rgb) -> str:
-        return f"<span style='color:{hex_color(rgb)}'>\u25a0</span>"
-
-    return (f"<span>Block maps: {swatch(colors['used'][sample])} used (colour = request) &nbsp;"
-            f"{swatch(colors['shared'][sample])} shared prefix &nbsp;{swatch(colors['cached'][sample])} cached prefix "
-            f"&nbsp;{swatch(colors['reserved'][sample])} reserved, no token yet &nbsp;{swatch(colors['free'])} free"
-            f" &nbsp;\u00b7 hover a block for details</span>")
-
-
-class ConfigColumn(QWidget):
-    """One configuration: its name in its colour, its live numbers, its block map."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.label, self.detail = "", ""
-        self.header = QLabel()
-        self.header.setTextFormat(Qt.RichText)
-        self.header.setWordWrap(True)
-        self.numbers = QLabel()
-        self.numbers.setTextFormat(Qt.PlainText)
-        self.numbers.setWordWrap(True)
-        self.numbers.setToolTip("this configuration at the shared clock: its KV pool (blocks x tokens per block), "
-                                "the share of blocks requests hold, requests running and waiting, requests finished "
-                                "of the workload's")
-        self.block_map = BlockMapView()
-        # every column's legend is the same: the page shows it once; the header gives the pool size
-        self.block_map.set_legend_visible(False)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.setSpacing(2)
-        layout.addWidget(self.header)
-        layout.addWidget(self.numbers)
-        layout.addWidget(self.block_map, 1)
-
-    def set_config(self, label: str, detail: str, color: tuple) -> None:
-        self.label, self.detail = label, detail
-        self.header.setText(f"<span style='color:{hex_color(color)}'>\u25a0</span>&nbsp;<b>{label}</b>"
-                            + (f"&nbsp; {detail}" if detail else ""))
-
-    def set_numbers(self, snapshot, finished: int, total: int) -> None:
-        self.numbers.setText(f"{snapshot.num_blocks:,} blocks of {snapshot.block_size} tokens \u00b7 "
-                             f"KV {format_percent(snapshot.kv_usage)} in use\n"
-                             f"running {snapshot.num_running:,} \u00b7 waiting {snapshot.num_waiting:,} \u00b7 "
-                             f"finished {finished:,} of {total:,}")
-
-
 class CompareView(QWidget):
     """Open a comparison with ``open_comparison(spec, ...)``; Space / Right / R reach it through
     ``toggle_play``, ``step_once`` and ``restart``."""
@@ -199,6 +161,10 @@ class CompareView(QWidget):
         self.series: list[_Columns] = []
         self.finished_counts: list[int] = []
         self.latest_snapshots: list = []
+        # per configuration, its fullest moment so far: (KV usage, waiting), snapshot, clock, finished
+        self.decisive: list = []
+        self.asked = None  # ASKED_PLOTS' entry for the open scenario's answer
+        self.asked_series: list = []  # per configuration, (clocks, values) of that answer measured so far
         self.speed = 1.0
         self._playing = False
 
@@ -331,7 +297,11 @@ class CompareView(QWidget):
         else:
             self.panel.hide()
         self.table.set_results([], [])
+        if not self._wide:
+            self.bottom_tabs.setCurrentWidget(self.plots)  # the last reveal turned to the table
         self.plots.set_configurations([])
+        self.asked = ASKED_PLOTS.get(scenario.reveal_from.name) if scenario is not None else None
+        self.plots.set_asked_plot(*(self.asked[0], self.asked[1], self.asked[3]) if self.asked else (None,))
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
@@ -363,6 +333,8 @@ class CompareView(QWidget):
         self.series = [_Columns() for _ in labels]
         self.finished_counts = [0] * len(labels)
         self.latest_snapshots = [None] * len(labels)
+        self.decisive = [None] * len(labels)
+        self.asked_series = [([], []) for _ in labels]
 
     # -- controls ------------------------------------------------------------------------------------
     @property
@@ -410,6 +382,8 @@ class CompareView(QWidget):
         self.plots.clear()
         self.series = [_Columns() for _ in self.columns]
         self.finished_counts = [0] * len(self.columns)
+        self.decisive = [None] * len(self.columns)
+        self.asked_series = [([], []) for _ in self.columns]
         self.host.restart(play=play)
         self._set_playing(play)
 
@@ -450,20 +424,25 @@ class CompareView(QWidget):
             for i, s in enumerate(self.series):
                 self.plots.set_series(i, s.column("time_s"), s.column("kv_usage"), s.column("num_running"),
                                       s.output_tokens_so_far())
+        veiled = self.awaiting_guess()
         if frame.results is not None:
             self.results = frame.results
             self.finished_counts = [c.metrics.get("completed", 0) for c in frame.results.configurations]
-            self.table.set_results(frame.results.labels, result_rows(frame.results))
-            if not self._table_fitted:
-                self._fit_table()
-        if frame.snapshots is not None:
+            if not veiled:  # a memory-math answer is in the results before any step: shown after the guess
+                self.table.set_results(frame.results.labels, result_rows(frame.results))
+                if not self._table_fitted:
+                    self._fit_table()
+                self._extend_asked(frame.results, frame.clock_s)
+        if frame.snapshots is not None and not (self.done and self.revealed):  # the reveal holds its moment
             total = self.info["num_requests"] if self.info else 0
             self._show_title(frame.clock_s)
             for i, snap in enumerate(frame.snapshots):
                 if i >= len(self.columns) or snap is None:
                     continue
                 self.latest_snapshots[i] = snap
+                self._keep_if_decisive(i, snap, frame.clock_s)
                 flashes = frame.flashes[i] if i < len(frame.flashes) else None
+                self.columns[i].set_veiled(veiled)
                 self.columns[i].block_map.update_snapshot(snap, flashes or None)
                 self.columns[i].set_numbers(snap, self.finished_counts[i], total)
         if frame.status:
@@ -476,6 +455,60 @@ class CompareView(QWidget):
             self.finished.emit()
         elif not frame.error:
             self._set_playing(frame.playing)
+
+    def _extend_asked(self, results, clock_s: float) -> None:
+        if not self.asked or self.scenario is None:
+            return
+        name, scale = self.scenario.reveal_from.name, self.asked[2]
+        for i, config in enumerate(results.configurations):
+            value = config.value(name)
+            if i < len(self.asked_series) and value is not None:
+                times, values = self.asked_series[i]
+                rose = not values or value * scale > max(values)
+                times.append(clock_s)
+                values.append(value * scale)
+                self.plots.set_asked_series(i, times, values)
+                snap = self.latest_snapshots[i] if i < len(self.latest_snapshots) else None
+                if rose and snap is not None:  # the asked quantity's decisive moment: when it last grew
+                    self.decisive[i] = ((value,), snap, clock_s, self.finished_counts[i])
+
+    def awaiting_guess(self) -> bool:
+        """A scenario before its guess: nothing that could give the answer away is shown."""
+        return self.scenario is not None and self.panel.committed_guess is None
+
+    def _keep_if_decisive(self, i: int, snap, clock_s: float) -> None:
+        """The decisive moment of a run is when its pool is fullest and the most requests wait for
+        it: kept, so the reveal can show it after the run has drained."""
+        if self.asked:  # a quantity of its own decides the moment (_extend_asked); until it grows, the start
+            if i < len(self.decisive) and self.decisive[i] is None:
+                self.decisive[i] = ((), snap, clock_s, self.finished_counts[i])
+            return
+        key = (round(snap.kv_usage, 3), snap.num_waiting)
+        if i < len(self.decisive) and (self.decisive[i] is None or key > self.decisive[i][0]):
+            self.decisive[i] = (key, snap, clock_s, self.finished_counts[i])
+
+    def show_decisive_moment(self) -> float | None:
+        """Every block map and its numbers at its configuration's fullest moment, and a line on the
+        plots at the answer's configuration's; that moment's clock (None before any frame)."""
+        total = self.info["num_requests"] if self.info else 0
+        for column, kept in zip(self.columns, self.decisive):
+            if kept is not None:
+                _, snap, clock_s, finished = kept
+                column.set_veiled(False)
+                column.block_map.update_snapshot(snap)
+                column.set_numbers(snap, finished, total, moment_s=clock_s,
+                                   moment="the pause grew" if self.asked else "fullest")
+        labels = [c.label for c in self.columns]
+        reveal = self.scenario.reveal_from if self.scenario is not None else None
+        named = (reveal.config or reveal.numerator) if reveal is not None else ""
+        index = labels.index(named) if named in labels else 0
+        kept = self.decisive[index] if index < len(self.decisive) else None
+        if kept is None:
+            return None
+        what = f"{self.asked[0].lower()} last grew" if self.asked else "its KV pool was fullest"
+        self.plots.mark_moment(kept[2], f"{labels[index]}: {what} at {kept[2]:,.2f} s; the block maps above "
+                                        "show each configuration at that moment of its own run")
+        return kept[2]
 
     def _new_comparison(self, info: dict) -> None:
         self.info = info
@@ -519,6 +552,10 @@ class CompareView(QWidget):
             return
         self.revealed = (answer, verdict)
         self.panel.show_reveal(answer, verdict, self.scenario.claim, source=self.scenario.reveal_from.describe())
+        self.show_decisive_moment()
+        row_name = {key: name for key, name, *_ in METRIC_ROWS}.get(self.scenario.reveal_from.name)
+        if row_name:
+            self.table.emphasize_row(row_name)
 
     def _show_error(self, error: str) -> None:
         self.errors_shown.append(error)

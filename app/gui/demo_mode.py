@@ -13,16 +13,23 @@ import re
 from dataclasses import dataclass
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRect, Qt, QTimer
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QApplication, QMainWindow
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QToolBar
 
 DEMO_FONT_SCALE = 1.5  # a 9 pt desktop font becomes 13.5 pt (18 px): readable from the back of a room at 1280x720
 DEMO_THEME = "contrast"
 DEMO_HIDDEN_PLOTS = ("latency", "preemptions")  # the plots left out at large font sizes
 DEMO_PLOTS_SHARE = 0.4  # of the window's width
-DEMO_BLOCK_MAP_SHARE = 0.5  # of the live-run page's split: the block map's share of its height
+# The live-run page's split, panel by panel, in demo mode. With an engine that answers text, the
+# block map (its legend takes 150 px at demo sizes) and the streaming answer share the height and
+# the batch timeline folds away (at 720 px a third panel is a sliver; its handle drags it back);
+# without text the prompt box folds away. Panels not named share what is left.
+DEMO_SPLIT_TEXT = {"block_map": 0.45, "timeline": 0.0, "prompt": 0.55}
+DEMO_SPLIT_NO_TEXT = {"block_map": 0.5, "timeline": 0.5, "prompt": 0.0}
+DEMO_ANSWER_POINTS = 20.0  # the answer's type: ~27 px tall, readable from the back of a room on a 1280x720 projector
 QWIDGETSIZE_MAX = 16777215
+FULLSCREEN_GRANTED_MS = 400  # a window manager has made the window fullscreen by then, if there is one
 
 # QGraphicsItem.setData keys for what the item looked like before demo mode touched it
 _BASE_WIDTH, _BASE_HEIGHT, _BASE_LABEL_SIZE, _BASE_TITLE_SIZE, _BASE_FONT = range(7301, 7306)
@@ -41,6 +48,21 @@ class _Saved:
     window_state: object
     geometry: object
     menu_bar: bool = True
+    split_sizes: list | None = None
+    normal_rect: object = None
+    hidden_actions: list | None = None
+
+
+def _inside_screen(rect: QRect, window) -> QRect:
+    """The rectangle, shrunk and moved as little as needed to lie on the window's screen."""
+    screen = window.screen() or QApplication.primaryScreen()
+    if screen is None:
+        return rect
+    room = screen.availableGeometry()
+    width, height = min(rect.width(), room.width()), min(rect.height(), room.height())
+    x = min(max(rect.x(), room.x()), room.x() + room.width() - width)
+    y = min(max(rect.y(), room.y()), room.y() + room.height() - height)
+    return QRect(x, y, width, height)
 
 
 class GraphicsFontScaler:
@@ -147,8 +169,14 @@ class DemoMode:
         return self.window.state.demo
 
     def hidden_docks(self) -> list:
-        """The docks demo mode hides: settings and the request / event lists (the plots stay)."""
-        return [self.window.settings_dock, self.window.bottom_dock]
+        """The docks demo mode hides: settings, the request / event lists and the request inspector
+        (the plots stay; the prompt box shows the answer large)."""
+        return [self.window.settings_dock, self.window.bottom_dock, self.window.inspector_dock]
+
+    def engine_changed(self) -> None:
+        """A new engine arrived while presenting: can it answer text? The split follows."""
+        if self.active:
+            self._arrange_split()
 
     def toggle(self) -> None:
         if self.active:
@@ -161,7 +189,9 @@ class DemoMode:
             return
         w, app = self.window, QApplication.instance()
         self._saved = _Saved(font=QFont(app.font()), theme=w.theme.name, window_state=w.windowState(),
-                             geometry=w.saveGeometry(), menu_bar=w.menuBar().isVisible())
+                             geometry=w.saveGeometry(), menu_bar=w.menuBar().isVisible(),
+                             split_sizes=w.center_split.sizes(), normal_rect=QRect(w.geometry()),
+                             hidden_actions=self._hide_desk_controls())
         w.state.demo = True
         w.update_docks()
         w.menuBar().hide()  # every menu action keeps its key; the bar is only room taken
@@ -170,8 +200,13 @@ class DemoMode:
         app.setFont(font)
         w.set_theme(self.theme)
         self.fonts.apply(self.font_scale)
+        w.prompt.set_presenting(True, DEMO_ANSWER_POINTS)
         w.showFullScreen()
+        # Without a window manager (a bare X server, a kiosk) fullscreen is only a wish: the window
+        # stays its size, and what it needs beyond it is cut off at the right edge.
+        QTimer.singleShot(FULLSCREEN_GRANTED_MS, w, self._cover_the_screen)  # dropped with the window
         self._arrange(True)
+        self._start_live_run()
 
     def leave(self) -> None:
         if not self.active:
@@ -180,6 +215,7 @@ class DemoMode:
         w.state.demo = False
         app.setFont(saved.font)
         self.fonts.apply(1.0)
+        w.prompt.set_presenting(False)
         w.set_theme(saved.theme)
         if saved.window_state & Qt.WindowFullScreen:
             w.showFullScreen()
@@ -188,10 +224,45 @@ class DemoMode:
         else:
             w.showNormal()
             w.restoreGeometry(saved.geometry)
+            # restoreGeometry leaves a frame the window manager moved or grew while fullscreen
+            # (1551x776 on a 1280x720 screen): put back the very rectangle, inside the screen.
+            w.setGeometry(_inside_screen(saved.normal_rect, w))
+        for action in saved.hidden_actions or []:
+            action.setVisible(True)
         w.menuBar().setVisible(saved.menu_bar)
         w.update_docks()
         self._arrange(False)
         self._saved = None
+
+    def _cover_the_screen(self) -> None:
+        w = self.window
+        screen = w.screen() or QApplication.primaryScreen()
+        if self.active and screen is not None and w.geometry() != screen.geometry():
+            w.setGeometry(screen.geometry())
+
+    def _start_live_run(self) -> None:
+        """An audience sees the run move, not an empty page waiting for Play: a live run that has not
+        taken a step starts playing (Space pauses it)."""
+        w = self.window
+        snapshot = getattr(w, "latest_snapshot", None)
+        not_started = snapshot is None or snapshot.step == 0
+        if (not w.compare_showing() and getattr(w, "replay_path", None) is None and not_started
+                and w.play_action.text() == "Play"):
+            w.play_pressed()
+
+    def _hide_desk_controls(self) -> list:
+        """Seed and Theme are desk controls (a talk keeps its seed and demo mode sets its theme): their
+        toolbar entries leave while presenting. The actions that were visible, to show them again."""
+        w = self.window
+        hidden = []
+        for bar in w.findChildren(QToolBar):
+            for action in bar.actions():
+                widget = bar.widgetForAction(action)
+                seed = widget is w.seed or (isinstance(widget, QLabel) and widget.text().strip() == "Seed")
+                if (seed or action is w.theme_action) and action.isVisible():
+                    action.setVisible(False)
+                    hidden.append(action)
+        return hidden
 
     def _arrange(self, on: bool) -> None:
         """At demo font sizes five stacked plots leave each a sliver at 720 px: demo mode shows the
@@ -207,9 +278,20 @@ class DemoMode:
             plot.getAxis("bottom").showLabel(not on or name == shown[-1])
         if on:
             w.resizeDocks([w.plots_dock], [int(w.width() * DEMO_PLOTS_SHARE)], Qt.Horizontal)
-            split = w.center_split  # the block map first; the rest (the batch timeline) share the other half
-            total, others = sum(split.sizes()), max(split.count() - 1, 1)
-            first = int(total * DEMO_BLOCK_MAP_SHARE)
-            split.setSizes([first] + [(total - first) // others] * (split.count() - 1))
+            self._arrange_split()
         else:
             w.arrange_docks()
+            if self._saved is not None and self._saved.split_sizes:
+                w.center_split.setSizes(self._saved.split_sizes)
+
+    def _arrange_split(self) -> None:
+        w = self.window
+        split = w.center_split
+        names = {id(view): name for name, view in w.panels.views.items()}
+        panels = [names.get(id(split.widget(i)), "") for i in range(split.count())]
+        answers_text = getattr(w.engine_info, "no_text_reason", "no engine") is None
+        shares = DEMO_SPLIT_TEXT if answers_text else DEMO_SPLIT_NO_TEXT
+        unnamed = [p for p in panels if p not in shares]
+        left = max(0.0, 1.0 - sum(shares.get(p, 0.0) for p in panels))
+        total = sum(split.sizes())
+        split.setSizes([int(total * (shares[p] if p in shares else left / len(unnamed))) for p in panels])

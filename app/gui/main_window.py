@@ -58,7 +58,7 @@ class MainWindow(QMainWindow):
     theme = property(lambda self: self.state.theme)
 
     def __init__(self, initial: dict, theme: str = "dark", autoplay: bool = True, replay: str | None = None,
-                 scenario: str | None = None):
+                 scenario: str | None = None, attach=None):
         super().__init__()
         self.setWindowTitle("kvscope")
         self.state = WindowState(theme)
@@ -93,11 +93,15 @@ class MainWindow(QMainWindow):
         if replay is not None:
             # A replay needs no model: the engine is not built, so a recording opens on any machine.
             self.open_recording(replay)
-        elif scenario is None:
+        elif scenario is None and attach is None:
             self.apply_settings(play=autoplay)
         # else the live engine is built when the live run is first played: the scenario has the CPU
         if scenario is not None:
             self.open_scenario(scenario)
+        if attach is not None:
+            from kvscope.app.gui.attach_view import open_attached
+
+            open_attached(self, attach)
 
     # -- construction ---------------------------------------------------------------------------
     def _build_views(self) -> None:
@@ -118,6 +122,7 @@ class MainWindow(QMainWindow):
         self.pages.currentChanged.connect(self._page_changed)
         self.setCentralWidget(self.pages)
         self.compare = None  # the CompareView, built on first use
+        self.attached = None  # the page of an attached vLLM server (attach_view.py)
         self._dock_prefs: dict | None = None  # the user's dock visibility while a mode hides docks
         self._dock_hiding: set = set()
 
@@ -131,6 +136,8 @@ class MainWindow(QMainWindow):
         self.status = QLabel()
         self.statusBar().addPermanentWidget(self.status, 1)
         self.panels.connect_selection(self.select_request)
+        self.prompt.prompt_submitted.connect(self.submit_prompt)
+        self.inspector_dock = self.panels.docks[panels.INSPECTOR_DOCK]
 
     def docks(self) -> list:
         return [self.settings_dock, *self.panels.docks.values()]
@@ -145,10 +152,15 @@ class MainWindow(QMainWindow):
         """Replay a recorded run in place of the engine: no model, no GPU. A file that cannot be
         read leaves the window as it was, with a dialog giving the reader's reason."""
         from kvscope.app.lab.recording import RecordingError
+        from kvscope.app.lab.recording.records import is_attached, read_header
 
         from kvscope.app.host.replay import ReplaySession, read_replay_info
 
         try:
+            if is_attached(read_header(path)):  # a recorded vLLM server: its own page (attach_view.py)
+                from kvscope.app.gui.attach_view import open_attached_replay
+
+                return open_attached_replay(self, path)
             info = read_replay_info(path)
         except (RecordingError, OSError) as exc:
             QMessageBox.warning(self, "Cannot open the recording", f"{exc}\n\nThe window keeps what it showed.")
@@ -168,15 +180,24 @@ class MainWindow(QMainWindow):
         self.worker.apply(info.path, play=False)
         self.scrubber.set_recording(info.num_steps, info.end_times)
         self._set_replay_mode(True)
+        # opened where the pool holds something: before the first step it is empty, and so was
+        # a screenshot scripted with --replay --quit-after
+        self._seek(info.opening_position)
+        self.scrubber.set_position(info.opening_position)
         self.pages.setCurrentIndex(0)
         self.play_action.setText("Play")
         if info.warning:
             self.statusBar().showMessage(info.warning, 10000)
         return True
 
+    def _recording_target(self):
+        """What File > Record records: the attached server when its page shows, else the live engine."""
+        showing = self.attached is not None and self.pages.currentWidget() is self.attached
+        return self.attached if showing and self.attached.recording is None else self.live_worker
+
     def toggle_recording(self, checked: bool) -> None:
         if not checked:
-            self.live_worker.stop_recording()
+            self._recording_target().stop_recording()
             return
         default = Path.home() / time.strftime("kvscope-%Y%m%d-%H%M%S.kvrec")
         path, _ = QFileDialog.getSaveFileName(self, "Record the run to", str(default),
@@ -193,7 +214,7 @@ class MainWindow(QMainWindow):
             return False
         self.record_action.setChecked(True)
         self.state.recording_seen = False
-        self.live_worker.start_recording(str(path))
+        self._recording_target().start_recording(str(path))
         return True
 
     def close_recording(self) -> None:
@@ -266,6 +287,8 @@ class MainWindow(QMainWindow):
             self.live_worker.stop()
         if self.compare is not None:
             self.compare.stop()
+        if self.attached is not None:
+            self.attached.stop()
 
     # -- scenarios ------------------------------------------------------------------------------
     def open_scenario(self, name: str, requests: int | None = None) -> bool:
@@ -279,6 +302,9 @@ class MainWindow(QMainWindow):
         self.open_comparison(spec, scenario.title, scenario_texts=scenario_texts(scenario),
                              scenario=scenario)
         self.current_scenario = name
+        if scenario.backend == "simulated" and self.speed.currentData() != 0:  # "max" stays max
+            # the scenario's own pace, so that its reveal comes within about 20 s
+            self.speed.setCurrentIndex(max(self.speed.findData(scenario.playback_speed), 0))
         return True
 
     # -- pages: the live run, a comparison --------------------------------------------------------
@@ -300,6 +326,8 @@ class MainWindow(QMainWindow):
         three (they belong to the live run), demo mode the settings and request lists."""
         docks = self.docks()
         hiding = set(docks) if self.compare_showing() else set()
+        if self.attached is not None and self.pages.currentWidget() is self.attached:
+            hiding = set(self.attached.hidden_docks(self))
         if self.demo.active:
             hiding |= set(self.demo.hidden_docks())
         if self._dock_prefs is None:
@@ -379,8 +407,9 @@ class MainWindow(QMainWindow):
     # -- settings -------------------------------------------------------------------------------
     def apply_settings(self, play: bool = True) -> bool:
         config = self.settings_form.current_config()
-        if config is None:
-            self.statusBar().showMessage("not applied: a setting is refused (see the Settings panel)", 5000)
+        if config is None:  # the refused field is brought into view and focused, its reason said here
+            reason = self.settings_form.reveal_refusal() or "a setting is refused (see the Settings panel)"
+            self.statusBar().showMessage(f"not applied: {reason}", 10000)
             return False
         self.config = config
         self.done = False
@@ -450,6 +479,8 @@ class MainWindow(QMainWindow):
         self.scrubber.set_theme(self.theme)
         if self.compare is not None:
             self.compare.set_theme(self.theme)
+        if self.attached is not None:
+            self.attached.set_theme(self.theme)
         self.panels.update(self.state.nothing_new())  # colours a view was given as data (the memory bar's)
 
     def select_request(self, request_id: int) -> None:
@@ -457,6 +488,12 @@ class MainWindow(QMainWindow):
         self.panels.select_request(request_id)
         if request_id >= 0:
             self.statusBar().showMessage(f"request #{request_id} selected", 3000)
+            if self.inspector_dock.toggleViewAction().isChecked():  # open, perhaps behind another tab
+                self.inspector_dock.raise_()
+
+    def submit_prompt(self, text: str) -> None:
+        """The prompt box's Send: the text joins the live run; a frame says as which request, or why not."""
+        self.live_worker.submit_prompt(text)
 
     # -- frames ---------------------------------------------------------------------------------
     def on_frame(self) -> None:
@@ -473,6 +510,7 @@ class MainWindow(QMainWindow):
         if update.new_engine:
             self.panels.clear()
             self.setWindowTitle(window_title(frame.engine_info))
+            self.demo.engine_changed()
         if frame.error:
             self._show_error(frame.error)
         self.panels.update(update)
@@ -503,6 +541,7 @@ class MainWindow(QMainWindow):
         compact = self.height() < 900
         if compact:
             self.tabifyDockWidget(self.settings_dock, self.bottom_dock)
+            self.tabifyDockWidget(self.bottom_dock, self.inspector_dock)
             self.settings_dock.raise_()
         width = self.width()
         side = 350 if width < 1500 else 400

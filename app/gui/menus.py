@@ -11,11 +11,14 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLabel, QSpinBox, QToolBar
 
 from kvscope.app.gui.export_menu import ExportMenu
+from kvscope.app.gui.prompt_box import FOCUS_KEY
 from kvscope.app.lab.scenarios import load_scenario, scenario_names
 from kvscope.engine.config import ConfigError
 
-SPEEDS = [("0.1x", 0.1), ("0.25x", 0.25), ("0.5x", 0.5), ("1x", 1.0), ("2x", 2.0), ("5x", 5.0), ("10x", 10.0),
-          ("30x", 30.0), ("100x", 100.0), ("max", 0.0)]  # engine seconds per wall-clock second; max: 0
+# Engine seconds per wall-clock second (max: 0), in 1-2-5 steps so that "+" pressed five times from 1x
+# reaches 50x, one visible notch at a time, not 100x.
+SPEEDS = [("0.1x", 0.1), ("0.2x", 0.2), ("0.5x", 0.5), ("1x", 1.0), ("2x", 2.0), ("5x", 5.0), ("10x", 10.0),
+          ("20x", 20.0), ("50x", 50.0), ("100x", 100.0), ("200x", 200.0), ("500x", 500.0), ("max", 0.0)]
 SEED_TIP = "random seed of the workload: the same seed replays the same run"
 
 
@@ -97,6 +100,9 @@ def build_menus(w) -> None:
     w.leave_demo_action = add_action(w, "Leave demo mode", Qt.Key_Escape, "leave demo mode", w.leave_demo)
     w.leave_demo_action.setEnabled(False)  # Esc means nothing else to this window
     view_menu.addAction(w.theme_action)
+    w.prompt_action = add_action(w, "Type a prompt", QKeySequence(FOCUS_KEY),
+                                 "type a prompt for the running engine; Enter sends it", w.prompt.focus_input)
+    view_menu.addAction(w.prompt_action)
     view_menu.addSeparator()
     for dock in w.docks():
         view_menu.addAction(dock.toggleViewAction())

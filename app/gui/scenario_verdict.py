@@ -24,17 +24,18 @@ _NUMBER = re.compile(r"[-+]?(\d[\d,_]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 def guess_verdict(scenario: Scenario, guess, result) -> str:
     """How close a guess came. `result` is the ComparisonResult, or the value Scenario.reveal() gave."""
     actual = scenario.reveal(result)[0] if isinstance(result, ComparisonResult) else result
+    says = answer_source(scenario)
     if scenario.answer.kind == "choice":
         picked = parse_choice(guess, scenario.answer.choices)
         if picked == actual:
             return f"Right: \"{actual}\"."
-        return f"Not this time: you picked \"{picked}\"; the run says \"{actual}\"."
+        return f"Not this time: you picked \"{picked}\"; {says} \"{actual}\"."
     value = parse_number(guess)
     unit = scenario.answer.unit
     shown = format_answer(actual, unit)
     if actual == 0:
         off = "exact" if value == 0 else f"off by {format_answer(abs(value), unit)}"
-        return f"You guessed {format_answer(value, unit)}; the run says {shown}: {off}."
+        return f"You guessed {format_answer(value, unit)}; {says} {shown}: {off}."
     error = (value - actual) / abs(actual)
     if abs(error) <= CLOSE:
         verdict = f"close: within {abs(error) * 100:.0f} %"
@@ -43,7 +44,12 @@ def guess_verdict(scenario: Scenario, guess, result) -> str:
         factor = value / actual if actual else math.inf
         if factor >= 2 or 0 < factor <= 0.5:
             verdict += f" ({factor:.2g} times the answer)"
-    return f"You guessed {format_answer(value, unit)}; the run says {shown}: {verdict}."
+    return f"You guessed {format_answer(value, unit)}; {says} {shown}: {verdict}."
+
+
+def answer_source(scenario: Scenario) -> str:
+    """Who gives the answer: a run measured it, or the memory math computed it before any step ran."""
+    return "the memory math computes" if scenario.reveal_from.kind == "memory" else "the run measured"
 
 
 def parse_number(guess) -> float:

@@ -54,12 +54,16 @@ UNITS_BY_KIND = {
 }
 
 _TOP_KEYS = {"name", "order", "title", "seed_lesson", "claim", "caption", "question", "answer", "reveal", "base",
-             "configs"}
+             "configs", "playback_speed"}
+# A simulated scenario's engine seconds per wall-clock second when the window opens it: chosen so
+# that its reveal comes within about 20 s (`kvscope bench scenarios` measures it). The window's
+# speed steps in 1-2-5 notches, so a scenario's speed is one of them.
+PLAYBACK_SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 _ANSWER_KEYS = {"kind", "unit", "choices"}
 _REVEAL_KEYS = {"metric", "ratio", "memory", "best", "config", "numerator", "denominator", "highest"}
-_BASE_KEYS = {"backend", "model", "hardware", "memory_gib", "seed", "num_requests", "min_requests", "workload",
-              "engine"}
-_CONFIG_KEYS = {"label", "model", "hardware", "memory_gib", "engine", "output_tokens"}
+_BASE_KEYS = {"backend", "model", "hardware", "memory_gib", "quantization", "seed", "num_requests", "min_requests",
+              "workload", "engine"}
+_CONFIG_KEYS = {"label", "model", "hardware", "memory_gib", "quantization", "engine", "output_tokens"}
 _SHAPING_KEYS = {"prompt_scale", "output_scale", "max_output_tokens", "all_at_once"}
 _ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineArgs)} - {"seed"}
 _BOOL_ENGINE_KEYS = {"enable_prefix_caching", "enable_chunked_prefill"}
@@ -92,7 +96,7 @@ class Reveal:
         if self.kind == "ratio":
             return f"{words} of \"{self.numerator}\" / {words} of \"{self.denominator}\", measured"
         if self.kind == "memory":
-            return f"{words} from the memory math of \"{self.config}\""
+            return f"{words} of \"{self.config}\", computed by the memory math (no run needed)"
         if self.kind == "best":
             return f"the configuration with the {'highest' if self.highest else 'lowest'} {words}, measured"
         return f"{words} of \"{self.config}\", measured"
@@ -114,6 +118,7 @@ class Scenario:
     configs: tuple  # of compare.Variant; the first is the baseline
     min_requests: int
     path: str
+    playback_speed: float = 1.0
 
     @property
     def labels(self) -> list[str]:
@@ -162,6 +167,7 @@ class Scenario:
             "answer": {"kind": self.answer.kind, "unit": self.answer.unit, "choices": list(self.answer.choices)},
             "reveal": self.reveal_from.describe(), "backend": self.backend, "num_requests": self.num_requests,
             "min_requests": self.min_requests, "seed": self.seed, "configurations": self.labels, "path": self.path,
+            "playback_speed": self.playback_speed,
         }
 
 
@@ -320,7 +326,14 @@ def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scen
     min_requests = base.whole("min_requests", required=False, default=1)
     if min_requests > workload.spec.num_requests:
         raise base.error(f"({min_requests}) is more than num_requests ({workload.spec.num_requests})", "min_requests")
+    speed = top.number("playback_speed", default=1.0)
+    if speed not in PLAYBACK_SPEEDS:
+        raise top.error(f"must be one of {', '.join(f'{v:g}' for v in PLAYBACK_SPEEDS)}, got {speed!r}",
+                        "playback_speed")
+    if backend == "real" and speed != 1.0:
+        raise top.error("the real backend runs at this machine's speed: leave it out", "playback_speed")
     return Scenario(
+        playback_speed=speed,
         name=name, order=order, title=top.text("title"), seed_lesson=top.text("seed_lesson"),
         claim=top.text("claim"), caption=top.text("caption"), question=top.text("question"), answer=answer,
         reveal_from=reveal, backend=backend, workload=workload, configs=configs, min_requests=min_requests,
@@ -463,9 +476,10 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Varian
         raise fields.error("missing: set model in [base] or in the configuration", "model")
     hardware_name = pick("hardware")
     memory_gib = fields.number("memory_gib", base.number("memory_gib"))
-    if backend == "real" and (hardware_name is not None or memory_gib is not None):
-        raise fields.error("the real backend runs on this machine: size its KV pool with "
-                           "engine.kv_cache_memory_bytes, not hardware or memory_gib", "hardware")
+    if backend == "real" and hardware_name is not None:
+        raise fields.error("the real backend runs on this machine: size its KV pool with memory_gib (a device "
+                           "budget) or engine.kv_cache_memory_bytes, not hardware", "hardware")
+    quantization = pick("quantization")
     if backend == "simulated" and not isinstance(hardware_name, str):
         raise fields.error("missing: the simulated backend needs a hardware preset (in [base] or here)", "hardware")
     engine = {**_engine_overrides(base.data.get("engine", {}), "base.engine", label),
@@ -484,13 +498,18 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Varian
             from kvscope.app.lab.this_machine import detect_this_machine
 
             hardware = detect_this_machine(use_cuda=False)
+            if memory_gib is not None:
+                hardware = hardware.with_memory(int(memory_gib * GiB))
         plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
         if backend == "simulated":
             require_fit(plan)
     except (ConfigError, TypeError) as exc:
         raise fields.error(str(exc)) from None
-    return Variant(
-        label=name, backend=backend, model=model_name, hardware=hardware_name if backend == "simulated" else None,
-        memory_bytes=int(memory_gib * GiB) if memory_gib is not None else None, engine_args=args,
-        output_tokens=fields.whole("output_tokens", required=False),
-    )
+    try:
+        return Variant(
+            label=name, backend=backend, model=model_name, hardware=hardware_name if backend == "simulated" else None,
+            memory_bytes=int(memory_gib * GiB) if memory_gib is not None else None, engine_args=args,
+            output_tokens=fields.whole("output_tokens", required=False), quantization=quantization,
+        )
+    except ConfigError as exc:
+        raise fields.error(str(exc), "quantization") from None
