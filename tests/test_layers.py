@@ -152,5 +152,6 @@ def test_engine_is_the_serving_engine_only():
     # 3,500 in all: the memory math grew by today's attention layouts (kv_layout.py: pages, layer
     # groups, sliding windows, linear-attention state), vLLM's reserve by version, the config.json
     # fields of those layouts with their validation (about 500 lines), and the bounded checks
-    # every input passes (checks.py, about 250); 3,750 with the hybrid allocator above
-    assert count(files) <= 3_750, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # every input passes (checks.py, about 250); then the hybrid allocator above (about 250), the
+    # calibrated cost model (cost_model.py, about 140) and quantised weights' bytes: 4,000
+    assert count(files) <= 4_000, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

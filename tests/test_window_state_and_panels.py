@@ -274,7 +274,7 @@ def test_two_panels_naming_one_dock_share_it_as_tabs(qtbot, monkeypatch):
     built = panels.PanelSet(window, [*panels.PANELS, *extra])
     tabs = built.docks["Lists"].widget()
     assert isinstance(tabs, QTabWidget) and [tabs.tabText(i) for i in range(tabs.count())] == ["First", "Second"]
-    assert built.center_split.count() == 2  # block map, batch timeline
+    assert built.center_split.count() == 3  # block map, batch timeline, prompt box
     built.update(WindowState().nothing_new())
     assert all(len(built.views[name].updates) == 1 for name in ("first", "second"))
     with pytest.raises(ValueError, match="two panels"):

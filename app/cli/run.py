@@ -10,8 +10,10 @@ from kvscope.engine import Engine
 from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload, load_workload_file
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
+from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
 from kvscope.engine.checks import MAX_SEED, whole_number
+from kvscope.engine.cost_model import calibration_note
 
 from kvscope.app.cli import options
 from kvscope.app.cli.math import math_rows
@@ -74,8 +76,17 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
         if args.model_path:
             raise ConfigError("--model-path loads real weights: use it with --backend real")
         engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
-    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed))
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine)))
     return engine, spec
+
+
+def text_tokenizer(engine: Engine):
+    """The real model's chat tokenizer, if it has one: a chat workload's requests are then its text."""
+    if engine.runner.name != "real":
+        return None
+    from kvscope.app.lab.text_tokenizer import chat_tokenizer_for
+
+    return chat_tokenizer_for(engine.runner.loaded)
 
 
 def build_real_engine(args, record_outputs: bool = False) -> Engine:
@@ -92,7 +103,8 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     architecture = options.model_from_args(args, default_model=DEFAULT_REAL_MODEL) if edited else None
     if not args.model_path:
         name = architecture.name if architecture else (args.model or DEFAULT_REAL_MODEL)
-        status(f"loading {name} with random weights (built into the kvscope cache on first use) ...")
+        kind = "trained weights (converted" if name == TRAINED_MODEL.name else "random weights (built"
+        status(f"loading {name} with {kind} into the kvscope cache on first use) ...")
     else:
         status(f"loading {args.model_path} ...")
     loaded = load_for_real_backend(args.model or DEFAULT_REAL_MODEL, args.model_path, args.device, args.dtype,
@@ -166,6 +178,23 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     ]
 
 
+def answers_table(rows: list[dict], tokenizer, shown: int = 3) -> str:
+    """A few of the run's answers, as a person reads them (all are in the --json report)."""
+    from kvscope.app.lab.text_results import question_of, shorten
+
+    if not rows:
+        return "Answers: no text request finished"
+    ended = {"stop": "the model ended it", "length": "max_tokens ended it"}
+    lines = []
+    for row in rows[:shown]:
+        lines += [(f"request {row['request_id']} asks", question_of(row, tokenizer)),
+                  (f"answer ({row['output_tokens']} tokens, {ended.get(row['finish_reason'], row['finish_reason'])})",
+                   shorten(row["output"]))]
+    stopped = sum(row["finish_reason"] == "stop" for row in rows)
+    return table(lines, title=f"Answers: {len(rows)} requests, {stopped} ended by the model "
+                              f"(the first {min(shown, len(rows))} here; all in --json)")
+
+
 def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: float) -> dict:
     return {
         **summary,
@@ -179,6 +208,8 @@ def run_report(engine: Engine, spec: WorkloadSpec, args, summary: dict, wall_s: 
         "engine_args": engine.engine_settings(),
         "num_blocks": engine.plan.num_blocks,
         "kv_pool_bytes": engine.plan.kv_pool_bytes,
+        # what the times rest on: a simulated clock's calibration and expected error (a real run measures them)
+        "calibration": engine.hardware.calibration if engine.runner.name == "simulated" else None,
     }
 
 
@@ -227,10 +258,17 @@ def run(args) -> int:
     wall = time.monotonic() - started
     recording_size = recorder.close(summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
+    tokenizer = text_tokenizer(engine) if spec.is_text else None
+    if tokenizer is not None:
+        from kvscope.app.lab.text_results import text_results
+
+        report["requests"] = text_results(engine, tokenizer)
     if args.json != "-":
         print(table(math_rows(engine.plan, engine.model, engine.hardware), title="Memory"))
         print()
         rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
+        if engine.runner.name == "simulated":  # beside the times, before the wall time that closes the table
+            rows.insert(len(rows) - 1, ("simulated times", calibration_note(engine.hardware.calibration)))
         if engine.runner.name == "real":
             runner = engine.runner
             rows.append(("model", runner.loaded.label))
@@ -238,6 +276,9 @@ def run(args) -> int:
             rows.append(("time in the model forward", f"{runner.forward_time_s:.2f} s of {runner.step_time_s:.2f} s "
                                                       f"of step time ({format_percent(share)})"))
         print(table(rows, title=f"Run: {spec.name} on {engine.model.name} / {engine.hardware.name}"))
+        if tokenizer is not None:
+            print()
+            print(answers_table(report["requests"], tokenizer))
     if args.json:
         write_json_output("--json", args.json, report)
     if recording_size is not None:

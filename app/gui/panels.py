@@ -19,6 +19,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from kvscope.app.gui.event_text import EVENT_KINDS, event_line
+from kvscope.app.gui.prompt_box import PromptBox, show_prompt_box
+from kvscope.app.gui.request_inspector import RequestInspector, show_inspector
 from kvscope.app.gui.window_state import FrameUpdate
 from kvscope.widgets.batch_timeline import BatchTimelineView, TimelineStep
 from kvscope.widgets.block_map import BlockMapView
@@ -32,6 +34,7 @@ TOP, CENTER = "top", "center"
 DOCK_AREAS = {"left": Qt.LeftDockWidgetArea, "right": Qt.RightDockWidgetArea, "bottom": Qt.BottomDockWidgetArea}
 PLOTS_DOCK = "Live plots"
 LISTS_DOCK = "Requests and events"
+INSPECTOR_DOCK = "Request"
 TABLE_INTERVAL_S = 0.25  # a table of 1,000 rows is not worth redrawing 60 times a second
 
 
@@ -93,6 +96,8 @@ PANELS: list[Panel] = [
     Panel("requests", "Requests", RequestsTable, show_requests, place="bottom", dock=LISTS_DOCK,
           min_interval_s=TABLE_INTERVAL_S),
     Panel("event_log", "Event log", lambda: EventLog(kinds=EVENT_KINDS), show_events, place="bottom", dock=LISTS_DOCK),
+    Panel("prompt", "Prompt", PromptBox, show_prompt_box, stretch=2),
+    Panel("inspector", "Request", RequestInspector, show_inspector, place="bottom", dock=INSPECTOR_DOCK),
 ]
 
 

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvscope.app.gui.request_texts import RequestTexts
 from kvscope.app.gui.series import RunSeries
 from kvscope.app.host.block_flashes import FLASH_KINDS, flash_arrays
 from kvscope.app.host.protocol import FrameDelta
+from kvscope.engine.cost_model import calibration_note
 from kvscope.engine.events import EventKind
 from kvscope.engine.units import format_percent
 from kvscope.widgets.palette import THEMES
@@ -51,6 +53,7 @@ class WindowState:
         self.config = None  # RunConfig the live engine was last applied with
         self.engine_info = None  # EngineInfo of the engine shown (the live one, or a recording's)
         self.selected_request = -1
+        self.texts = RequestTexts()  # the words of the text requests seen: the latest of each
         self.series = RunSeries()
         self.latest_snapshot = None
         self.latest_summary: dict = {}
@@ -77,6 +80,9 @@ class WindowState:
             self.engine_info = frame.engine_info
             self.series = RunSeries()
             self.latest_summary = {}
+            self.texts.clear()
+        if frame.texts:
+            self.texts.take(frame.texts)
         if frame.error:
             self.errors_shown.append(frame.error)
         if frame.steps:
@@ -119,6 +125,9 @@ class WindowState:
         recent = self.series.throughput()
         if len(recent):
             parts.append(f"{recent[-1]:,.0f} output tokens/s" + ("" if self.demo else " (last second of engine time)"))
+        calibration = getattr(getattr(self.engine_info, "hardware", None), "calibration", None)
+        if calibration and self.engine_info.backend == "simulated":
+            parts.append(f"simulated times: {calibration_note(calibration)}")
         if self.frame_times_ms and not self.demo:
             parts.append(f"frame {np.median(self.frame_times_ms):.1f} ms")
         if self.recording_steps is not None:

@@ -4,7 +4,8 @@ The window holds a SessionHost (process_host.py); the host runs one Session in a
 own and the two talk over a pipe. The window sends commands, (name, argument) pairs, and asks
 for one frame at a time; the session answers with everything since the previous frame. A live
 engine (session.py), a recording being replayed (replay.py) and a comparison of configurations
-(comparison.py) are sessions; a new source of engine state is one more.
+(comparison.py) and an attached vLLM server (attach_session.py) are sessions; a new source of
+engine state is one more.
 
 Commands (a session ignores those that mean nothing to it):
     apply (config, play)  build from config -- a RunConfig, a recording's path, a ComparisonSpec --
@@ -15,12 +16,15 @@ Commands (a session ignores those that mean nothing to it):
     record path           the live engine: record the run from now to a .kvrec file
     stop_recording        ... and finish that file
     fail message          make the engine's next step raise (the self-test checks errors arrive)
+    submit_prompt text    the live engine: a typed prompt joins the run as a chat request (refused,
+                          with the reason, when it does not fit or the engine cannot read text)
     frame                 the host's own: send the next frame (see SessionHost.take_frame)
     stop                  the host's own: close the session and end the process
 
-Frames: a FrameDelta for one engine (live or replayed), a CompareFrame for a comparison; both
-carry their plot points as one POINT_DTYPE array (points.py). encode_frame / decode_frame move
-a frame through the pipe with its numpy arrays as raw buffers beside the pickle.
+Frames: a FrameDelta for one engine (live or replayed), a CompareFrame for a comparison, an
+AttachFrame for an attached server; all carry their plot points as one POINT_DTYPE array
+(points.py). encode_frame / decode_frame move a frame through the pipe with its numpy arrays as
+raw buffers beside the pickle.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from kvscope.app.host.points import POINT_DTYPE
 
 APPLY, PLAY, PAUSE, STEP, SPEED, SEEK = "apply", "play", "pause", "step", "speed", "seek"
 RECORD, STOP_RECORDING, FAIL = "record", "stop_recording", "fail"
+SUBMIT_PROMPT = "submit_prompt"
 FRAME, STOP = "frame", "stop"  # handled by the host itself, never passed to a session
 # Commands after which the window shows a new picture: a frame produced before one is stale.
 NEW_PICTURE = (APPLY, SEEK)
@@ -66,6 +71,16 @@ class Frame:
 
 
 @dataclass
+class RequestText:
+    """A text request's words, in a frame whenever they changed."""
+
+    prompt: str | None  # the prompt as the model reads it: in the first frame that carries the request, then None
+    output: str  # the answer so far, decoded
+    finish_reason: str | None = None  # "stop": the model ended it; "length": max_tokens did; None while it runs
+    typed: bool = False  # sent with submit_prompt, not by the workload
+
+
+@dataclass
 class FrameDelta(Frame):
     """One engine, live or replayed: its snapshot and what happened since the previous frame,
     bounded so a frame costs the same however fast the engine runs."""
@@ -79,12 +94,16 @@ class FrameDelta(Frame):
     engine_info: object | None = None  # EngineInfo, set when a new engine was built (or a replay sought)
     recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
     position: int | None = None  # a replay: steps replayed, the snapshot being the state after them
+    texts: dict = field(default_factory=dict)  # request id -> RequestText, for text requests that changed
+    submitted_request_id: int | None = None  # the request a submit_prompt became
+    prompt_refused: str | None = None  # ... or why it was refused
 
     @property
     def idle(self) -> bool:
         return super().idle and not (self.snapshot is not None or self.steps or self.events or len(self.points)
                                      or self.finished or self.summary is not None or self.engine_info is not None
-                                     or self.recording_steps is not None)
+                                     or self.recording_steps is not None or self.texts
+                                     or self.submitted_request_id is not None or self.prompt_refused is not None)
 
 
 @dataclass
@@ -102,6 +121,29 @@ class CompareFrame(Frame):
     def idle(self) -> bool:
         return super().idle and not (self.info is not None or self.snapshots is not None or self.results is not None
                                      or any(len(p) for p in self.points))
+
+
+@dataclass
+class AttachFrame(Frame):
+    """A live vLLM server (attach_session.py): its prefix cache as a snapshot of cells kvscope
+    placed (vLLM publishes hashes, not block ids), its metrics as points, and log rows."""
+
+    info: dict | None = None  # set once attached: the server, its endpoints, prediction, what is unavailable
+    snapshot: object | None = None  # engine Snapshot of the prefix-cache map, None if unchanged
+    cells: dict | None = None  # with a snapshot: per cell "chain", "depth", "age_s" arrays
+    points: np.ndarray = field(default_factory=no_points)  # one per scrape since the last frame (POINT_DTYPE)
+    observed: list = field(default_factory=list)  # the same scrapes' ObservedPoints (latency, hit rate)
+    log_lines: list = field(default_factory=list)  # (kind, text) rows since the last frame
+    counts: dict | None = None  # events, gaps, replays, restarts so far, with the newest frame that changed them
+    prediction: list | None = None  # predicted beside observed latencies (PredictedFigure dicts), when recomputed
+    recording_ticks: int | None = None  # ticks recorded so far while a recording runs, else None
+    position: int | None = None  # a replay (attach_replay.py): ticks replayed
+
+    @property
+    def idle(self) -> bool:
+        return super().idle and not (self.info is not None or self.snapshot is not None or len(self.points)
+                                     or self.log_lines or self.counts is not None or self.prediction is not None
+                                     or self.recording_ticks is not None)
 
 
 class Session(ABC):

@@ -36,7 +36,7 @@ _MODEL_KEYS = {
 }
 _HARDWARE_KEYS = {
     "name", "description", "source", "memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops",
-    "gpu_count", "interconnect_bandwidth_bytes_per_s", "kind",
+    "gpu_count", "interconnect_bandwidth_bytes_per_s", "kind", "calibration",
 }
 
 
@@ -173,7 +173,8 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
         raise ConfigError(f"a preset name uses letters, digits, '-', '_' and '.', got {name!r}")
     if name in builtin_preset_names(kind) or name == THIS_MACHINE:
         raise ConfigError(f"{name!r} is a built-in preset; choose another name")
-    data = {**{k: v for k, v in fields.items() if v is not None}, "name": name}
+    # memory_is_budget says how one run got its memory (--memory-gib), not what the hardware is
+    data = {**{k: v for k, v in fields.items() if v is not None and k != "memory_is_budget"}, "name": name}
     (model_from_dict if kind == "models" else hardware_from_dict)(data, f"preset {name}")
     folder = user_presets_root() / kind
     folder.mkdir(parents=True, exist_ok=True)
