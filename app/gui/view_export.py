@@ -53,6 +53,8 @@ def export_plot(plot_item: pg.PlotItem, path, inputs: dict | None = None) -> Pat
     """One plot (with its title, axes and legend) as .png or .svg, chosen by the file's suffix;
     written whole (export_files.write_whole), never over a file in inputs."""
     suffix = Path(path).suffix.lower()
+    if not plot_item.isVisible() or plot_item.sceneBoundingRect().width() <= 0:
+        raise ExportError(f"{Path(path).name}: that plot is not shown in this view, so there is nothing to save")
     if suffix == ".png":
         exporter = pg.exporters.ImageExporter(plot_item)
         width = int(plot_item.sceneBoundingRect().width() * PNG_SCALE)
