@@ -154,7 +154,7 @@ def test_a_preset_of_the_wrong_shape_names_the_field(capsys, user_presets, kind,
     (user_presets / kind / "bad.toml").write_text(text)
     flag = "--model" if kind == "models" else "--hardware"
     rc, _, err = cli(capsys, "math", flag, "bad")
-    line = refused(rc, err, f"preset bad", *fragments)
+    line = refused(rc, err, "preset bad", *fragments)
     assert "__init__" not in line and "positional argument" not in line
 
 

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from kvscope.app.lab import calibration
 from kvscope.app.lab.calibration import (
     MeasuredStep, fit_features, fit_steps, held_out_error, make_profile, profile_path, read_profile, save_profile,
     step_features,
@@ -188,8 +187,8 @@ def test_every_simulated_time_is_labelled_with_its_calibration(tmp_path, capsys)
     assert rc == 0 and "simulated times" in out and "fitted to published vLLM" in out and "expected error" in out
     report = tmp_path / "run.json"
     rc, _, _ = cli(capsys, "run", "--hardware", "l4-24gb", "--requests", "3", "--quiet", "--json", report)
-    calibration = json.loads(report.read_text())["calibration"]
-    assert rc == 0 and calibration["label"] == UNCALIBRATED["label"] and calibration["expected_error"] > 0
+    reported = json.loads(report.read_text())["calibration"]
+    assert rc == 0 and reported["label"] == UNCALIBRATED["label"] and reported["expected_error"] > 0
     engine = Engine(load_model("llama-3-8b"), load_hardware("a100-80gb"), EngineArgs(max_model_len=2048))
     state = WindowState()
     state.take(FrameDelta(engine_info=SimpleNamespace(plan=engine.plan, backend="simulated", label="t",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
@@ -18,9 +17,6 @@ from kvscope.app.gui.compare_window import METRIC_ROWS
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.cli.gui import initial_values
 from kvscope.app.gui.main_window import MainWindow
-from kvscope.app.lab.compare import ComparisonSpec, ComparisonWorkload, Variant
-from kvscope.engine.config import ConfigError, EngineArgs
-from kvscope.app.lab.presets import load_workload
 from kvscope.app.lab.scenarios import load_scenario, scenario_names
 
 REAL_BACKEND_REQUESTS = 4
