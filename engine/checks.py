@@ -1,11 +1,10 @@
-"""The checks every input passes before arithmetic or an allocation sees it: one per kind of input.
+"""The checks every input of the engine passes before arithmetic or an allocation sees it.
 
 Numbers: a closed range, its bounds in the message (`whole_number`, `real_number`); the ranges
 are generous (ten times anything real) but finite, so no product overflows a float and no count
-sizes an allocation past memory. Structures: JSON read with its nesting depth limited
-(`load_json`), and `require_table` / `require_list` for the type of one field. Files: a size cap
-and "a regular file" before one is read whole (`read_capped`), so /dev/zero or a 50 GB file
-ends in a sentence, not in a MemoryError.
+sizes an allocation past memory. Structures: `check_fields` for a table that builds a
+dataclass, `require_table` / `require_text` for the type of one field. Reading files (a size
+cap, JSON's nesting depth) is app/lab/bounded_reads.py's: the engine reads none.
 
 Every failure is a ConfigError (config.py) whose message starts with what was read (a flag, a
 file, a preset and its field) and says what would be accepted.
@@ -14,12 +13,8 @@ file, a preset and its field) and says what would be accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import stat
 import typing
-from pathlib import Path
 
 # Defined here, re-exported by config.py: the checks below need it, config.py needs the checks.
 
@@ -49,7 +44,6 @@ MAX_SEED = 2**63 - 1  # numpy's generators take up to 2**64 - 1; a signed int64 
 # this many is about half a GiB and a second to build; a larger pool (a tiny model on a huge
 # budget) is refused rather than built.
 MAX_NUM_BLOCKS = 1 << 22  # 4,194,304
-MAX_STEP_SECONDS = 3600.0
 
 # The ceiling of each field of the engine's inputs (ModelConfig, HardwareSpec, EngineArgs) that is
 # a count or a size, by its name; a field not named here is a size in bytes (MAX_BYTES) or a rate.
@@ -124,9 +118,6 @@ def real_number(value, what: str, low: float = 0.0, high: float = MAX_RATE, low_
 
 # -- structures --------------------------------------------------------------------------------
 
-MAX_JSON_DEPTH = 64  # config.json nests 3 deep; a recording's head 3
-
-
 def require_table(value, what: str, example: str = "") -> dict:
     if not isinstance(value, dict):
         hint = f" like {example}" if example else ""
@@ -182,67 +173,3 @@ def _field_kind(kinds: tuple) -> str:
     if set(kinds) & {list, tuple} or any(typing.get_origin(k) in (list, tuple) for k in kinds):
         return "a list"
     return "any"
-
-
-def nesting_depth(value) -> int:
-    """How deep lists and dicts nest inside value, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
-
-
-def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
-    """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
-    is a ConfigError naming `label`."""
-    try:
-        if isinstance(text, (bytes, bytearray, memoryview)):
-            text = bytes(text).decode("utf-8-sig")
-        value = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None
-    except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
-        raise ConfigError(f"{label}: {exc}") from None
-    if nesting_depth(value) > max_depth:
-        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels")
-    return value
-
-
-# -- files -------------------------------------------------------------------------------------
-
-
-def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
-    """A regular file's bytes if it holds at most max_bytes; /dev/zero, a FIFO or a file too big
-    for its kind is refused before anything is allocated for it."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise ConfigError(f"{label}: is a folder, not a {what}")
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(f"{label}: not a regular file (a device or a pipe); give a {what}")
-            if info.st_size > max_bytes:
-                raise ConfigError(f"{label}: {info.st_size:,} bytes, more than the {max_bytes:,} a {what} may have")
-            data = handle.read(max_bytes + 1)
-    except IsADirectoryError:
-        raise ConfigError(f"{label}: is a folder, not a {what}") from None
-    except FileNotFoundError:
-        raise ConfigError(f"{label}: cannot read: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:  # it grew while being read
-        raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
-    return data

@@ -19,14 +19,15 @@ import pytest
 
 from cli_helper import cli
 from kvscope.app.lab import presets
+from kvscope.app.lab.bounded_reads import load_json
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.output_path import atomic_output, check_output_path
 from kvscope.app.lab.recording import Recording, RecordingError, RunRecorder
 from kvscope.app.lab.recording import format as kvrec
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests, read_trace
 from kvscope.engine import Engine
-from kvscope.engine.checks import MAX_NUM_BLOCKS, load_json, real_number, whole_number
+from kvscope.engine.checks import MAX_NUM_BLOCKS, real_number, whole_number
 from kvscope.engine.config import ConfigError, EngineArgs
-from kvscope.engine.hf_config import load_hf_config
 
 TRACE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
@@ -535,7 +536,7 @@ def model_dirs(tmp_path_factory):
     ("index-map-list", ["weight_map must be a table"]),
 ])
 def test_a_model_directory_whose_weights_or_config_disagree_is_refused(model_dirs, name, fragments):
-    from kvscope.engine.runners.model_loader import load_model_directory
+    from kvscope.app.lab.models.loader import load_model_directory
 
     with pytest.raises(ConfigError) as error:
         load_model_directory(model_dirs[name], device="cpu")
@@ -545,7 +546,7 @@ def test_a_model_directory_whose_weights_or_config_disagree_is_refused(model_dir
 
 
 def test_a_model_directory_without_architectures_is_read_by_its_model_type(model_dirs):
-    from kvscope.engine.runners.model_loader import check_model_directory, load_model_directory
+    from kvscope.app.lab.models.loader import check_model_directory, load_model_directory
 
     assert "architectures" not in check_model_directory(model_dirs["no-architectures"])
     loaded = load_model_directory(model_dirs["no-architectures"], device="cpu")

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kvscope.app.lab import presets  # noqa: E402
+from kvscope.app.lab.bounded_reads import load_json  # noqa: E402
+from kvscope.app.lab.models.config_fields import HF_FIELDS  # noqa: E402
+from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config  # noqa: E402
 from kvscope.app.lab.recording import Recording, RunRecorder  # noqa: E402
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests, read_trace, workload_from_dict  # noqa: E402
 from kvscope.engine import Engine  # noqa: E402
-from kvscope.engine.checks import load_json  # noqa: E402
 from kvscope.engine.config import ConfigError, EngineArgs  # noqa: E402
-from kvscope.engine.hf_config import load_hf_config, model_from_hf_config  # noqa: E402
-from kvscope.engine.hf_fields import HF_FIELDS  # noqa: E402
 
 DEADLINE_MS = 3000  # one example: a parse, or a whole small recording read back
 FUZZ = settings(max_examples=120, deadline=DEADLINE_MS, derandomize=True,

@@ -142,16 +142,19 @@ SERVING_CORE = ("request.py", "block_pool.py", "kv_cache_manager.py", "hybrid_kv
 
 def test_engine_is_the_serving_engine_only():
     """The serving core (requests, blocks, scheduling, runners) stays nano-vllm lean; what else
-    engine/ holds is its inputs: the configuration and its checks, config.json, the memory math."""
+    engine/ holds is what the core computes with: the configuration (EngineArgs, ModelConfig,
+    HardwareSpec) and the checks of its fields, the memory math with vLLM's KV layout, the
+    simulated runner's cost model and the unit formatters. Files are read above it, in app/lab
+    (a config.json and model directories in app/lab/models/, size and depth caps in bounded_reads)."""
     files = list((ROOT / "engine").rglob("*.py"))
     count = lambda paths: sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
     core = [p for p in files if p.relative_to(ROOT / "engine").parts[0] in SERVING_CORE]
     # 2,300: the hybrid allocator's block tables per layer group (hybrid_kv_cache_manager.py, about
     # 250 lines) joined the core when sliding windows and linear-attention state became real
     assert count(core) <= 2_300, f"the serving core has {count(core):,} lines"
-    # 3,500 in all: the memory math grew by today's attention layouts (kv_layout.py: pages, layer
-    # groups, sliding windows, linear-attention state), vLLM's reserve by version, the config.json
-    # fields of those layouts with their validation (about 500 lines), and the bounded checks
-    # every input passes (checks.py, about 250); then the hybrid allocator above (about 250), the
-    # calibrated cost model (cost_model.py, about 140) and quantised weights' bytes: 4,000
-    assert count(files) <= 4_000, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # 3,500 in all (3,402 once the file readers moved to app/lab). The issue's "about 2,600" was
+    # set before later issues added to the engine proper: the layer-group manager above (about
+    # 250 lines), vLLM's pages and layer groups (kv_layout.py, about 130), the calibrated cost
+    # model of the simulated runner (cost_model.py, about 140), and the bounded checks every
+    # engine input passes (checks.py, about 175).
+    assert count(files) <= 3_500, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

@@ -114,7 +114,7 @@ def test_tensor_parallel_must_divide_kv_heads():
 
 # -- vLLM's accounting, formula by formula (config.json fields as published) ------------------------
 
-from kvscope.engine.hf_config import model_from_hf_config  # noqa: E402
+from kvscope.app.lab.models.config_json import model_from_hf_config  # noqa: E402
 from kvscope.engine.memory_math import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes  # noqa: E402
 
 LLAMA_31_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

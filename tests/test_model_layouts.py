@@ -3,9 +3,9 @@ for every bad or contradictory layer field."""
 
 import pytest
 
+from kvscope.app.lab.models.config_json import model_from_hf_config
 from kvscope.app.lab.presets import load_model
 from kvscope.engine.config import ConfigError, ModelConfig
-from kvscope.engine.hf_config import model_from_hf_config
 
 BASE = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 8, "num_attention_heads": 16,
         "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32000, "torch_dtype": "bfloat16"}

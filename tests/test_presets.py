@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.engine.config import ConfigError
 from kvscope.engine.memory_math import num_parameters, plan_memory
-from kvscope.engine.hf_config import load_hf_config
 from kvscope.app.lab.presets import (
     load_hardware,
     load_model,

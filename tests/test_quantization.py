@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+from kvscope.app.lab.models import loader as model_loader
+from kvscope.app.lab.models.loader import load_model_directory
 from kvscope.app.lab.presets import load_workload
 from kvscope.app.lab.real_backend import create_real_engine
 from kvscope.app.lab.verify.baselines import attention_implementation
@@ -17,8 +19,6 @@ from kvscope.app.lab.verify.parity import run_parity
 from kvscope.app.lab.verify.tiny_model import build_random_model
 from kvscope.engine.config import ConfigError, EngineArgs, ModelConfig
 from kvscope.engine.memory_math import BNB_NF4_BLOCK, bitsandbytes_weights_bytes
-from kvscope.engine.runners import model_loader
-from kvscope.engine.runners.model_loader import load_model_directory
 from kvscope.engine.units import MiB
 from tests.cli_helper import cli
 

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from kvscope.app.lab.models.loader import discover_cached_models, load_model_directory
+from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
+from kvscope.app.lab.verify.parity import run_parity
+from kvscope.app.lab.verify.tiny_model import build_random_model
 from kvscope.engine import EngineArgs
 from kvscope.engine.config import ConfigError, ModelConfig
 from kvscope.engine.events import EventKind
 from kvscope.engine.memory_math import num_parameters
-from kvscope.engine.runners.model_loader import discover_cached_models, load_model_directory
-from kvscope.app.lab.verify.parity import run_parity
-from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
-from kvscope.app.lab.verify.tiny_model import build_random_model
 
 FAMILIES = {
     "llama": dict(model_type="llama"),

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from kvscope.app.lab.models.loader import load_model_directory
 from kvscope.app.lab.verify import quality
 from kvscope.app.lab.verify.tiny_model import build_random_model
 from kvscope.engine.config import ConfigError, ModelConfig
-from kvscope.engine.runners.model_loader import load_model_directory
 
 SHAPE = ModelConfig(name="test-quality", model_type="llama", num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16, hidden_size=64, intermediate_size=128, vocab_size=512,

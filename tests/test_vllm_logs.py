@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from kvscope.app.lab.models.config_json import model_from_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.config import EngineArgs, resolve_engine_args
-from kvscope.engine.hf_config import model_from_hf_config
 from kvscope.engine.memory_math import plan_memory
 from kvscope.engine.units import GiB
 

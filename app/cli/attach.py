@@ -60,7 +60,7 @@ def add_parser(subparsers) -> None:
 def target_from_args(args):
     from kvscope.app.lab.presets import load_hardware, load_model
     from kvscope.app.lab.vllm.attachment import AttachTarget
-    from kvscope.engine.hf_config import load_hf_config
+    from kvscope.app.lab.models.config_json import load_hf_config
 
     if not (args.kv_events or args.kv_listen):
         raise ConfigError("give the server's KV event endpoint (--kv-events tcp://HOST:5557) or one for servers to "

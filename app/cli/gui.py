@@ -153,8 +153,8 @@ def check_replay(path: str) -> None:
 def check_model_path(path: str) -> None:
     """A model directory the real backend can load: config.json, a supported architecture, weights
     (their exact match with config.json is checked as they load)."""
-    from kvscope.engine.hf_config import model_from_hf_config
-    from kvscope.engine.runners.model_loader import check_model_directory
+    from kvscope.app.lab.models.config_json import model_from_hf_config
+    from kvscope.app.lab.models.loader import check_model_directory
 
     cfg = check_model_directory(path)
     model_from_hf_config(cfg, Path(path).name or str(path), label=f"--model-path {path}: config.json")
@@ -185,7 +185,7 @@ def weights_mismatch(path: str) -> str | None:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from kvscope.engine.runners.model_loader import check_weights_match
+    from kvscope.app.lab.models.loader import check_weights_match
 
     hf_logging.set_verbosity_error()  # the mismatch is this function's to report, in one line
     hf_logging.disable_progress_bar()

@@ -4,12 +4,12 @@ kvscope has built."""
 
 from __future__ import annotations
 
-from kvscope.engine.config import ConfigError
-from kvscope.engine.runners.model_loader import discover_cached_models, hf_cache_root
-from kvscope.engine.units import format_bytes
+from kvscope.app.lab.models.loader import discover_cached_models, hf_cache_root
 from kvscope.app.lab.presets import load_model, preset_names
 from kvscope.app.lab.trained_model import TRAINED_MODEL, find_gguf, is_converted, trained_model_dir
 from kvscope.app.lab.verify.tiny_model import cache_dir
+from kvscope.engine.config import ConfigError
+from kvscope.engine.units import format_bytes
 
 
 def add_parser(subparsers) -> None:

@@ -25,9 +25,9 @@ from kvscope.engine.config import (
     ModelConfig,
     normalize_dtype,
 )
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
-from kvscope.engine.hf_config import load_hf_config
 from kvscope.engine.units import GiB
 
 # EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.

@@ -19,10 +19,10 @@ from kvscope.engine.config import (
     EngineArgs,
     resolve_engine_args,
 )
-from kvscope.engine.memory_math import plan_memory
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
-from kvscope.engine.hf_config import load_hf_config
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec
+from kvscope.engine.memory_math import plan_memory
 
 from kvscope.app.host.session import RunConfig
 from kvscope.engine.units import format_bytes

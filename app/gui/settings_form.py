@@ -23,12 +23,12 @@ from kvscope.app.gui.run_settings import (
     memory_preview,
     values_from_model,
 )
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.preset_edits import save_edited_preset
 from kvscope.app.lab.presets import delete_user_preset, load_hardware, load_model, preset_names, user_preset_names
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
 from kvscope.engine.config import ConfigError, resolve_engine_args
-from kvscope.engine.hf_config import load_hf_config
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.units import GiB
 from kvscope.widgets.preset_editor import PresetEditor

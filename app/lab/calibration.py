@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir
-from kvscope.engine.checks import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.engine.config import ConfigError, HardwareSpec
 from kvscope.engine.cost_model import MAX_EFFICIENCY, UNCALIBRATED, StepCostModel, check_calibration
 

@@ -1,4 +1,4 @@
-"""Loading and validating presets: the TOML files in presets/ (a config.json is read by engine.hf_config).
+"""Loading and validating presets: the TOML files in presets/ (a config.json is read by app/lab/models/config_json.py).
 
 Presets are found through importlib.resources, so a source checkout, an installed wheel and a
 frozen bundle all resolve them the same way.
@@ -17,10 +17,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from kvscope.engine.checks import MAX_JSON_DEPTH, nesting_depth, read_capped
-from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
+from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
 
 KINDS = ("models", "hardware", "workloads")
 THIS_MACHINE = "this-machine"

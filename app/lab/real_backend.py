@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from kvscope.app.lab.models.loader import check_weights_fit, load_model_directory, resolve_device
 from kvscope.app.lab.presets import load_model
-from kvscope.app.lab.trained_model import TRAINED_MODEL, ensure_trained_model
 from kvscope.app.lab.this_machine import detect_this_machine
+from kvscope.app.lab.trained_model import TRAINED_MODEL, ensure_trained_model
 from kvscope.app.lab.verify.tiny_model import ensure_random_model
 from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs, ModelConfig, resolve_engine_args
 from kvscope.engine.engine import Engine
-from kvscope.engine.runners.model_loader import LoadedModel, check_weights_fit, load_model_directory, resolve_device
+from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.runners.real import profile_cuda_reserve, real_runner_factory
 
 

@@ -19,8 +19,9 @@ from typing import Iterator
 
 import numpy as np
 
+from kvscope.app.lab.bounded_reads import read_capped
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
-from kvscope.engine.checks import read_capped, real_number, require_text, whole_number
+from kvscope.engine.checks import real_number, require_text, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
 

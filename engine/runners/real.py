@@ -17,7 +17,7 @@ from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelCo
 from kvscope.engine.memory_math import MemoryPlan
 from kvscope.engine.scheduler import ScheduledBatch
 from kvscope.engine.runners.base import NO_TOKEN, ExecuteResult, StepOutOfMemory
-from kvscope.engine.runners.model_loader import LoadedModel
+from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.runners.paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
 from kvscope.engine.runners.paged_cache import PagedKVCache
 from kvscope.engine.runners.simulated import SimulatedRunner

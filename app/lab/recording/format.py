@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 
-from kvscope.engine.checks import MAX_JSON_DEPTH, nesting_depth
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth
 from kvscope.engine.config import ConfigError
 
 FORMAT_MAJOR = 1

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from kvscope.engine.runners.model_loader import LoadedModel
+from kvscope.engine.runners.loaded_model import LoadedModel
 
 
 @contextlib.contextmanager

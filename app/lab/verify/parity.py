@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from kvscope.app.lab.real_backend import create_real_engine
 from kvscope.engine.config import EngineArgs
 from kvscope.engine.events import EventKind
-from kvscope.engine.runners.model_loader import LoadedModel
+from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.runners.paged_attention import ATTN_IMPLEMENTATION
-from kvscope.app.lab.real_backend import create_real_engine
 
 SAMPLE_TEXTS = (
     "The KV cache holds the keys and values of every token a request has seen,",

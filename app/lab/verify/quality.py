@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from kvscope.engine.config import ConfigError, EngineArgs
-from kvscope.engine.runners.model_loader import LoadedModel
+from kvscope.engine.runners.loaded_model import LoadedModel
 
 PASSAGE_SEPARATOR = "---"
 # A step's token budget while scoring: passages of ~270 tokens run in two chunks, the second

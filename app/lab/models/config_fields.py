@@ -1,9 +1,9 @@
-"""The config.json fields kvscope reads, and the type each must have before hf_config reads it.
+"""The config.json fields kvscope reads, and the type each must have before config_json reads it.
 
 A Hugging Face config.json is someone else's file: any field may hold a list where a number
 belongs, a number past any model, or a table nested a thousand deep. `checked_hf_fields` checks
 each field kvscope reads against this table (other fields are never looked at), so that
-hf_config's arithmetic only ever sees numbers in range, text and tables of the right shape.
+config_json's arithmetic only ever sees numbers in range, text and tables of the right shape.
 null counts as absent, as transformers reads it.
 """
 
@@ -39,7 +39,7 @@ HF_FIELDS = {
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST,
 }
-# quantization_config's own fields that hf_config reads
+# quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
                        "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built

@@ -14,10 +14,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvscope.engine.checks import load_json, read_capped, require_table, shown
+from kvscope.app.lab.bounded_reads import load_json, read_capped
+from kvscope.app.lab.models.config_fields import checked_hf_fields
+from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
+from kvscope.engine.checks import require_table, shown
 from kvscope.engine.config import QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
-from kvscope.engine.hf_config import MAX_CONFIG_BYTES, model_from_hf_config
-from kvscope.engine.hf_fields import checked_hf_fields
+from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.units import GiB
 
 SUPPORTED_ARCHITECTURES = {
@@ -30,23 +32,6 @@ SUPPORTED_MODEL_TYPES = tuple(SUPPORTED_ARCHITECTURES.values())
 MAX_INDEX_BYTES = 64 * 1024**2  # model.safetensors.index.json: a few MiB for the largest models
 NAMES_LISTED = 5  # of the parameters that do not match, the first few by name
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
-
-@dataclass
-class LoadedModel:
-    hf_model: object  # a transformers PreTrainedModel, in eval mode
-    tokenizer: object | None
-    config: ModelConfig  # weights_bytes is what the loaded weights really occupy
-    path: Path
-    device: object  # torch.device
-    random_weights: bool = False
-    quantization: str | None = None
-
-    @property
-    def label(self) -> str:
-        kind = "random weights" if self.random_weights else "weights from disk"
-        weights = f"{self.quantization} weights" if self.quantization else self.config.weight_dtype
-        return f"{self.config.name} ({kind}, {weights} on {self.device})"
 
 
 def _read_config(path: Path) -> dict:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvscope.engine.checks import load_json, read_capped
+from kvscope.app.lab.bounded_reads import load_json, read_capped
+from kvscope.app.lab.models.config_fields import checked_hf_fields
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, build_config, normalize_dtype
-from kvscope.engine.hf_fields import checked_hf_fields
 
 MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
 
@@ -154,7 +154,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         data.update(_experts(cfg, model_type))
     except ConfigError as exc:
         raise ConfigError(f"{label}: {exc}") from None
-    except (TypeError, AttributeError) as exc:  # inside a table hf_fields does not describe field by field
+    except (TypeError, AttributeError) as exc:  # inside a table config_fields does not describe field by field
         raise ConfigError(f"{label}: a field has an unexpected type ({exc})") from None
     return build_config(ModelConfig, data, label)
 

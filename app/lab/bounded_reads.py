@@ -1,0 +1,82 @@
+"""Reading files someone else wrote, bounded before anything is allocated for them.
+
+A file is read whole only when it is a regular file within a size cap (`read_capped`), so
+/dev/zero or a 50 GB file ends in a sentence, not in a MemoryError; JSON is parsed with its
+nesting depth limited (`load_json`), so a table nested a thousand deep is refused, not recursed
+into. Presets, workloads, recordings, calibrations and model directories are all read this way;
+the engine itself reads no files, so this lives above it.
+
+Every failure is a ConfigError whose message starts with `label` (what was read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from kvscope.engine.checks import ConfigError
+
+MAX_JSON_DEPTH = 64  # config.json nests 3 deep; a recording's head 3
+
+
+def nesting_depth(value) -> int:
+    """How deep lists and dicts nest inside value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
+    """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
+    is a ConfigError naming `label`."""
+    try:
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            text = bytes(text).decode("utf-8-sig")
+        value = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None
+    except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
+        raise ConfigError(f"{label}: {exc}") from None
+    if nesting_depth(value) > max_depth:
+        raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels")
+    return value
+
+
+def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
+    """A regular file's bytes if it holds at most max_bytes; /dev/zero, a FIFO or a file too big
+    for its kind is refused before anything is allocated for it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise ConfigError(f"{label}: is a folder, not a {what}")
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"{label}: not a regular file (a device or a pipe); give a {what}")
+            if info.st_size > max_bytes:
+                raise ConfigError(f"{label}: {info.st_size:,} bytes, more than the {max_bytes:,} a {what} may have")
+            data = handle.read(max_bytes + 1)
+    except IsADirectoryError:
+        raise ConfigError(f"{label}: is a folder, not a {what}") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: cannot read: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # it grew while being read
+        raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
+    return data
