@@ -129,6 +129,20 @@ def bench_real(count: int = 64, static_batch_size: int = 16, device: str | None 
     return result
 
 
+def as_transformers_loads_it(loaded):
+    """The model with transformers' own layers for the baselines: kvscope's runner packs a CPU
+    model's linear layers for oneDNN in place (engine/runners/packed_linear.py), which would speed
+    up the baselines too and hide what a transformers user gets; such a model is loaded again."""
+    from kvscope.app.lab.models.loader import load_model_directory
+    from kvscope.engine.runners.packed_linear import PackedLinear
+
+    if not any(isinstance(m, PackedLinear) for m in loaded.hf_model.modules()):
+        return loaded
+    dtype = loaded.config.weight_dtype if loaded.quantization is None else None
+    return load_model_directory(loaded.path, str(loaded.device), dtype, loaded.quantization,
+                                random_weights=loaded.random_weights, name=loaded.config.name)
+
+
 def compare_with_transformers(loaded, prompts: list, max_tokens: list, static_batch_size: int, kv_cache_dtype: str,
                               stop_token_ids=frozenset()) -> dict:
     """kvscope's engine, then transformers' static generate() and continuous batching, on the same
@@ -163,6 +177,7 @@ def compare_with_transformers(loaded, prompts: list, max_tokens: list, static_ba
             "steps": engine.metrics.steps - warm_steps, "peak_running": engine.metrics.peak_running,
             "forward_share_at_batch_16_plus": big_step_forward / big_step_wall if big_step_wall else None,
             "forward_time_s": runner.forward_time_s - warm_forward}
+    loaded = as_transformers_loads_it(loaded)
     run_static_generate(loaded, [prompts[0][:8]], [2], 1)  # warm-up
     static = run_static_generate(loaded, prompts, outputs, static_batch_size)
     run_continuous_batching(loaded, [prompts[0][:8]], [2])  # warm-up

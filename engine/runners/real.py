@@ -2,8 +2,9 @@
 
 One forward per step over the packed batch (prompt chunks and decode tokens together, no
 padding). New K/V land in the PagedKVCache at the slots of the blocks the block manager gave
-out; attention reads each request's blocks through its block table. Greedy sampling. Step times
-are measured, and the roofline of this machine gives each step's compute and memory floors.
+out; attention reads each request's blocks through its block table. Greedy sampling. On a CPU
+the linear layers run on weights packed once for oneDNN (packed_linear.py). Step times are
+measured, and the roofline of this machine gives each step's compute and memory floors.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kvscope.engine.memory_math import MemoryPlan
 from kvscope.engine.scheduler import ScheduledBatch
 from kvscope.engine.runners.base import NO_TOKEN, ExecuteResult, StepOutOfMemory
 from kvscope.engine.runners.loaded_model import LoadedModel
+from kvscope.engine.runners.packed_linear import onednn_packing_available, pack_linear_layers
 from kvscope.engine.runners.paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
 from kvscope.engine.runners.paged_cache import PagedKVCache
 from kvscope.engine.runners.simulated import SimulatedRunner
@@ -57,8 +59,14 @@ class RealRunner:
             raise ConfigError(f"cannot allocate the KV pool of {plan.num_blocks:,} blocks on {self.device}: "
                               f"{str(exc).splitlines()[0]}") from None
         self.hf_model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        self.packed_layers = 0
+        self.packing_time_s = 0.0  # kvscope's warm-up: there is no compilation to wait for
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
+            packing_started = time.perf_counter()
+            if onednn_packing_available(self.hf_model.dtype):
+                self.packed_layers = pack_linear_layers(self.hf_model)
+            self.packing_time_s = time.perf_counter() - packing_started
         params = inspect.signature(self.hf_model.forward).parameters
         self.cache_argument = "cache" if "cache" in params else "past_key_values"
         self.roofline = SimulatedRunner(model, hardware, plan, args)
