@@ -57,7 +57,8 @@ def add_bench_parser(sub) -> None:
                                                        "calibration", "scenarios"),
                          help="scheduler: per-step overhead at 256 running on 100k blocks; "
                               "trace: the whole Azure trace on llama-3-8b / h100-80gb (simulated); "
-                              "real: the real engine vs transformers on the trained model (the tiny model where it is not installed); "
+                              "real: the real engine vs transformers on the trained model (the tiny model "
+                              "where it is not installed); "
                               "gui: the window's frame time and its cost to the engine; "
                               "compare: the window's frames while a comparison runs, and the comparison's "
                               "speed in the window vs `kvscope compare`; soak: the window at maximum speed "
