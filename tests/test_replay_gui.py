@@ -100,6 +100,7 @@ def test_a_seek_shows_the_snapshot_exactly_as_recorded(window, qtbot, recorded, 
     assert (shown.time_s, shown.num_running, shown.num_waiting) == (live.time_s, live.num_running, live.num_waiting)
     reference = BlockMapView()  # what the block map draws for the engine's own snapshot
     qtbot.addWidget(reference)
+    reference.resize(window.block_map.size())  # a small pool's grid follows the map's shape
     reference.update_snapshot(live)
     assert np.array_equal(window.block_map.index_image(), reference.index_image())
     qtbot.waitUntil(lambda: f"{position:,} of {len(snapshots):,} steps replayed" in window.scrubber.label.text(),

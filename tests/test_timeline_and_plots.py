@@ -85,8 +85,7 @@ def test_marks_at_step_and_lane(timeline):
     x, y = timeline._scatter[JOINED].getData()
     assert np.floor(x).tolist() == [0, 2, 4, 6] and np.floor(y).tolist() == [0, 1, 0, 1]
     # Token bars: stacked prefill + decode per step.
-    edges, total = timeline._total_curve.getData()
-    _, decode = timeline._decode_curve.getData()
+    edges, total, decode = timeline.token_bars()
     assert total.tolist() == [512, 1, 101, 2, 41, 1, 2001]
     assert decode.tolist() == [0, 1, 1, 2, 1, 1, 1]
 
@@ -150,7 +149,7 @@ def test_overflow_beyond_lane_cap_is_reported(qtbot):
     assert not view._overflow_label.isHidden()
     assert view.overflow_requests_total == 12
     # The token bars still count all 20.
-    assert view._total_curve.getData()[1].tolist() == [20]
+    assert view.token_bars()[1].tolist() == [20]
     # When the lanes free up, the leftover requests get lanes; once the overflow scrolls out of
     # the window the notice goes.
     view.add_steps([step(1, ids, [1] * 20, [False] * 20, finished=ids[:8])])
@@ -252,7 +251,7 @@ def synthetic_series(n=500, m=80):
         "num_waiting": np.maximum(np.arange(n) - 300, 0).astype(np.int64),
         "throughput_tokens_per_s": rng.uniform(1000, 2000, n),
         "preemptions": np.cumsum(rng.random(n) < 0.05),
-        "finish_time_s": ft,
+        "first_token_time_s": ft,
         "ttft_s": rng.uniform(0.2, 0.5, m),
         "queue_time_s": rng.uniform(0.05, 0.1, m),
     }
@@ -278,7 +277,7 @@ def test_set_series_updates_curves(plots):
     assert np.allclose(y, windowed_mean(s["time_s"], s["compute_utilization"] * 100.0, COMPUTE_WINDOW_S))
     for key in ("ttft_s", "queue_time_s"):
         x, y = plots.curves[key].getData()
-        assert np.allclose(x, s["finish_time_s"]) and np.allclose(y, s[key]), key
+        assert np.allclose(x, s["first_token_time_s"]) and np.allclose(y, s[key]), key
     assert not plots.latency_log_y  # 0.05 .. 0.5 s: a linear axis
     # KV usage and compute share one percent axis, with the wall at 100 %.
     assert plots.curves["kv_usage"] in plots.plots["kv"].listDataItems()
@@ -328,7 +327,7 @@ def test_long_series_are_decimated_keeping_peaks(plots, capsys):
     s = {"time_s": t, "kv_usage": kv, "compute_utilization": np.full(n, 0.3),
          "num_running": np.arange(n) % 300, "num_waiting": np.arange(n) % 50,
          "throughput_tokens_per_s": np.sin(t) * 100 + 1000, "preemptions": np.arange(n) // 1000,
-         "finish_time_s": np.sort(np.random.default_rng(0).uniform(0, t[-1], n)),
+         "first_token_time_s": np.sort(np.random.default_rng(0).uniform(0, t[-1], n)),
          "ttft_s": np.geomspace(0.01, 100, n), "queue_time_s": np.geomspace(0.001, 90, n)}
     plots.set_series(s)  # warm-up
     plots._latency_drawn_at = float("-inf")  # time a frame that redraws the thinned scatter too
@@ -413,7 +412,7 @@ def test_plots_theme_switch(plots):
 def test_a_big_latency_scatter_is_redrawn_at_most_four_times_a_second_a_small_one_every_frame(plots, qtbot):
     def finished(n):
         return {"time_s": np.arange(10) * 0.1, "kv_usage": np.full(10, 0.5),
-                "finish_time_s": np.linspace(0, 1, n), "ttft_s": np.full(n, 0.2), "queue_time_s": np.full(n, 0.1)}
+                "first_token_time_s": np.linspace(0, 1, n), "ttft_s": np.full(n, 0.2), "queue_time_s": np.full(n, 0.1)}
 
     plots.set_series(finished(100))
     plots.set_series(finished(120))

@@ -11,7 +11,6 @@ cannot match keep their error and the reason (asserted too, so the table stays t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import pytest

@@ -29,6 +29,7 @@ from kvscope.widgets.batch_lanes import (
     TimelineStep,
 )
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
+from kvscope.widgets.image_item import ImageItem
 from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
 
 PREFILL_SHADES = (0.40, 0.60, 0.80, 1.0)  # per chunk-size bin: share of the prefill colour over the background
@@ -38,6 +39,23 @@ _MARK_GLYPH = {JOINED: "\u25b6", FINISHED: "\u25cf", PREEMPTED: "\u25bc"}
 _MARK_X_OFFSET = {JOINED: 0.15, FINISHED: 0.85, PREEMPTED: 0.5}  # within the step's cell
 _MARK_SIZE = 8
 MIN_STEPS_SHOWN = 24
+SCROLL_DIVISIONS = 100
+# The token bars are an image of this many rows (about the bar plot's height in pixels): two
+# filled step curves cost ~1.5 ms a paint (pyqtgraph fills them in 50-point pieces), the image
+# a fraction of it. Any step with tokens fills at least one row.
+BAR_ROWS = 128
+BAR_EMPTY, BAR_DECODE, BAR_PREFILL = 0, 1, 2
+
+
+def token_bar_image(prefill: np.ndarray, decode: np.ndarray, top: float, rows: int = BAR_ROWS) -> np.ndarray:
+    """[rows, steps] uint8, row 0 at zero tokens: decode tokens at the bottom, prompt tokens
+    stacked on them, up to ``top`` tokens at the last row."""
+    level = np.arange(rows)[:, None]
+    total_rows = np.ceil((prefill + decode) * (rows / top))
+    decode_rows = np.ceil(decode * (rows / top))
+    image = np.where(level < total_rows, BAR_PREFILL, BAR_EMPTY).astype(np.uint8)
+    image[level < decode_rows] = BAR_DECODE
+    return image
 
 
 def _blend(a, b, t: float) -> tuple:
@@ -123,6 +141,10 @@ class BatchTimelineView(QWidget):
     def bar_text_at(self, x: float) -> str:
         return self._lanes.bar_text_at(x)
 
+    def token_bars(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(step edges, total tokens, decode tokens) of the bars drawn: x from edges[i] to edges[i + 1]."""
+        return self._token_bars
+
     def overflow_text(self) -> str:
         """The overflow notice ('' when every request of the window has a lane)."""
         return self._overflow_label.text()
@@ -161,16 +183,21 @@ class BatchTimelineView(QWidget):
         self._bars.getAxis("left").setWidth(62)
         self._plot.getAxis("left").setWidth(62)
         self._plot.setLabel("bottom", "engine step")
+        # Labels on the two coarsest tick levels only: pyqtgraph measured the text of all ~40 finer
+        # ticks on every scroll (~1 ms a frame) to find that they do not fit; their marks stay.
+        self._plot.getAxis("bottom").setStyle(maxTextLevel=1)
         self._plot.setLabel("left", "lane")
         for p in (self._bars, self._plot):
             p.setMenuEnabled(False)
             p.setMouseEnabled(x=False, y=False)
             p.hideButtons()
+            for side in ("left", "bottom", "top", "right"):  # steps, lanes, tokens: no SI prefix; with one the
+                p.getAxis(side).enableAutoSIPrefix(False)  # axes (hidden ones too) re-set their labels each scroll
         self._plot.invertY(True)
 
-        self._image = pg.ImageItem(axisOrder="row-major")
+        self._image = ImageItem(axisOrder="row-major")
         self._plot.addItem(self._image)
-        self._highlight = pg.ImageItem(axisOrder="row-major")
+        self._highlight = ImageItem(axisOrder="row-major")
         self._highlight.setZValue(5)
         self._plot.addItem(self._highlight)
         self._lane_band = pg.LinearRegionItem(orientation="horizontal", movable=False)
@@ -178,17 +205,17 @@ class BatchTimelineView(QWidget):
         self._lane_band.hide()
         self._plot.addItem(self._lane_band)
         self._scatter = {}
+        self._marks_shown: dict[str, tuple] = {}  # kind -> (sequence, lane) arrays given to its item
         for z, kind in enumerate(MARK_KINDS):
             sp = pg.ScatterPlotItem(symbol=_MARK_SYMBOL[kind], size=_MARK_SIZE, pxMode=True)
             sp.setZValue(10 + z)
             self._plot.addItem(sp)
             self._scatter[kind] = sp
 
-        # Stacked token bars: total (prefill on top) drawn behind decode, both filled to 0.
-        self._total_curve = pg.PlotDataItem(stepMode="center", fillLevel=0)
-        self._decode_curve = pg.PlotDataItem(stepMode="center", fillLevel=0)
-        self._bars.addItem(self._total_curve)
-        self._bars.addItem(self._decode_curve)
+        # Stacked token bars: prompt tokens on top of decode tokens (token_bar_image).
+        self._bar_image = ImageItem(axisOrder="row-major")
+        self._bars.addItem(self._bar_image)
+        self._token_bars = (np.zeros(0), np.zeros(0), np.zeros(0))
 
         scene = self._view.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
@@ -215,10 +242,10 @@ class BatchTimelineView(QWidget):
 
         for p in (self._bars, self._plot):
             color_axes(p, fg)
-        self._total_curve.setPen(pg.mkPen(theme.prefill, width=1))
-        self._total_curve.setBrush(pg.mkBrush(*theme.prefill, 230))
-        self._decode_curve.setPen(pg.mkPen(theme.decode, width=1))
-        self._decode_curve.setBrush(pg.mkBrush(*theme.decode, 255))
+        bar_lut = np.zeros((3, 4), dtype=np.uint8)
+        bar_lut[BAR_DECODE] = (*theme.decode, 255)
+        bar_lut[BAR_PREFILL] = (*theme.prefill, 230)
+        self._bar_lut = bar_lut
 
         outline = pg.mkPen(bg, width=1)
         self._scatter[JOINED].setPen(outline)
@@ -262,10 +289,10 @@ class BatchTimelineView(QWidget):
             self._image.clear()
             self._highlight.clear()
             self._lane_band.hide()
-            for sp in self._scatter.values():
-                sp.setData([], [])
-            self._total_curve.setData([], [])
-            self._decode_curve.setData([], [])
+            for kind in MARK_KINDS:
+                self._set_marks(kind, np.zeros(0), np.zeros(0))
+            self._bar_image.clear()
+            self._token_bars = (np.zeros(0), np.zeros(0), np.zeros(0))
             self._overflow_label.hide()
             self._plot.setXRange(0, cap, padding=0)
             self._plot.setYRange(0, 8, padding=0)
@@ -281,13 +308,17 @@ class BatchTimelineView(QWidget):
             s, ln = lanes.mark_positions(kind)
             if ln.size:
                 top = max(top, int(ln.max()) + 1)
-            self._scatter[kind].setData(s + _MARK_X_OFFSET[kind], ln + 0.5)
+            self._set_marks(kind, s, ln)
         top = max(top, 8)
         # The steps held use the whole width: a slow engine (the real backend makes ~5 steps a
         # second) filled 27 of 400 columns after a while, the rest blank. The range grows with
         # the steps up to the ring's capacity, from MIN_STEPS_SHOWN so that one step is no full-width bar.
-        shown = min(cap, max(n, MIN_STEPS_SHOWN))
-        x0 = max(0, lanes.seq_end - shown)
+        # The range moves in steps of 1/SCROLL_DIVISIONS of the ring (4 of 400 steps), the newest
+        # step within that of the right edge: moved with every step, the step axis laid out its
+        # labels again on every frame (~1 ms of it).
+        chunk = max(1, cap // SCROLL_DIVISIONS)
+        shown = min(cap, -(-max(n, MIN_STEPS_SHOWN) // chunk) * chunk)
+        x0 = max(shown, -(-lanes.seq_end // chunk) * chunk) - shown
         self._plot.setXRange(x0, x0 + shown, padding=0)
         self._plot.setYRange(0, top, padding=0)
 
@@ -295,9 +326,16 @@ class BatchTimelineView(QWidget):
         prefill, decode = lanes.tokens_shown()
         dec = decode.astype(np.float64)
         tot = dec + prefill
-        self._total_curve.setData(edges, tot)
-        self._decode_curve.setData(edges, dec)
-        self._bars.setYRange(0, max(1.0, float(tot.max())) * 1.05, padding=0)
+        self._token_bars = (edges, tot, dec)
+        bar_top = max(1.0, float(tot.max())) * 1.05
+        self._bar_image.setImage(token_bar_image(prefill, dec, bar_top), autoLevels=False,
+                                 levels=(0, len(self._bar_lut)), lut=self._bar_lut)  # index i -> lut[i]
+        self._bar_image.setRect(QRectF(first, 0, n, bar_top))
+        self._bars.setYRange(0, bar_top, padding=0)
+        # pyqtgraph moves the items to a new range when it paints; moved during that paint they
+        # asked for a second one (the lanes' area painted twice a frame, ~2 ms): move them now
+        for plot in (self._bars, self._plot):
+            plot.vb.updateMatrix()
 
         over = lanes.most_lanes_lacking()
         if over:
@@ -309,6 +347,17 @@ class BatchTimelineView(QWidget):
             self._overflow_label.setText("")
             self._overflow_label.hide()
         self._update_highlight(rect)
+
+    def _set_marks(self, kind: str, seq: np.ndarray, lanes: np.ndarray) -> None:
+        """One kind of mark, given again only when it changed: most frames add no mark, and three
+        scatter items set and painted anyway were ~0.5 ms a frame. No marks: the item is hidden."""
+        shown = self._marks_shown.get(kind)
+        if shown is not None and np.array_equal(shown[0], seq) and np.array_equal(shown[1], lanes):
+            return
+        self._marks_shown[kind] = (seq, lanes)
+        item = self._scatter[kind]
+        item.setData(seq + _MARK_X_OFFSET[kind], lanes + 0.5)
+        item.setVisible(bool(len(seq)))
 
     def _update_highlight(self, rect=None) -> None:
         sel = self._selected

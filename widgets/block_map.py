@@ -5,8 +5,9 @@ The whole pool is one ``uint8`` index image drawn by a pyqtgraph ``ImageItem`` t
 so a 500,000-block pool costs a few vectorised numpy passes per frame and no Python loop over
 blocks. Two more index images with RGBA tables sit on top: one fades cells that changed this frame
 (allocated, prefix hit, evicted, preempted), one dims every block but the selected request's.
-The view range is set only when the pool size changes; the user may zoom (wheel) and pan (drag)
-inside it.
+A small pool's cells are square and as big as the panel allows (up to MAX_CELL_PX); a big pool's
+are an overview of several blocks each. The view range is set only when the pool size or the
+panel's shape changes; the user may zoom (wheel) and pan (drag) inside it.
 
 The pieces, one file each: block_map_colors.py (what each index means, the lookup tables),
 block_map_grid.py (the grid layout and the images, plain numpy), block_map_decorations.py
@@ -38,12 +39,19 @@ from kvscope.widgets.block_map_decorations import CellDecorations
 from kvscope.widgets.block_map_grid import BlockGrid, overview_layout
 from kvscope.widgets.block_map_legend import BlockMapLegend
 from kvscope.widgets.elided_label import ElidedLabel
+from kvscope.widgets.image_item import ImageItem
 from kvscope.widgets.palette import DARK, Theme
 
 # A block map drawn finer than this is noise: a bigger pool is drawn with several blocks per cell
 # (block_map_grid.overview_layout) until the wheel zooms in to DETAIL_CELL_PX per block.
 MIN_CELL_PX = 6
 DETAIL_CELL_PX = 3
+# A small pool's cells grow to fill the panel, square, up to this size: a dozen blocks drawn as
+# 200-pixel tiles would read as a bar chart, not as a pool.
+MAX_CELL_PX = 40
+# The legend's counts change with every frame of a busy pool: shown at most 4 times a second, as
+# text is read (the newest counts always follow). Each change re-laid-out the whole window, ~1 ms.
+LEGEND_INTERVAL_S = 0.25
 
 
 class BlockMapView(QtWidgets.QWidget):
@@ -64,6 +72,7 @@ class BlockMapView(QtWidgets.QWidget):
         self._grid = BlockGrid()
         self._num_blocks = -1  # the pool size drawn; -1 before the first snapshot
         self._blocks_per_cell = 1  # > 1: a big pool's overview (cells of k blocks) unless zoomed in
+        self._span = (0.0, 0.0)  # grid cells the whole view shows across and down (>= the grid)
         self._detail = True  # each block its own cell on screen (a small pool, or zoomed in far enough)
         self._selected = -1
         self._hover_block = -1
@@ -79,9 +88,9 @@ class BlockMapView(QtWidgets.QWidget):
         self._vb = self._glw.addViewBox(row=0, col=0, invertY=True, enableMenu=False)
         self._vb.setDefaultPadding(0.0)
         self._vb.disableAutoRange()
-        self._image = pg.ImageItem(axisOrder="row-major")
-        self._dim = pg.ImageItem(axisOrder="row-major")
-        self._flash = pg.ImageItem(axisOrder="row-major")
+        self._image = ImageItem(axisOrder="row-major")
+        self._dim = ImageItem(axisOrder="row-major")
+        self._flash = ImageItem(axisOrder="row-major")
         self._decor = CellDecorations()
         for z, item in enumerate((self._image, self._dim, self._flash, self._decor)):
             item.setZValue(z)
@@ -113,6 +122,11 @@ class BlockMapView(QtWidgets.QWidget):
         lay.addWidget(self._glw, 1)
         lay.addWidget(self._legend)
         lay.addWidget(self._status)
+
+        self._legend_at = -math.inf  # perf_counter() of the legend's last counts
+        self._legend_timer = QtCore.QTimer(self)
+        self._legend_timer.setSingleShot(True)
+        self._legend_timer.timeout.connect(self._refresh_legend_now)
 
         self._flash_timer = QtCore.QTimer(self)
         self._flash_timer.setInterval(40)
@@ -161,8 +175,15 @@ class BlockMapView(QtWidgets.QWidget):
 
     def reset_view(self) -> None:
         """Show the whole pool again (after the user zoomed with the wheel or panned)."""
-        w, h = max(self._grid.width, 1), max(self._grid.rows, 1)
+        w, h = self._span
         self._vb.setRange(xRange=(0, w), yRange=(0, h), padding=0.0)
+
+    def cell_px(self) -> float:
+        """The side of a drawn cell on screen, in pixels, when the whole pool is shown."""
+        if not self._num_blocks:
+            return 0.0
+        (x0, x1), (y0, y1) = self._vb.viewRange()
+        return min(self._vb.width() / max(x1 - x0, 1e-9), self._vb.height() / max(y1 - y0, 1e-9))
 
     def selected_request(self) -> int:
         return self._selected
@@ -318,18 +339,28 @@ class BlockMapView(QtWidgets.QWidget):
         return int(ids[np.argmax(per)])
 
     # --- internals: grid, flashes and selection ---------------------------------------------------
-    def _layout(self, n: int) -> tuple[int, int]:
-        """(grid width, blocks per cell) for n blocks in the map's area now."""
+    def _layout(self, n: int) -> tuple[int, int, tuple[float, float]]:
+        """(grid width, blocks per cell, cells the view spans across and down) for n blocks in
+        the map's area now. One block per cell: square cells, at most MAX_CELL_PX, the grid at the
+        top left and the view as many cells wide and high as the area holds. A big pool's overview
+        spans its grid exactly (its cells are k blocks wide and one high: not square anyway)."""
         self.layout().activate()  # the map's area as laid out, also before the view is first shown
         size = self._glw.size()
-        return overview_layout(n, max(size.width(), 80), max(size.height(), 50), MIN_CELL_PX)
+        width_px, height_px = max(size.width(), 80), max(size.height(), 50)
+        width, k = overview_layout(n, width_px, height_px, MIN_CELL_PX)
+        rows = max(1, -(-n // width))
+        if k > 1:
+            return width, k, (float(width), float(rows))
+        side = min(width_px / width, height_px / rows, MAX_CELL_PX)
+        return width, k, (max(width, round(width_px / side, 3)), max(rows, round(height_px / side, 3)))
 
     def _set_grid(self, n: int) -> None:
         self._num_blocks = n
-        width, self._blocks_per_cell = self._layout(n) if n else (0, 1)
+        width, self._blocks_per_cell, span = self._layout(n) if n else (0, 1, (1.0, 1.0))
         self._detail = self._blocks_per_cell == 1
         self._grid.resize(n, width or None)
         grid = self._grid
+        self._span = (max(span[0], 1.0), max(span[1], 1.0))
         self._hover_block = -1
         for item, img in ((self._image, grid.index_image), (self._flash, grid.flash_image),
                           (self._dim, grid.dim_image)):
@@ -337,7 +368,7 @@ class BlockMapView(QtWidgets.QWidget):
         self._flash.setVisible(False)
         self._flash_timer.stop()
         self._decor.set_grid(grid.rows, grid.width)
-        w, h = max(grid.width, 1), max(grid.rows, 1)
+        w, h = self._span
         self._vb.setLimits(xMin=0, xMax=w, yMin=0, yMax=h, minXRange=min(4, w), minYRange=min(2, h))
         self.reset_view()
 
@@ -347,6 +378,18 @@ class BlockMapView(QtWidgets.QWidget):
         self._image.setImage(cells, autoLevels=False)
         if cells.size:  # an empty pool has no cells to stretch
             self._image.setRect(QtCore.QRectF(0, 0, self._grid.width, self._grid.rows))
+
+    def _show_overlay(self, item: pg.ImageItem) -> None:
+        """The flash or selection overlay as the cells are drawn: per block, or reduced to the
+        overview's cells (block_map_grid.BlockGrid.reduce_overlay)."""
+        grid = self._grid
+        image = grid.flash_image if item is self._flash else grid.dim_image
+        k = self.blocks_per_cell()
+        if k > 1 and self._num_blocks > 0:
+            image = grid.flash_cells(k) if item is self._flash else grid.reduce_overlay(image, k, brightest=False)
+        item.setImage(image, autoLevels=False)
+        if image.size:
+            item.setRect(QtCore.QRectF(0, 0, grid.width, grid.rows))
 
     def _on_range_changed(self, *_args) -> None:
         """Zoomed in until a block is DETAIL_CELL_PX wide: one cell per block; zoomed out: the overview."""
@@ -358,14 +401,23 @@ class BlockMapView(QtWidgets.QWidget):
             self._detail = detail
             self._hover_block = -1
             self._show_cells()
+            self._show_overlay(self._flash)
+            self._show_overlay(self._dim)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         """A new size may need another layout (a big pool's overview follows the panel's shape)."""
         super().resizeEvent(event)
-        if self._num_blocks > 0 and self._layout(self._num_blocks) != (self._grid.width, self._blocks_per_cell):
+        if self._num_blocks <= 0:
+            return
+        width, k, span = self._layout(self._num_blocks)
+        if (width, k) != (self._grid.width, self._blocks_per_cell):
             self._set_grid(self._num_blocks)
             if self._snapshot is not None:
                 self.update_snapshot(self._snapshot)
+        elif span != self._span:  # the same grid in a panel of another shape: cells stay square
+            self._span = span
+            self._vb.setLimits(xMin=0, xMax=span[0], yMin=0, yMax=span[1])
+            self.reset_view()
 
     def _update_shared(self) -> None:
         snap = self._snapshot
@@ -385,7 +437,7 @@ class BlockMapView(QtWidgets.QWidget):
         if not self._grid.advance_flashes(self._clock(), changed, min_interval_s):
             return
         flashing = bool(len(self._grid.flashing))
-        self._flash.setImage(self._grid.flash_image, autoLevels=False)
+        self._show_overlay(self._flash)
         self._flash.setVisible(flashing)
         if flashing and not self._flash_timer.isActive():
             self._flash_timer.start()
@@ -401,7 +453,7 @@ class BlockMapView(QtWidgets.QWidget):
             self._dim.setVisible(False)
             return
         self._grid.dim_all_but(snap, self._selected)
-        self._dim.setImage(self._grid.dim_image, autoLevels=False)
+        self._show_overlay(self._dim)
         self._dim.setVisible(True)
 
     # --- internals: mouse ------------------------------------------------------------------------
@@ -465,10 +517,22 @@ class BlockMapView(QtWidgets.QWidget):
         return self._grid.block_counts()
 
     def legend_texts(self) -> dict[str, str]:
-        """The legend's text per entry (used, shared, cached, reserved, free, flash)."""
+        """The legend's text per entry (used, shared, cached, reserved, free, flash), as of the
+        newest snapshot (counts still to be shown are shown first)."""
+        if self._legend_timer.isActive():
+            self._refresh_legend_now()
         return self._legend.texts()
 
     def _refresh_legend(self) -> None:
+        wait_s = self._legend_at + LEGEND_INTERVAL_S - time.perf_counter()
+        if wait_s <= 0:
+            self._refresh_legend_now()
+        elif not self._legend_timer.isActive():
+            self._legend_timer.start(int(wait_s * 1000) + 1)
+
+    def _refresh_legend_now(self) -> None:
+        self._legend_timer.stop()
+        self._legend_at = time.perf_counter()
         self._legend.set_counts(self.block_counts(), max(self._num_blocks, 0))
 
     def status_text(self) -> str:

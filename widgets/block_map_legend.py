@@ -25,6 +25,7 @@ _TIPS = {
     "flash": "Flashes fade over 0.5 s on blocks that changed since the last frame: "
              "allocated / prefix-cache hit / evicted / freed by a preemption (in swatch order).",
 }
+_SHARE_TIP = "\nThe percentage: this kind's share of the pool's blocks."
 _LABELS = {"cached": "cached (reusable prefix)", "shared": "shared (ref count > 1)"}
 
 
@@ -35,7 +36,10 @@ def _qcolor(rgb) -> QtGui.QColor:
 
 def _fmt_count(n: int, total: int) -> str:
     pct = 100.0 * n / total if total else 0.0
-    return f"{n:,} block{'' if n == 1 else 's'} ({pct:.1f} % of the pool)"  # the memory bar gives % of device memory
+    # "of the pool" is in each entry's tooltip: at 1280x720 the longer text put every entry on a
+    # line of its own, and the legend took more height than the map (the memory bar gives % of
+    # device memory)
+    return f"{n:,} block{'' if n == 1 else 's'} ({pct:.1f} %)"
 
 
 class _LegendEntry(QtWidgets.QWidget):
@@ -68,7 +72,7 @@ class BlockMapLegend(QtWidgets.QWidget):
         flow = FlowLayout(self)
         self.entries: dict[str, _LegendEntry] = {}
         for key in (*KINDS, "flash"):
-            entry = _LegendEntry(key, _TIPS[key], self)
+            entry = _LegendEntry(key, _TIPS[key] + ("" if key == "flash" else _SHARE_TIP), self)
             self.entries[key] = entry
             flow.addWidget(entry)
         self.entries["flash"].set_text("flash: alloc / hit / evict / preempt")

@@ -48,7 +48,7 @@ REQUEST_SERIES = ("ttft_s", "queue_time_s")
 # engine idle between them -- no request to run until the next arrival: the line breaks there.
 GAP_MIN_S = 0.5
 GAP_FACTOR = 20
-# A latency scatter of more than this many finished requests is redrawn at most every
+# A latency scatter of more than this many requests is redrawn at most every
 # BIG_SCATTER_INTERVAL_S: rebuilding 2 x 3,000 spots took ~10 ms of every frame at maximum speed.
 BIG_SCATTER_POINTS = 1000
 # Compute utilisation per step swings between ~100 % (a prefill) and a few % (decodes): drawn as its
@@ -59,6 +59,13 @@ COMPUTE_TIP = ("Compute utilisation: achieved FLOP/s / the hardware's peak FLOP/
                "this machine's estimated peak), averaged over the last 1 s of engine time. KV cache usage: the\n"
                "share of KV blocks requests hold. The point of the plot: the KV pool fills while compute has headroom.")
 BIG_SCATTER_INTERVAL_S = 0.25
+# In the window the step curves are redrawn at most 20 times a second (LivePlots(step_interval_s=...)):
+# over a run's whole time axis a frame's new point moves a line's end by less than a pixel, and
+# redrawing and repainting six curves was ~3 ms of every 60 Hz frame. The latest series is always
+# drawn, at most this much later.
+STEP_CURVES_INTERVAL_S = 0.05
+LATENCY_TIP = ("One point per request, drawn at the engine time its first token came (it may still be running):\n"
+               "TTFT, arrival to first token; queue time, arrival to first scheduled.")
 
 TITLES = {
     "kv": "KV cache vs compute",  # what they mean: the plot's tooltip (COMPUTE_TIP)
@@ -203,13 +210,20 @@ def sticky_range(shown: tuple | None, lo: float, hi: float) -> tuple:
 class LivePlots(QWidget):
     """Grid of live plots sharing the engine-clock x axis. Call ``set_series`` every frame."""
 
-    def __init__(self, parent: QWidget | None = None, theme: Theme = DARK, max_points: int = 3000):
+    def __init__(self, parent: QWidget | None = None, theme: Theme = DARK, max_points: int = 3000,
+                 step_interval_s: float = 0.0):
         super().__init__(parent)
         self.max_points = int(max_points)
+        self.step_interval_s = step_interval_s  # the step curves redrawn at most this often (0: every call)
+        self._steps_drawn_at = -float("inf")  # perf_counter() of the last redraw of the step curves
+        self._steps_pending: dict | None = None  # the series a throttled redraw will draw
+        self._steps_timer = QTimer(self)
+        self._steps_timer.setSingleShot(True)
+        self._steps_timer.timeout.connect(self._draw_pending_steps)
         self._theme = theme
         self.latency_log_y = False
         self.latency_shown = 0  # requests drawn on the latency plot
-        self.latency_total = 0  # finished requests given
+        self.latency_total = 0  # requests with a first token given
         self._latency_drawn_at = -float("inf")  # perf_counter() of the last redraw of a big scatter
         self._latency_pending: dict | None = None  # the series a throttled redraw will draw
         self._latency_timer = QTimer(self)
@@ -259,6 +273,7 @@ class LivePlots(QWidget):
         kv.enableAutoRange(axis="y", enable=False)
         kv.setLimits(yMin=-10, yMax=200)
         kv.vb.setToolTip(COMPUTE_TIP)
+        self.plots["latency"].vb.setToolTip(LATENCY_TIP)
         # The wall is named in the legend, not on the plot: a label on the line covered the KV curve
         # exactly where it reaches 100 %, and above the line a short plot cuts it off.
         self.wall_line = pg.InfiniteLine(pos=100, angle=0, movable=False)
@@ -407,6 +422,9 @@ class LivePlots(QWidget):
         self._latency_drawn_at = -float("inf")
         self._latency_pending = None
         self._latency_timer.stop()
+        self._steps_drawn_at = -float("inf")
+        self._steps_pending = None
+        self._steps_timer.stop()
         self._x_bounds = None
         self._follow_x = True
         self._shown_x = None
@@ -417,9 +435,30 @@ class LivePlots(QWidget):
     def set_series(self, series: dict) -> None:
         """Draw the run so far. Keys (numpy arrays; any may be missing or empty): per step
         time_s, kv_usage (0..1), num_running, num_waiting, throughput_tokens_per_s,
-        compute_utilization (0..1), preemptions (cumulative); per finished request finish_time_s,
-        ttft_s, queue_time_s (seconds)."""
+        compute_utilization (0..1), preemptions (cumulative); per request with a first token
+        first_token_time_s, ttft_s, queue_time_s (seconds); finish_time_s per finished request."""
         t = _array(series, "time_s")
+        wait_s = self._steps_drawn_at + self.step_interval_s - time.perf_counter()
+        if wait_s > 0:  # drawn later, so that the newest steps show even if no frame follows
+            self._steps_pending = series
+            if not self._steps_timer.isActive():
+                self._steps_timer.start(max(1, int(wait_s * 1000) + 1))
+        else:
+            self._set_step_curves(series, t)
+        self._set_latency(series)
+        self._x_bounds = _bounds(t, _array(series, "first_token_time_s"), _array(series, "finish_time_s"))
+        self._apply_x_range()
+        self._apply_y_ranges()
+
+    def _draw_pending_steps(self) -> None:
+        if self._steps_pending is not None:
+            self._set_step_curves(self._steps_pending, _array(self._steps_pending, "time_s"))
+            self._apply_y_ranges()
+
+    def _set_step_curves(self, series: dict, t: np.ndarray) -> None:
+        self._steps_drawn_at = time.perf_counter()
+        self._steps_pending = None
+        self._steps_timer.stop()
         gaps = idle_gaps(t)
         for key in STEP_SERIES:
             y = _array(series, key)
@@ -436,13 +475,9 @@ class LivePlots(QWidget):
                 y = windowed_mean(x, y, COMPUTE_WINDOW_S)
             x, y = decimate_minmax(x, y, self.max_points)
             self.curves[key].setData(*break_at_gaps(x, y, gaps))
-        self._set_latency(series)
-        self._x_bounds = _bounds(t, _array(series, "finish_time_s"))
-        self._apply_x_range()
-        self._apply_y_ranges()
 
     def _set_latency(self, series: dict) -> None:
-        ft = _array(series, "finish_time_s")
+        ft = _array(series, "first_token_time_s")  # a request is drawn from its first token on
         if len(ft) > BIG_SCATTER_POINTS:
             now = time.perf_counter()
             wait_s = self._latency_drawn_at + BIG_SCATTER_INTERVAL_S - now

@@ -29,15 +29,31 @@ COLUMNS = [
 ]
 
 
+_DISPLAY, _DECORATION, _ALIGNMENT = Qt.DisplayRole, Qt.DecorationRole, Qt.TextAlignmentRole
+_RIGHT_ALIGNED = int(Qt.AlignRight | Qt.AlignVCenter)
+
+
 class RequestsModel(QAbstractTableModel):
     def __init__(self):
         super().__init__()
         self.rows = np.zeros(0)
 
     def set_rows(self, rows: np.ndarray) -> None:
-        self.beginResetModel()
-        self.rows = rows
-        self.endResetModel()
+        """New rows: those past the old count inserted or removed, the rest changed in place. A
+        model reset made the view lay out every row again and repaint it all (~5 ms for 1,000)."""
+        old, new = len(self.rows), len(rows)
+        if new > old:
+            self.beginInsertRows(QModelIndex(), old, new - 1)
+            self.rows = rows
+            self.endInsertRows()
+        elif new < old:
+            self.beginRemoveRows(QModelIndex(), new, old - 1)
+            self.rows = rows
+            self.endRemoveRows()
+        else:
+            self.rows = rows
+        if min(old, new):
+            self.dataChanged.emit(self.index(0, 0), self.index(min(old, new) - 1, len(COLUMNS) - 1))
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -46,13 +62,14 @@ class RequestsModel(QAbstractTableModel):
         return len(COLUMNS)
 
     def data(self, index, role=Qt.DisplayRole):
-        row = self.rows[index.row()]
-        if role == Qt.DisplayRole:
-            return COLUMNS[index.column()][2](row)
-        if role == Qt.DecorationRole and index.column() == 0:
-            return QColor(*request_color(int(row["request_id"])))
-        if role == Qt.TextAlignmentRole and index.column() > 1:
-            return int(Qt.AlignRight | Qt.AlignVCenter)
+        # The view asks ~7 roles of every visible cell on each refresh; the row (a numpy record) is
+        # looked up only for the two this model answers from it.
+        if role == _DISPLAY:
+            return COLUMNS[index.column()][2](self.rows[index.row()])
+        if role == _DECORATION and index.column() == 0:
+            return QColor(*request_color(int(self.rows[index.row()]["request_id"])))
+        if role == _ALIGNMENT and index.column() > 1:
+            return _RIGHT_ALIGNED
         return None
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
@@ -88,7 +105,23 @@ class RequestsTable(QTableView):
         self._sized = False
         self.selected_request = -1
         self._quiet = False
+        self._unseen_rows: np.ndarray | None = None  # the newest rows given while hidden
         self.clicked.connect(self._on_clicked)
+
+    def show_requests(self, rows: np.ndarray) -> None:
+        """set_requests now, or -- hidden (a tab behind the event log, a closed dock) -- when shown:
+        1,000 rows cost ~5 ms to set and nobody would see them."""
+        if self.isVisible():
+            self._unseen_rows = None
+            self.set_requests(rows)
+        else:
+            self._unseen_rows = rows
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if self._unseen_rows is not None:
+            rows, self._unseen_rows = self._unseen_rows, None
+            self.set_requests(rows)
 
     def set_requests(self, rows: np.ndarray) -> None:
         """Rows sorted running first, then by id; the selection follows its request."""

@@ -37,6 +37,7 @@ class ScenarioPanel(QFrame):
         # Sizes relative to the widget's font (rich text), so demo mode's larger font scales them too.
         self.title = QLabel()
         self.title.setTextFormat(Qt.RichText)
+        self.title.setWordWrap(True)  # one line at demo mode's font was 1,150 px: wider than a 1280x720 page
         self.backend = QLabel()
         self.backend.setToolTip("which engine runs this scenario: the simulated backend prices big models on "
                                 "modelled hardware; the real backend runs the tiny model on this machine")

@@ -285,26 +285,32 @@ def cmd_bench(args) -> int:
                 ("requests", f"{live['completed']} completed, {live['preemptions']} preemptions"),
             ], title="The window's default run, headless with its one compute thread"))
             print()
-    if args.what in ("gui",):
-        from kvscope.app.bench.bench_gui import bench_cost, bench_frame
+    gui_part = getattr(args, "part", "both") if args.what == "gui" else None
+    if gui_part in ("cost", "both"):
+        from kvscope.app.bench.bench_gui import bench_cost
 
         r = results["gui_cost"] = bench_cost()
         print(table([
             ("headless", f"{r['headless_steps_per_s']:,.0f} engine steps/s"),
             ("with the window", f"{r['window_steps_per_s']:,.0f} engine steps/s ({r['frames_drawn']} frames drawn, "
                                 f"{r['frames_per_s']:.1f} frames/s)"),
-            ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds (target <= 10 %)"),
+            ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds "
+                                   f"(target <= {r['target_cost'] * 100:g} %)"),
             ("rounds", f"{min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %; "
                        f"over all of them {r['pooled_cost'] * 100:.1f} %"),
         ], title=f"What the window costs the engine (chat workload at maximum speed, {r['seconds']:.0f} s each "
                  f"in {r['rounds']} alternating rounds)"))
         print()
+    if gui_part in ("frame", "both"):
+        from kvscope.app.bench.bench_gui import bench_frame
+
         r = results["gui_frame"] = bench_frame()
         print(table([
             ("pool / running", f"{r['blocks']:,} blocks / {r['running']:,} requests"),
-            ("frame, median", f"{r['frame_median_ms']:.1f} ms (target <= 16 ms): snapshot {r['snapshot_median_ms']:.1f} ms "
-                              f"+ views and repaint {r['render_median_ms']:.1f} ms"),
-            ("frame, p90", f"{r['frame_p90_ms']:.1f} ms"),
+            ("frame, median", f"{r['frame_median_ms']:.1f} ms (target <= {r['target_median_ms']:g} ms): snapshot "
+                              f"{r['snapshot_median_ms']:.1f} ms + views and repaint {r['render_median_ms']:.1f} ms"),
+            ("frame, mean / p90", f"{r['frame_mean_ms']:.1f} / {r['frame_p90_ms']:.1f} ms (the plots, the memory bar, "
+                                  "the status line and the tables are redrawn at 4 - 20 Hz, so some frames hold them)"),
         ], title="One frame of the window (simulated llama-3-8b on h100-80gb)"))
         print()
     if args.what in (None, "trace"):

@@ -3,11 +3,11 @@
 frame: one frame — the engine session's snapshot and frame, pickled and unpickled as they cross
        from the engine process to the window, then handed to every view and the whole window
        repainted — with a 500,000-block pool and 1,024 running requests (simulated llama-3-8b on
-       h100-80gb). Target: median <= 16 ms.
+       h100-80gb). Target: median <= 10 ms (issue 15: 16 ms must hold on a slower machine).
 cost:  engine steps per second with the window open (its engine process running flat out: the
        simulated clock at "max") against the same engine headless in this process, same machine,
        on a chat workload too long to finish meanwhile, in alternating rounds; the median round.
-       Target: the window costs <= 10 %.
+       Target: the window costs <= 5 % (issue 15: 10 % on a slower machine).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import time
 FRAME_BLOCKS = 500_000
 ENDLESS_REQUESTS = 1_000_000
 FRAME_RUNNING = 1024
+# Issue 15: 10 ms here, so that a slower machine of the same kind stays within a 60 Hz frame (16 ms).
+FRAME_TARGET_MS = 10.0
+COST_TARGET = 0.05
 
 
 def _app():
@@ -87,9 +90,10 @@ def bench_frame(frames: int = 120) -> dict:
         total_ms.append((t2 - t0) * 1000)
     window.close()
     return {"blocks": FRAME_BLOCKS, "running": FRAME_RUNNING, "frames": frames,
-            "frame_median_ms": statistics.median(total_ms), "frame_p90_ms": sorted(total_ms)[int(0.9 * frames)],
+            "frame_median_ms": statistics.median(total_ms), "frame_mean_ms": statistics.mean(total_ms),
+            "frame_p90_ms": sorted(total_ms)[int(0.9 * frames)],
             "snapshot_median_ms": statistics.median(snapshot_ms), "render_median_ms": statistics.median(render_ms),
-            "target_median_ms": 16.0}
+            "target_median_ms": FRAME_TARGET_MS}
 
 
 def bench_cost(seconds: float = 12.0, rounds: int = 10) -> dict:
@@ -171,4 +175,4 @@ def bench_cost(seconds: float = 12.0, rounds: int = 10) -> dict:
     return {"seconds": seconds, "rounds": rounds, "headless_steps_per_s": headless,
             "window_steps_per_s": with_window, "cost": statistics.median(round_costs),
             "pooled_cost": 1 - with_window / headless, "round_costs": round_costs,
-            "frames_drawn": frames, "frames_per_s": frames / window_time, "target_cost": 0.10}
+            "frames_drawn": frames, "frames_per_s": frames / window_time, "target_cost": COST_TARGET}

@@ -81,6 +81,9 @@ def add_bench_parser(sub) -> None:
                          help="soak: how long the window runs, up to 1,440 (default 30)")
     p_bench.add_argument("--tracemalloc", action="store_true",
                          help="soak: trace the window's Python allocations from minute 2; list those that grew most")
+    p_bench.add_argument("--part", choices=("frame", "cost", "both"), default="both",
+                         help="gui: only the frame (seconds) or only the window's cost to the engine (minutes); "
+                              "default both")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=lambda a: _lazy("bench.bench_compare", "cmd_bench_compare")(a) if a.what == "compare"
                          else _lazy("bench.bench_scenarios", "cmd_bench_scenarios")(a) if a.what == "scenarios"

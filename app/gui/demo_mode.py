@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRect, Qt, QTimer
+from PySide6.QtCore import QEvent, QRect, Qt, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QToolBar
 
@@ -224,15 +224,28 @@ class DemoMode:
         else:
             w.showNormal()
             w.restoreGeometry(saved.geometry)
-            # restoreGeometry leaves a frame the window manager moved or grew while fullscreen
-            # (1551x776 on a 1280x720 screen): put back the very rectangle, inside the screen.
-            w.setGeometry(_inside_screen(saved.normal_rect, w))
         for action in saved.hidden_actions or []:
             action.setVisible(True)
         w.menuBar().setVisible(saved.menu_bar)
         w.update_docks()
         self._arrange(False)
         self._saved = None
+        if not saved.window_state & (Qt.WindowFullScreen | Qt.WindowMaximized):
+            rect = _inside_screen(saved.normal_rect, w)
+            self._put_back(rect)
+            # A window manager may still move or grow the frame as it leaves fullscreen (1551x776
+            # on a 1280x720 screen): once it has, the rectangle is put back again.
+            QTimer.singleShot(FULLSCREEN_GRANTED_MS, w, lambda: self._put_back(rect))
+
+    def _put_back(self, rect: QRect) -> None:
+        """The window at exactly `rect`. The layouts first take the desk font: until they have, the
+        window's minimum is still demo mode's (a scenario's page at demo sizes is wider than a 1280
+        px screen), and Qt would grow the rectangle to it."""
+        w = self.window
+        if self.active or w.geometry() == rect:
+            return
+        QApplication.sendPostedEvents(None, QEvent.LayoutRequest)
+        w.setGeometry(rect)
 
     def _cover_the_screen(self) -> None:
         w = self.window

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QTabWidget, QToolBar
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QTabWidget, QToolBar
 
 from kvscope.engine.config import ConfigError
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.replay_scrubber import ReplayScrubber
 from kvscope.widgets.settings_panel import SettingsPanel
+from kvscope.widgets.throttled_label import ThrottledLabel
 
 from kvscope.app.gui import menus, panels
 from kvscope.app.gui.app_theme import apply_theme
@@ -33,6 +34,10 @@ from kvscope.app.host.session import EngineSession, FrameDelta
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
 SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
+# The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square
+# cells then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and
+# a few lines of answer.
+DESK_SPLIT = {"block_map": 0.32, "timeline": 0.45, "prompt": 0.23}
 
 
 def _read_through_state(name: str) -> property:
@@ -133,7 +138,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.settings_dock, self.plots_dock], [360, 520], Qt.Horizontal)
         self.resizeDocks([self.bottom_dock], [200], Qt.Vertical)
 
-        self.status = QLabel()
+        self.status = ThrottledLabel()  # 10 times a second at most: see widgets/throttled_label.py
         self.statusBar().addPermanentWidget(self.status, 1)
         self.panels.connect_selection(self.select_request)
         self.prompt.prompt_submitted.connect(self.submit_prompt)
@@ -549,6 +554,19 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.settings_dock, self.plots_dock], [side, plots], Qt.Horizontal)
         if not compact:
             self.resizeDocks([self.bottom_dock], [220], Qt.Vertical)
+        self._share_center_split()
+
+    def _share_center_split(self) -> None:
+        """The live page's split by DESK_SPLIT: left to the widgets' size hints, the batch
+        timeline took twice the block map's height at 1280x720 and a small pool's map was a band."""
+        split = self.center_split
+        names = {id(view): name for name, view in self.panels.views.items()}
+        panel_names = [names.get(id(split.widget(i)), "") for i in range(split.count())]
+        unnamed = [name for name in panel_names if name not in DESK_SPLIT]
+        left = max(0.0, 1.0 - sum(DESK_SPLIT.get(name, 0.0) for name in panel_names))
+        total = sum(split.sizes()) or split.height()
+        split.setSizes([int(total * DESK_SPLIT[name]) if name in DESK_SPLIT else int(total * left / len(unnamed))
+                        for name in panel_names])
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.timer.stop()

@@ -25,7 +25,7 @@ from kvscope.app.gui.window_state import FrameUpdate
 from kvscope.widgets.batch_timeline import BatchTimelineView, TimelineStep
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.event_log import EventLog
-from kvscope.widgets.live_plots import LivePlots
+from kvscope.widgets.live_plots import STEP_CURVES_INTERVAL_S, LivePlots
 from kvscope.widgets.memory_bar import MemoryBudgetBar, Segment
 from kvscope.widgets.requests_table import RequestsTable
 
@@ -73,18 +73,18 @@ def show_memory_budget(view: MemoryBudgetBar, update: FrameUpdate) -> None:
 
 
 def show_series(view: LivePlots, update: FrameUpdate) -> None:
-    if len(update.frame.points) or update.frame.finished:
+    if len(update.frame.points) or update.frame.finished or update.frame.first_tokens:
         view.set_series(update.state.series.arrays())
 
 
 def show_requests(view: RequestsTable, update: FrameUpdate) -> None:
     if update.frame.snapshot is not None:
-        view.set_requests(update.frame.snapshot.requests)
+        view.show_requests(update.frame.snapshot.requests)
 
 
 def show_events(view: EventLog, update: FrameUpdate) -> None:
     if update.frame.events:
-        view.add_lines([event_line(ev) for ev in update.frame.events])
+        view.add_lines(list(update.frame.events), event_line)  # formatted only once the log is seen
 
 
 # Updated in this order: the memory bar reads the block counts of the block map's new drawing.
@@ -92,7 +92,8 @@ PANELS: list[Panel] = [
     Panel("block_map", "Block map", BlockMapView, show_snapshot, stretch=3, export_png=True),
     Panel("timeline", "Batch timeline", BatchTimelineView, show_steps, stretch=2, export_png=True),
     Panel("memory_bar", "Memory budget", MemoryBudgetBar, show_memory_budget, place=TOP),
-    Panel("plots", "Live plots", LivePlots, show_series, place="right", dock=PLOTS_DOCK),
+    Panel("plots", "Live plots", lambda: LivePlots(step_interval_s=STEP_CURVES_INTERVAL_S), show_series,
+          place="right", dock=PLOTS_DOCK),
     Panel("requests", "Requests", RequestsTable, show_requests, place="bottom", dock=LISTS_DOCK,
           min_interval_s=TABLE_INTERVAL_S),
     Panel("event_log", "Event log", lambda: EventLog(kinds=EVENT_KINDS), show_events, place="bottom", dock=LISTS_DOCK),

@@ -10,7 +10,9 @@ from kvscope.app.host.points import POINT_FIELDS, point_array
 THROUGHPUT_WINDOW_S = 1.0  # output tokens per second over the last second of engine time
 
 STEP_KEYS = POINT_FIELDS  # preemptions summed since the start, output tokens per point
-FINISH_KEYS = ("finish_time_s", "ttft_s", "queue_time_s")
+FINISH_KEYS = ("finish_time_s",)  # per finished request
+# per request, from its first token on: the latency plot draws a TTFT while its request still runs
+FIRST_TOKEN_KEYS = ("first_token_time_s", "ttft_s", "queue_time_s")
 
 
 class _Growing:
@@ -36,8 +38,8 @@ class _Growing:
 
 class RunSeries:
     def __init__(self):
-        self.columns = {key: _Growing() for key in (*STEP_KEYS, *FINISH_KEYS, "cumulative_output",
-                                                    "throughput_tokens_per_s")}
+        self.columns = {key: _Growing() for key in (*STEP_KEYS, *FINISH_KEYS, *FIRST_TOKEN_KEYS,
+                                                    "cumulative_output", "throughput_tokens_per_s")}
         self.total_output = 0
         self.total_preemptions = 0
 
@@ -58,10 +60,12 @@ class RunSeries:
         self._extend_throughput()
 
     def add_finished(self, finished) -> None:
-        times, ttft, queue = zip(*finished)
-        self.columns["finish_time_s"].extend(times)
-        self.columns["ttft_s"].extend(ttft)
-        self.columns["queue_time_s"].extend(queue)
+        self.columns["finish_time_s"].extend([row[0] for row in finished])
+
+    def add_first_tokens(self, first_tokens) -> None:
+        """(first_token_time_s, ttft_s, queue_time_s) rows, one per request as its first token came."""
+        for key, values in zip(FIRST_TOKEN_KEYS, zip(*first_tokens)):
+            self.columns[key].extend(values)
 
     def throughput(self) -> np.ndarray:
         """Output tokens per second over the trailing THROUGHPUT_WINDOW_S of engine time, at every step."""
@@ -86,6 +90,6 @@ class RunSeries:
         out.extend((cum[first:] - before) / np.maximum(span, THROUGHPUT_WINDOW_S if len(t) > 1 else span))
 
     def arrays(self) -> dict:
-        out = {key: self.columns[key].view() for key in (*STEP_KEYS, *FINISH_KEYS)}
+        out = {key: self.columns[key].view() for key in (*STEP_KEYS, *FINISH_KEYS, *FIRST_TOKEN_KEYS)}
         out["throughput_tokens_per_s"] = self.throughput()  # computed as points arrive
         return out

@@ -91,6 +91,8 @@ class WindowState:
             self.series.add_points(frame.points)
         if frame.finished:
             self.series.add_finished(frame.finished)
+        if frame.first_tokens:
+            self.series.add_first_tokens(frame.first_tokens)
         if frame.summary is not None:
             self.latest_summary = frame.summary
         if frame.snapshot is not None:

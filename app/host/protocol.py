@@ -90,6 +90,9 @@ class FrameDelta(Frame):
     events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))  # newest engine Events
     points: np.ndarray = field(default_factory=no_points)  # since the last frame (POINT_DTYPE)
     finished: list = field(default_factory=list)  # (finish_time_s, ttft_s, queue_time_s)
+    # (first_token_time_s, ttft_s, queue_time_s) of each request whose first token came since the
+    # previous frame: the latency plot shows a request when it has a TTFT, not when it ends
+    first_tokens: list = field(default_factory=list)
     summary: dict | None = None
     engine_info: object | None = None  # EngineInfo, set when a new engine was built (or a replay sought)
     recording_steps: int | None = None  # steps recorded so far while a recording runs, else None
@@ -101,7 +104,8 @@ class FrameDelta(Frame):
     @property
     def idle(self) -> bool:
         return super().idle and not (self.snapshot is not None or self.steps or self.events or len(self.points)
-                                     or self.finished or self.summary is not None or self.engine_info is not None
+                                     or self.finished or self.first_tokens or self.summary is not None
+                                     or self.engine_info is not None
                                      or self.recording_steps is not None or self.texts
                                      or self.submitted_request_id is not None or self.prompt_refused is not None)
 

@@ -2,7 +2,7 @@
 
 ReplaySession reads a recording (`kvscope run --record`) and hands the window the same FrameDeltas
 the live engine does: the snapshot as it was after the newest step replayed, and the steps, events,
-plot points and finished requests since the previous frame. No model, no GPU. It runs in a
+plot points, first tokens and finished requests since the previous frame. No model, no GPU. It runs in a
 process of its own like every session; read_replay_info() is what the window reads of the file
 first, to refuse a damaged one before any view changes.
 
@@ -51,6 +51,43 @@ from kvscope.app.host.session import SERIES_INTERVAL_S, SUMMARY_INTERVAL_S, Engi
 
 HISTORY_POINTS = 2_000  # plot points a seek sends for the history before it: the plots' resolution
 FULL_WAIT_S = 0.002  # at speed 0, with a timeline's worth of steps unsent, wait this long for the frame
+
+
+def first_token_rows(recording: Recording, end_times: np.ndarray) -> dict:
+    """Each recorded request's first token, as the live session sent it (session.py): arrays step
+    (the recorded step that made it), first_token_time_s, ttft_s, queue_time_s, in step order. The
+    recording keeps a TTFT and queue time per finished request and the admission (first scheduled)
+    time per request; a request still running at the end has its TTFT in the last snapshot."""
+    finished = recording.finished_requests()
+    admitted = recording.events_of_kind(EventKind.ADMITTED)
+    arrival = dict(zip(admitted["request_id"].tolist(), (admitted["time_s"] - admitted["value"]).tolist()))
+    queue = dict(zip(admitted["request_id"].tolist(), admitted["value"].tolist()))
+    initial = recording.initial_snapshot().requests  # admitted before the recording started
+    for rid, arrived in zip(initial["request_id"].tolist(), initial["arrival_time_s"].tolist()):
+        arrival.setdefault(rid, arrived)
+    times, ttfts, queues = [], [], []
+    for rid, finish, ttft, queued in zip(finished["request_id"].tolist(), finished["finish_time_s"].tolist(),
+                                         finished["ttft_s"].tolist(), finished["queue_time_s"].tolist()):
+        arrived = arrival.get(rid)  # unknown only for a row the recorder could not name (id -1)
+        times.append(arrived + ttft if arrived is not None else finish)
+        ttfts.append(ttft)
+        queues.append(queued)
+    done = set(finished["request_id"].tolist())
+    if recording.num_steps and any(rid not in done for rid in queue):
+        running = recording.snapshot_at(recording.num_steps - 1).requests
+        for rid, arrived, ttft in zip(running["request_id"].tolist(), running["arrival_time_s"].tolist(),
+                                      running["ttft_s"].tolist()):
+            if ttft == ttft and rid in queue:  # a first token, and a queue time this recording saw
+                times.append(arrived + ttft)
+                ttfts.append(ttft)
+                queues.append(queue[rid])
+    first_token_time = np.asarray(times, dtype=np.float64)
+    # A first token comes at its step's end; arrival + TTFT may miss that sum by a rounding error.
+    step = np.minimum(np.searchsorted(end_times, first_token_time - 1e-9, side="left"), max(len(end_times) - 1, 0))
+    order = np.argsort(step, kind="stable")
+    return {"step": step[order], "first_token_time_s": first_token_time[order],
+            "ttft_s": np.asarray(ttfts, dtype=np.float64)[order],
+            "queue_time_s": np.asarray(queues, dtype=np.float64)[order]}
 
 
 def _known_fields(cls, values: dict) -> dict:
@@ -183,6 +220,7 @@ class ReplaySession(Session):
         self._cum_output = np.concatenate([[0], np.cumsum(series["output_tokens"])])
         self._cum_preemptions = np.concatenate([[0], np.cumsum(series["preemptions"])])
         self._finished = recording.finished_requests()
+        self._first_tokens = first_token_rows(recording, self._end_times)
         self._rejected_steps = recording.events_of_kind(EventKind.REJECTED)["step"]
         self._opening = opening_position(series["kv_usage"])
         self._seek(0)
@@ -253,6 +291,7 @@ class ReplaySession(Session):
         frame.steps.append(result)
         frame.events.extend(result.events)
         frame.finished.extend(self._finished_between(i, i + 1))
+        frame.first_tokens.extend(self._first_tokens_between(i, i + 1))
         self.position = i + 1
         self._steps_since_frame += 1
 
@@ -296,6 +335,12 @@ class ReplaySession(Session):
         return list(zip(f["finish_time_s"][lo:hi].tolist(), f["ttft_s"][lo:hi].tolist(),
                         f["queue_time_s"][lo:hi].tolist()))
 
+    def _first_tokens_between(self, start: int, stop: int) -> list:
+        f = self._first_tokens
+        lo, hi = np.searchsorted(f["step"], [start, stop], side="left")
+        return list(zip(f["first_token_time_s"][lo:hi].tolist(), f["ttft_s"][lo:hi].tolist(),
+                        f["queue_time_s"][lo:hi].tolist()))
+
     def _snapshot(self, position: int):
         return self.recording.initial_snapshot() if position == 0 else self.recording.snapshot_at(position - 1)
 
@@ -337,6 +382,7 @@ class ReplaySession(Session):
         frame.events.extend(events)
         frame.points = self._history_points(position)
         frame.finished.extend(self._finished_between(0, position))
+        frame.first_tokens.extend(self._first_tokens_between(0, position))
         return frame
 
     def _history_points(self, position: int) -> np.ndarray:

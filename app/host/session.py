@@ -3,8 +3,9 @@
 An EngineSession owns the Engine: it builds it (loading a real model can take seconds), steps it
 while playing -- pacing the simulated clock to a multiple of real time -- and gathers what the
 window needs. When the window asks (at most once per frame) take_frame() hands over one
-FrameDelta: a fresh snapshot and the steps, events and finished-request metrics since the previous
-frame, bounded so a frame costs the same however fast the engine runs. The engine never waits for
+FrameDelta: a fresh snapshot and the steps, events and per-request latencies since the previous
+frame (a request's TTFT and queue time as soon as its first token is made, its finish time when it
+ends), bounded so a frame costs the same however fast the engine runs. The engine never waits for
 the window; what the window had no time to draw is dropped or summarised.
 
 With a model that reads and writes text (a tokenizer with a chat template), a chat workload's
@@ -23,6 +24,8 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from itertools import chain
+
+import numpy as np
 
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
@@ -119,6 +122,9 @@ class EngineSession(Session):
         self.mean_step_s = float("inf")  # wall time of a flat-out step, measured over the last advance()
         self._pacing = Pacing()
         self._finished_seen = 0
+        # Ids (sorted) of requests whose first token a frame has carried and that were still in the
+        # engine at the last snapshot: a request finishing later must not be sent twice (_request_finished).
+        self._first_token_sent = np.zeros(0, dtype=np.int64)
         self._config: RunConfig | None = None
         self._label = ""
         self._recorder = None  # a RunRecorder while the window records the run
@@ -212,6 +218,7 @@ class EngineSession(Session):
         if self.engine is not None and self._stepped:
             frame.snapshot = self.engine.snapshot()
             self._stepped = False
+            self._send_first_tokens(frame, frame.snapshot.requests)
             now = time.perf_counter()
             if frame.summary is None and now - self._last_summary >= self._summary_interval:
                 frame.summary = self.engine.summary()
@@ -318,6 +325,7 @@ class EngineSession(Session):
         self._config = config
         self.engine = None
         self._finished_seen = 0
+        self._first_token_sent = np.zeros(0, dtype=np.int64)
         self._point_base = (0, 0.0, 0.0, 0)
         self._point_steps = 0
         self._last_result = None
@@ -357,6 +365,7 @@ class EngineSession(Session):
             self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
             return
         self.engine = engine
+        self._watch_finishes(engine)
         self._label = label
         cache = getattr(engine.runner, "cache", None)
         info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
@@ -484,3 +493,38 @@ class EngineSession(Session):
             self._pending.finished.extend(zip(metrics.finish_times[seen:], metrics.ttft[seen:],
                                               metrics.queue_time[seen:]))
             self._finished_seen = len(metrics.ttft)
+
+    # -- first tokens ---------------------------------------------------------------------------
+    def _send_first_tokens(self, frame: FrameDelta, table) -> None:
+        """Puts into the frame the first token of every request in the snapshot's table that has
+        one and has not been sent: the latency plot shows a TTFT while its request still runs. The
+        snapshot computed every active request's TTFT already: ~36 us a frame with 1,024 running."""
+        ids = np.sort(table["request_id"][np.isfinite(table["ttft_s"])])
+        requests = self.engine.requests
+        for request_id in ids[~np.isin(ids, self._first_token_sent, assume_unique=True)].tolist():
+            frame.first_tokens.append(_first_token_row(requests[request_id]))
+        # Only requests still in the engine can finish later: the array stays as big as the batch.
+        self._first_token_sent = ids
+
+    def _watch_finishes(self, engine: Engine) -> None:
+        """Calls _request_finished with every request the engine finishes, inside its step: a
+        request that got its first token and finished between two snapshots was never in a table."""
+        record_finish = engine.metrics.on_finish
+
+        def on_finish(request) -> None:
+            record_finish(request)
+            self._request_finished(request)
+
+        engine.metrics.on_finish = on_finish
+
+    def _request_finished(self, request) -> None:
+        sent = self._first_token_sent
+        at = int(np.searchsorted(sent, request.request_id))
+        if at == len(sent) or sent[at] != request.request_id:  # its first token came since the last snapshot
+            self._pending.first_tokens.append(_first_token_row(request))
+
+
+def _first_token_row(request) -> tuple:
+    """(first_token_time_s, ttft_s, queue_time_s), as the engine's metrics compute them at finish."""
+    return (request.first_token_time, request.first_token_time - request.arrival_time,
+            request.first_scheduled_time - request.arrival_time)
