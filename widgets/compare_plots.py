@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
-from kvscope.widgets.live_plots import decimate_minmax, let_title_shrink
+from kvscope.widgets.live_plots import decimate_minmax, let_title_shrink, sticky_range
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 # plot key -> (title, y axis label)
@@ -68,10 +68,16 @@ class ComparePlots(QWidget):
             plot.setMenuEnabled(False)
             plot.hideButtons()
             plot.setLimits(yMin=0)
+            # sticky ranges (live_plots.sticky_range): an axis that moved every frame regenerated
+            # its ticks and re-laid-out the plots, ~16 ms of a comparison's 16 ms frame
+            plot.enableAutoRange(x=False, y=False)
+            plot.vb.sigRangeChangedManually.connect(self._stop_following)
             plot.titleLabel.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
             let_title_shrink(plot.titleLabel)
             self.plots[key] = plot
         self.moment_lines: list[tuple] = []  # (plot, line)
+        self._following = True  # ranges follow the data until the user pans or zooms
+        self._shown: dict[tuple, tuple] = {}  # (plot key, axis) -> range shown
         self.asked_title = ""
         self.set_asked_plot(None)
         self.plots["kv_usage"].setYRange(0, 105, padding=0)
@@ -107,6 +113,7 @@ class ComparePlots(QWidget):
             self.plots[key].setMaximumWidth(16777215 if shown else 0)
         plot.setLabel("left", unit)
         plot.vb.setToolTip(tip)
+        self._shown.pop(("asked", "y"), None)
         plot.setTitle(f"<b>{escape(self.asked_title)}</b>", color=hex_color(self._theme.foreground), size="9pt")
 
     def set_asked_series(self, index: int, time_s, values) -> None:
@@ -114,6 +121,7 @@ class ComparePlots(QWidget):
         if index < len(self.curves):
             self.curves[index]["asked"].setData(np.asarray(time_s, dtype=np.float64),
                                                 np.asarray(values, dtype=np.float64))
+            self._follow_data()
 
     def mark_moment(self, time_s: float | None, text: str = "") -> None:
         """A vertical line at one moment on every plot (the reveal's decisive moment); None removes it."""
@@ -142,12 +150,42 @@ class ComparePlots(QWidget):
 
         for key, y in values.items():  # long runs thinned keeping each bin's peaks, as the live plots do
             self.curves[index][key].setData(*decimate_minmax(t, y, MAX_POINTS))
+        self._follow_data()
+
+    def _stop_following(self, *_) -> None:
+        self._following = False
+
+    def _follow_data(self) -> None:
+        """Every plot's x range holds every curve, each y range (KV fixed at 0 - 105 %) its data
+        from zero, both moving only when the data leaves them."""
+        if not self._following:
+            return
+        for key, plot in self.plots.items():
+            xs, ys = [], []
+            for per_config in self.curves:
+                item = per_config[key]  # the data as set: getData() is clipped to the view
+                x, y = item.xData, item.yData
+                if x is not None and len(x):
+                    xs.append((x[0], x[-1]))
+                    ys.append((np.nanmin(y), np.nanmax(y)))
+            if not xs:
+                continue
+            axes = [("x", 0.0, max(hi for _, hi in xs))]
+            if key != "kv_usage":
+                axes.append(("y", min(0.0, min(lo for lo, _ in ys)), max(hi for _, hi in ys)))
+            for axis, lo, hi in axes:
+                shown = sticky_range(self._shown.get((key, axis)), lo, hi)
+                if shown != self._shown.get((key, axis)):
+                    self._shown[(key, axis)] = shown
+                    (plot.setXRange if axis == "x" else plot.setYRange)(*shown, padding=0)
 
     def clear(self) -> None:
         for per_config in self.curves:
             for item in per_config.values():
                 item.setData([], [])
         self.mark_moment(None)
+        self._shown.clear()
+        self._following = True
 
     def curve_data(self, index: int, key: str) -> tuple:
         return self.curves[index][key].getData()

@@ -1,0 +1,50 @@
+"""The comparison's results table updates in place while a comparison runs, and says the same as a
+table built from scratch."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from kvscope.widgets.results_table import ResultRow, ResultsTable
+
+LABELS = ["paged, fp16 KV", "paged, fp8 KV"]
+
+
+def _rows(ttft_a: float, ttft_b: float) -> list[ResultRow]:
+    return [ResultRow("TTFT p50", "ms", (ttft_a, ttft_b), "lower", 1),
+            ResultRow("requests running", "", (4, 7), "higher", 0)]
+
+
+def test_an_update_changes_the_cells_in_place_and_reads_like_a_fresh_table(qtbot):
+    table = ResultsTable()
+    qtbot.addWidget(table)
+    table.set_results(LABELS, _rows(100.0, 50.0))
+    first_item = table.item(0, 1)
+    assert table.shown_text(0, 3) == "\u00d70.50"
+    assert table.item(0, 3).data(Qt.ForegroundRole) is not None  # an improvement is coloured
+
+    table.set_results(LABELS, _rows(100.0, 100.0))
+    assert table.item(0, 1) is first_item  # the same cell, not a rebuilt table
+    assert table.shown_text(0, 2) == "100.0"
+    assert table.shown_text(0, 3) == "\u00d71.00"
+    assert table.item(0, 3).data(Qt.ForegroundRole) is None  # no change: no colour left from before
+
+    fresh = ResultsTable()
+    qtbot.addWidget(fresh)
+    fresh.set_results(LABELS, _rows(100.0, 100.0))
+    for r in range(table.rowCount()):
+        for c in range(table.columnCount()):
+            assert table.shown_text(r, c) == fresh.shown_text(r, c)
+
+
+def test_new_configurations_rebuild_the_table_and_fit_its_columns(qtbot):
+    table = ResultsTable()
+    qtbot.addWidget(table)
+    table.set_results(LABELS, _rows(1.0, 2.0))
+    table.set_results(LABELS + ["a much longer configuration label"], [
+        ResultRow("TTFT p50", "ms", (1.0, 2.0, 123456.7), "lower", 1)])
+    assert table.columnCount() == 1 + 3 + 2 and table.rowCount() == 1
+    assert table.shown_text(0, 4) == "123,456.7"
+    # measured once after the update: the widest cell fits its column
+    width = table.fontMetrics().horizontalAdvance("123,456.7")
+    assert table.columnWidth(4) >= width
