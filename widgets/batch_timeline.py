@@ -266,13 +266,20 @@ class BatchTimelineView(QWidget):
         t = self._theme
         sw = "<span style='color:{c}; font-size:13pt'>\u25a0</span>&nbsp;{txt}"
         mk = "<span style='color:{c}; font-size:11pt'>{g}</span>&nbsp;{txt}"
+
+        # Non-breaking spaces inside an entry: the label may wrap between entries at a narrow width, never
+        # inside one ("joined" on one line, "(refill)" on the next read as two entries).
+        def nb(text: str) -> str:
+            return text.replace(" ", "&nbsp;")
+
         shades = "".join(
             f"<span style='color:{hex_color(_blend(t.background, t.prefill, s))}; font-size:13pt'>\u25a0</span>"
             for s in PREFILL_SHADES)
         items = [
-            sw.format(c=hex_color(t.decode), txt="decode (1 token)"),
-            f"{shades}&nbsp;prefill chunk ({PREFILL_BIN_LABELS[0].replace('<', '&lt;')} \u2026 {PREFILL_BIN_LABELS[-1]} tokens)",
-            mk.format(c=hex_color(t.good), g=_MARK_GLYPH[JOINED], txt="joined (refill)"),
+            sw.format(c=hex_color(t.decode), txt=nb("decode (1 token)")),
+            f"{shades}&nbsp;" + nb(f"prefill chunk ({PREFILL_BIN_LABELS[0].replace('<', '&lt;')} \u2026 "
+                                   f"{PREFILL_BIN_LABELS[-1]} tokens)"),
+            mk.format(c=hex_color(t.good), g=_MARK_GLYPH[JOINED], txt=nb("joined (refill)")),
             mk.format(c=hex_color(t.foreground), g=_MARK_GLYPH[FINISHED], txt="finished"),
             mk.format(c=hex_color(t.warning), g=_MARK_GLYPH[PREEMPTED], txt="preempted"),
         ]

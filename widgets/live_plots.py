@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
+import shiboken6
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
@@ -129,11 +130,44 @@ def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple:
     return xs, ys
 
 
+TITLE_ROW_PX = 30  # pyqtgraph's fixed title row: two lines at 9 pt
+
+
+def fit_title_row(label: pg.LabelItem) -> None:
+    """A plot's title row as tall as its title's lines (PlotItem.setTitle fixes it at 30 px, which cut
+    a wrapped or scaled title in half, or let it cover the plot's top)."""
+    parent = label.parentItem()
+    if isinstance(parent, pg.PlotItem) and parent.titleLabel is label and label.isVisible():
+        margins = 2 * label.item.document().documentMargin()
+        height = max(TITLE_ROW_PX, int(label.item.boundingRect().height() - margins) + 2)
+        if parent.layout.rowMaximumHeight(0) != height:
+            label.setMaximumHeight(height)
+            parent.layout.setRowFixedHeight(0, height)
+
+
 def let_title_shrink(label: pg.LabelItem) -> None:
-    """A plot title narrower than its text is cut, not made the plot's minimum width: pyqtgraph's
-    LabelItem re-sets its text's width as its minimum on every setText and resize (updateMin), which
-    pushed the plots past a side dock and off the right edge of a 1280 px screen in demo mode."""
+    """A plot title wider than its plot wraps onto more lines (at its breakable spaces, each line
+    centred), and never becomes the plot's minimum width: pyqtgraph's LabelItem re-sets its text's width
+    as its minimum on every setText and resize (updateMin), which pushed the plots past a side dock and
+    off the right edge of a 1280 px screen in demo mode; cut instead, the legend lost its last entry
+    ("KV pool full" read "KV poo" in demo mode's large font)."""
     original = label.updateMin
+    original_resize = label.resizeEvent
+    text_option = label.item.document().defaultTextOption()
+    text_option.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+    label.item.document().setDefaultTextOption(text_option)
+
+    def resize_event(event):
+        if not shiboken6.isValid(label.item):  # a closing window lays out what it is deleting
+            return
+        room = label.rect().width()
+        label.item.setTextWidth(-1)
+        if room > 0 and label.item.boundingRect().width() > room:
+            label.item.setTextWidth(room)
+        original_resize(event)
+        # The row is re-fitted after this event, not in it: re-laying out the plot from inside its own
+        # layout pass crashed a closing window (the plot deleted under the call).
+        QTimer.singleShot(0, label, lambda: fit_title_row(label))
 
     def update_min():
         original()
@@ -144,6 +178,7 @@ def let_title_shrink(label: pg.LabelItem) -> None:
         label.updateGeometry()
 
     label.updateMin = update_min
+    label.resizeEvent = resize_event
     update_min()
 
 
@@ -337,7 +372,8 @@ class LivePlots(QWidget):
                          f"&nbsp;{legend}")
         if name == "kv":
             parts.append(f"<span style='color:{hex_color(self._theme.accent)}'>\u254c</span>&nbsp;KV pool full")
-        return "&nbsp;&nbsp;".join(parts)
+        # A narrow plot wraps its title between entries, never inside one (a sample apart from its name).
+        return "&nbsp; ".join(f"<span style='white-space:nowrap'>{part}</span>" for part in parts)
 
     def title_text(self, name: str) -> str:
         title = TITLES[name]

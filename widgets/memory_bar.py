@@ -1,7 +1,8 @@
 """The memory budget as one stacked bar: weights | KV in use | KV cached | KV free | reserve.
 
 Each segment is labelled with its size in bytes and its share of the budget (a segment too narrow
-for that gives them in a row under the bar); the whole bar is the memory the engine plans with. The app computes the segments; this view only draws them.
+for that gives them in a row under the bar, wrapped onto a second row where one is too short); the
+whole bar is the memory the engine plans with. The app computes the segments; this view only draws them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from kvscope.widgets.palette import DARK, Theme
@@ -18,6 +19,7 @@ from kvscope.widgets.palette import DARK, Theme
 
 BAR_HEIGHT = 36
 CROWDED_ROW_Y = 24 + BAR_HEIGHT + 2  # the row of the segments too narrow to carry their sizes
+CROWDED_ROW_HEIGHT = 20
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,16 @@ def format_bytes(n: float) -> str:
     for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_bytes_short(n: float) -> str:
+    """Three significant digits ("720 KiB", "23.6 MiB", "3.87 GiB"): the row under the bar is short, and
+    the exact size is in the tooltip."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.{1 if value >= 9.995 else 2}f} {unit}"
     return f"{n:.0f} B"
 
 
@@ -50,12 +62,33 @@ class MemoryBudgetBar(QWidget):
         self.theme: Theme = DARK
         self.title = "Memory budget"
         self.segments: list[Segment] = []
-        self.setMinimumHeight(CROWDED_ROW_Y + 20)
+        self._crowded_rows = 1
+        self._crowded_key: tuple = ()
+        self.setMinimumHeight(CROWDED_ROW_Y + CROWDED_ROW_HEIGHT)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self.setMouseTracking(True)
 
     def sizeHint(self) -> QSize:
-        return QSize(800, CROWDED_ROW_Y + 22)
+        return QSize(800, CROWDED_ROW_Y + CROWDED_ROW_HEIGHT * self._crowded_rows + 2)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._fit_crowded_rows()
+
+    def _fit_crowded_rows(self) -> None:
+        """Grows (or shrinks) the widget by whole rows so that every crowded segment's entry is shown
+        whole; only when the number of rows changes, so a busy run does not re-lay out the window."""
+        crowded = self.crowded_segments()
+        key = (self.width(), tuple(seg.label for seg in crowded))
+        if key == self._crowded_key:  # rows depend only on these (each entry has a fixed slot)
+            return
+        self._crowded_key = key
+        entries = self._crowded_layout(crowded)
+        rows = 1 + max((row for _seg, _x, row, _text in entries), default=0)
+        if rows != self._crowded_rows:
+            self._crowded_rows = rows
+            self.setMinimumHeight(CROWDED_ROW_Y + CROWDED_ROW_HEIGHT * rows)
+            self.updateGeometry()
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -64,6 +97,7 @@ class MemoryBudgetBar(QWidget):
     def set_segments(self, title: str, segments: list[Segment]) -> None:
         self.title = title
         self.segments = [s for s in segments if s.nbytes > 0]
+        self._fit_crowded_rows()
         wait_s = self._painted_at + REPAINT_INTERVAL_S - time.perf_counter()
         if wait_s <= 0:
             self.update()
@@ -78,6 +112,11 @@ class MemoryBudgetBar(QWidget):
         total = self.total_bytes or 1
         return f"{segment.label}: {format_bytes(segment.nbytes)} ({100 * segment.nbytes / total:.1f} %)"
 
+    def crowded_text(self, segment: Segment) -> str:
+        """A crowded segment's entry in the row under the bar: its size to three digits, and its share."""
+        total = self.total_bytes or 1
+        return f"{segment.label}: {format_bytes_short(segment.nbytes)} ({100 * segment.nbytes / total:.1f} %)"
+
     def _bar_rect(self) -> QRectF:
         return QRectF(8, 24, max(10, self.width() - 16), BAR_HEIGHT)
 
@@ -91,7 +130,7 @@ class MemoryBudgetBar(QWidget):
             x += width
 
     def crowded_segments(self) -> list[Segment]:
-        """Segments too narrow for their bytes and percent: those are given in the title row."""
+        """Segments too narrow for their bytes and percent: those are given in the row under the bar."""
         metrics = self.fontMetrics()
         return [seg for seg, rect in self._segment_rects()
                 if metrics.horizontalAdvance(self.segment_text(seg)) + 8 > rect.width()]
@@ -124,23 +163,42 @@ class MemoryBudgetBar(QWidget):
         self._paint_crowded(painter, crowded)
         painter.end()
 
-    def _paint_crowded(self, painter: QPainter, crowded: list[Segment]) -> None:
-        """The crowded segments' sizes in a row under the bar, each behind a swatch of its colour, in
-        a slightly smaller font; what still does not fit ends in an ellipsis (and is in the tooltip)."""
+    def _crowded_font(self) -> QFont:
         font = QFont(self.font())
         font.setPointSizeF(font.pointSizeF() * 0.9)
-        painter.save()
-        painter.setFont(font)
-        metrics = painter.fontMetrics()
-        x, right = 8.0, self.width() - 8.0
+        return font
+
+    def _crowded_layout(self, crowded: list[Segment]) -> list[tuple[Segment, float, int, str]]:
+        """(segment, x, row, text) of each crowded segment's entry under the bar. Each entry takes the room
+        of its widest value ("8888 MiB (88.8 %)"), so that entries do not shift as the numbers change and
+        the row count changes only when the set of crowded segments does; an entry that does not fit the
+        rest of a row starts the next one. Only an entry wider than the whole bar is elided."""
+        metrics = QFontMetricsF(self._crowded_font())
+        left, right = 8.0, self.width() - 8.0
+        entries, x, row = [], left, 0
         for seg in crowded:
-            if x + 20 > right:
-                break
-            text = metrics.elidedText(self.segment_text(seg), Qt.ElideRight, int(right - x - 12))
-            painter.fillRect(QRectF(x, CROWDED_ROW_Y + 5, 9, 9), QColor(*seg.color))
-            painter.setPen(QColor(*self.theme.foreground))
-            painter.drawText(QRectF(x + 12, CROWDED_ROW_Y, right - x - 12, 20), Qt.AlignLeft | Qt.AlignVCenter, text)
-            x += 12 + metrics.horizontalAdvance(text) + 12
+            text = self.crowded_text(seg)
+            slot = 12 + max(metrics.horizontalAdvance(text),
+                            metrics.horizontalAdvance(f"{seg.label}: 8888 MiB (88.8 %)"))
+            if x > left and x + slot > right:
+                x, row = left, row + 1
+            if x + slot > right:
+                text = metrics.elidedText(text, Qt.ElideRight, max(0.0, right - x - 12))
+            entries.append((seg, x, row, text))
+            x += slot + 14
+        return entries
+
+    def _paint_crowded(self, painter: QPainter, crowded: list[Segment]) -> None:
+        """The crowded segments' sizes in rows under the bar, each behind a swatch of its colour, in a
+        slightly smaller font (the exact size is in the tooltip)."""
+        painter.save()
+        painter.setFont(self._crowded_font())
+        painter.setPen(QColor(*self.theme.foreground))
+        for seg, x, row, text in self._crowded_layout(crowded):
+            y = CROWDED_ROW_Y + CROWDED_ROW_HEIGHT * row
+            painter.fillRect(QRectF(x, y + 5, 9, 9), QColor(*seg.color))
+            painter.drawText(QRectF(x + 12, y, self.width() - x - 20, CROWDED_ROW_HEIGHT),
+                             Qt.AlignLeft | Qt.AlignVCenter, text)
         painter.restore()
 
     def segment_at(self, x: float) -> Segment | None:

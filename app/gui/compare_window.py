@@ -42,6 +42,7 @@ from kvscope.app.gui.view_export import export_csv
 
 FRAME_INTERVAL_MS = 33  # four block maps at 30 frames a second read as smooth
 WIDE_PX = 1500  # from this width the plots and the results table sit side by side
+LEGEND_CLEARANCE_PX = 8  # between the block maps' legend and the splitter handle under it (half above the plots')
 COLUMNS_SHARE = 0.5  # of the height below the scenario strip: the block maps; the rest plots and table
 REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the results table more room
 PLOTS_SHARE = 0.6  # of a wide window's width: the plots; the rest the results table ...
@@ -181,7 +182,9 @@ class CompareView(QWidget):
                                      "reserved: held by a request, no token written yet; free: empty")
         self.columns_box = QWidget()
         columns_layout = QVBoxLayout(self.columns_box)
-        columns_layout.setContentsMargins(0, 0, 0, 0)
+        # Room under the legend: the splitter handle below draws its grip at its centre, and with no
+        # margin the grip sat on the legend's descenders ("cached prefix").
+        columns_layout.setContentsMargins(0, 0, 0, LEGEND_CLEARANCE_PX)
         columns_layout.setSpacing(2)
         grid_box = QWidget()
         self.columns_grid = QGridLayout(grid_box)
@@ -203,6 +206,7 @@ class CompareView(QWidget):
         self._sized = False
         self._table_fitted = False
         self.bottom = QStackedWidget()
+        self.bottom.setContentsMargins(0, LEGEND_CLEARANCE_PX // 2, 0, 0)  # the plots' legend, under the grip
         self.bottom.addWidget(self.bottom_tabs)
         self.bottom.addWidget(self.bottom_split)
         self.split = QSplitter(Qt.Vertical)
@@ -257,13 +261,22 @@ class CompareView(QWidget):
 
     def _fit_splitters(self) -> None:
         """The first layout at the window's real size: block maps over plots, plots beside the table."""
-        height, width = self.split.height(), self.bottom_split.width()
+        height, width = sum(self.split.sizes()), self.bottom_split.width()
         if height < 200:
             return
-        self.split.setSizes([int(height * COLUMNS_SHARE), height - int(height * COLUMNS_SHARE)])
+        columns = self._columns_height(height, COLUMNS_SHARE)
+        self.split.setSizes([columns, height - columns])
         if self._wide and width > 200:
             self.bottom_split.setSizes([int(width * PLOTS_SHARE), width - int(width * PLOTS_SHARE)])
         self._sized = True
+
+    def _columns_height(self, height: int, share: float) -> int:
+        """The block maps' part of the split: its share, or more where the columns' wrapped text needs it
+        (three columns' numbers wrap to three lines in demo mode's font: squeezed, the lines overlapped)."""
+        layout = self.columns_box.layout()
+        needed = layout.minimumHeightForWidth(self.columns_box.width()) if layout.hasHeightForWidth() else 0
+        room = height - self.bottom.minimumSizeHint().height()
+        return max(0, min(max(int(height * share), needed), room))
 
     def _fit_table(self) -> None:
         """Wide windows give the results table the width its columns need (up to TABLE_MAX_SHARE)."""
@@ -299,6 +312,7 @@ class CompareView(QWidget):
         self.table.set_results([], [])
         if not self._wide:
             self.bottom_tabs.setCurrentWidget(self.plots)  # the last reveal turned to the table
+        self.plots.clear()  # the last reveal's moment line and axis ranges stood on the next question
         self.plots.set_configurations([])
         self.asked = ASKED_PLOTS.get(scenario.reveal_from.name) if scenario is not None else None
         self.plots.set_asked_plot(*(self.asked[0], self.asked[1], self.asked[3]) if self.asked else (None,))
@@ -531,6 +545,9 @@ class CompareView(QWidget):
         self._show_title(0.0)
         self.plots.set_configurations(labels)
         self.columns_rebuilt.emit()
+        # New columns, new text: the split is fitted again (the last reveal's left the next question's
+        # columns too little height)
+        QTimer.singleShot(0, self._fit_splitters)
 
     def _show_title(self, clock_s: float) -> None:
         head = f"{self._title}: " if self._title else ""
@@ -540,7 +557,8 @@ class CompareView(QWidget):
         self.show_results_table()
         if not self._wide:
             height = sum(self.split.sizes())
-            self.split.setSizes([int(height * REVEALED_COLUMNS_SHARE), height - int(height * REVEALED_COLUMNS_SHARE)])
+            columns = self._columns_height(height, REVEALED_COLUMNS_SHARE)
+            self.split.setSizes([columns, height - columns])
         if self.scenario is None or self.results is None:
             return
         try:

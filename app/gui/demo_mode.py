@@ -17,6 +17,8 @@ from PySide6.QtCore import QEvent, QRect, Qt, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QToolBar
 
+from kvscope.widgets.live_plots import fit_title_row
+
 DEMO_FONT_SCALE = 1.5  # a 9 pt desktop font becomes 13.5 pt (18 px): readable from the back of a room at 1280x720
 DEMO_THEME = "contrast"
 DEMO_HIDDEN_PLOTS = ("latency", "preemptions")  # the plots left out at large font sizes
@@ -144,11 +146,7 @@ class GraphicsFontScaler:
 
     def _fit_title_row(self, label: pg.LabelItem) -> None:
         # PlotItem.setTitle fixes the title row at 30 px, which cuts a scaled two-line title in half.
-        parent = label.parentItem()
-        if isinstance(parent, pg.PlotItem) and parent.titleLabel is label and label.isVisible():
-            height = max(30, int(label.item.boundingRect().height()) + 2) if self.scale != 1.0 else 30
-            label.setMaximumHeight(height)
-            parent.layout.setRowFixedHeight(0, height)
+        fit_title_row(label)
 
 
 class DemoMode:
