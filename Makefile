@@ -22,9 +22,9 @@ run: $(STAMP)
 	PY=$(PY) scripts/ensure_qt_system_libs.sh
 	$(VENV)/bin/kvscope gui
 
-# The wall within seconds: Llama 3 8B on a 24 GB L4 leaves ~5.6 GiB for KV; chat traffic fills it
-# 8.3 s into the run (17 requests running, the rest queued) while compute averages 23 % of peak.
-# On an H100 the same traffic peaks at 6 % of its 54 GiB pool: no wall to see.
+# The wall within seconds: Llama 3 8B on a 24 GB L4 (the default GPU) leaves ~3.2 GiB for KV; chat traffic fills it
+# 8.3 s into the run (25 requests running at most, the rest queued) while compute averages 23 % of peak.
+# On an H100 the same traffic peaks at 7 % of its 53 GiB pool: no wall to see.
 demo: $(STAMP)
 	$(VENV)/bin/kvscope run --model llama-3-8b --hardware l4-24gb --workload chat --requests 400
 

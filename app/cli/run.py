@@ -156,6 +156,29 @@ class Progress:
             print(file=sys.stderr)
 
 
+# The wall: the pool (nearly) full while requests wait for room -- the moment the seeds' lesson is about.
+KV_FULL_SHARE = 0.99
+
+
+class WallWatch:
+    """The engine clock when the KV pool first hit the wall, for the summary: the number that says
+    whether a run shows the lesson at all, and how soon."""
+
+    def __init__(self):
+        self.full_at_s: float | None = None
+
+    def __call__(self, step) -> None:
+        if self.full_at_s is None and step.kv_usage >= KV_FULL_SHARE and step.num_waiting > 0:
+            self.full_at_s = step.start_time_s + step.duration_s
+
+
+def wall_row(full_at_s: float | None) -> tuple[str, str]:
+    if full_at_s is None:
+        return ("KV pool full at", "never: the pool held every request that came")
+    return ("KV pool full at", f"{format_seconds(full_at_s)} of engine clock "
+                               f"(KV >= {KV_FULL_SHARE * 100:.0f} % in use, requests waiting)")
+
+
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
     return [
@@ -233,13 +256,19 @@ def run(args) -> int:
     whole_number(args.seed, "--seed", 0, MAX_SEED)
     engine, spec = build_engine(args)
     progress = Progress(enabled=not args.quiet)
+    wall_watch = WallWatch()
     recorder = start_recording(engine, spec, args) if args.record else None
     started = time.monotonic()
     if recorder is None:
-        summary = engine.run(on_step=lambda step: progress(engine, step))
+        def on_step(step):
+            wall_watch(step)
+            progress(engine, step)
+
+        summary = engine.run(on_step=on_step)
     else:
         def on_step(step):
             recorder.record_step(step)
+            wall_watch(step)
             progress(engine, step)
 
         try:
@@ -258,6 +287,7 @@ def run(args) -> int:
     wall = time.monotonic() - started
     recording_size = recorder.close(summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
+    report["kv_full_at_s"] = wall_watch.full_at_s
     tokenizer = text_tokenizer(engine) if spec.is_text else None
     if tokenizer is not None:
         from kvscope.app.lab.text_results import text_results
@@ -267,6 +297,8 @@ def run(args) -> int:
         print(table(math_rows(engine.plan, engine.model, engine.hardware), title="Memory"))
         print()
         rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
+        peak_row = next(i for i, (name, _) in enumerate(rows) if name.startswith("KV cache usage peak"))
+        rows.insert(peak_row + 1, wall_row(wall_watch.full_at_s))
         if engine.runner.name == "simulated":  # beside the times, before the wall time that closes the table
             rows.insert(len(rows) - 1, ("simulated times", calibration_note(engine.hardware.calibration)))
         if engine.runner.name == "real":
