@@ -4,6 +4,7 @@ simulated engine carry the newest steps, and a rebuild answers a frame request a
 import time
 
 from kvscope.app.host.process_host import SessionHost
+from kvscope.app.host.protocol import decode_frame, encode_frame
 from kvscope.app.host.session import STEPS_KEPT, EngineSession, RunConfig
 from kvscope.engine import EngineArgs
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload
@@ -26,6 +27,17 @@ def next_frame(process: SessionHost, condition=lambda frame: True):
     raise AssertionError("no such frame from the engine process")
 
 
+def ask_for_a_frame_now(process: SessionHost) -> None:
+    """The next take_frame asks for a frame and gets none yet: the answer to the request in flight
+    (each frame read asks for the next) is read and dropped first."""
+    if process._awaiting_frame:
+        assert process._conn.poll(TIMEOUT_S), "the engine process did not answer"
+        decode_frame(process._conn.recv_bytes(), process._conn.recv_bytes)
+        process._awaiting_frame = False
+    process.ask_now()
+    assert process.take_frame() is None and process._awaiting_frame
+
+
 def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_once():
     process = SessionHost(EngineSession)
     process.start()
@@ -34,14 +46,13 @@ def test_flat_out_frames_carry_the_newest_steps_and_a_rebuild_is_answered_at_onc
         process.apply(endless_config(), play=True)
         frame = next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 20_000)
         frame = next_frame(process, lambda f: f.snapshot is not None)
-        numbers = [s.step for s in frame.steps]
+        numbers = frame.steps.numbers
         assert len(numbers) == STEPS_KEPT and numbers == list(range(numbers[0], numbers[0] + STEPS_KEPT))
         assert numbers[-1] < frame.snapshot.step
         reached = frame.snapshot.step
         # Ask for a frame (a flat-out engine answers after its next STEPS_KEPT steps) and rebuild
         # meanwhile: the answer shows the new engine at once, not when it has caught up.
-        process._next_request_at = 0.0  # ask now, not after the hold-off the last frame set
-        assert process.take_frame() is None and process._awaiting_frame
+        ask_for_a_frame_now(process)
         process.apply(endless_config(seed=1), play=True)
         rebuilt = next_frame(process, lambda f: f.engine_info is not None)
         first = next_frame(process, lambda f: f.snapshot is not None) if rebuilt.snapshot is None else rebuilt
@@ -63,7 +74,7 @@ def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_record
     next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 2_000)
     process.start_recording(str(path))
     next_frame(process, lambda f: f.recording_steps)
-    process._next_request_at = 0.0
+    process.ask_now()
     process.take_frame()  # asked for ...
     assert process._conn.poll(TIMEOUT_S)  # ... on its way (~1 MB: more than the pipe holds), never read
     process.stop()
@@ -80,8 +91,7 @@ def test_a_frame_made_before_a_rebuild_is_dropped_not_shown():
         old = endless_config()
         process.apply(old, play=False)
         next_frame(process, lambda f: f.engine_info is not None)
-        process._next_request_at = 0.0
-        assert process.take_frame() is None and process._awaiting_frame  # asked for ...
+        ask_for_a_frame_now(process)  # asked for ...
         assert process._conn.poll(TIMEOUT_S)  # ... and made, of the old engine
         new = RunConfig("simulated", load_model("llama-3-8b"), load_hardware("h100-80gb"), EngineArgs(),
                         load_workload("chat").with_overrides(num_requests=123))
@@ -120,3 +130,57 @@ def test_exit_causes_in_words():
 
     assert exit_cause(-9) == "signal 9, SIGKILL" and exit_cause(-11) == "signal 11, SIGSEGV"
     assert exit_cause(1) == "exit code 1" and exit_cause(-200) == "signal 200"
+
+
+def test_behind_a_flat_out_session_the_window_waits_ten_times_what_it_spent_drawing_the_last_frame():
+    from kvscope.app.host.process_host import WINDOW_SHARE_FACTOR
+
+    host = SessionHost(EngineSession)  # not started: the hold-off is the host's own arithmetic
+    came = time.perf_counter()
+    host._share_since = (came, time.process_time())  # a flat-out frame came just now
+    assert not host._may_ask()  # not before it is drawn
+    busy_until = time.process_time() + 0.03
+    while time.process_time() < busy_until:  # drawing it: 30 ms of this process's CPU
+        pass
+    host._hold_off_for_drawing()  # the next take_frame
+    assert host._next_request_at >= came + WINDOW_SHARE_FACTOR * 0.03
+    assert host._next_request_at < came + WINDOW_SHARE_FACTOR * 0.04  # the CPU time, not the wall time it took
+    host._next_request_at = time.perf_counter()  # ... and once that has passed
+    assert host._may_ask()
+    host._awaiting_frame = True
+    assert not host._may_ask()  # one request in flight at a time
+
+
+class _FramePipe:
+    """The window's end of the pipe, holding frames the session sent."""
+
+    def __init__(self, frames):
+        self.messages = [m for frame in frames for m in (bytes(x) for x in encode_frame(frame))]
+        self.sent = []
+
+    def poll(self, timeout=0.0):
+        return bool(self.messages)
+
+    def recv_bytes(self):
+        return self.messages.pop(0)
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def test_the_window_holds_back_for_its_drawing_only_when_the_session_says_it_is_short_of_cpu():
+    from types import SimpleNamespace
+
+    from kvscope.app.host.process_host import STARVED_CORE_SHARE
+    from kvscope.app.host.protocol import FrameDelta
+
+    for share, holds_back in ((None, False), (1.0, False), (STARVED_CORE_SHARE - 0.1, True)):
+        host = SessionHost(EngineSession)
+        host._process = SimpleNamespace(is_alive=lambda: True)
+        host._conn = _FramePipe([FrameDelta(status="x", build_cost_s=1e-9, core_share=share)])
+        host._awaiting_frame = True
+        assert host.take_frame().status == "x"
+        assert (host._share_since is not None) == holds_back
+        assert len(host._conn.sent) == (0 if holds_back else 1)  # else the next frame is asked for at once
+        host.take_frame()  # drawn meanwhile
+        assert host._share_since is None and len(host._conn.sent) == (0 if holds_back else 1)

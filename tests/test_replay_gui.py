@@ -108,17 +108,21 @@ def test_a_seek_shows_the_snapshot_exactly_as_recorded(window, qtbot, recorded, 
     assert window.scrubber.slider.value() == position
 
 
-def first_drawn_position(snapshots) -> int:
-    """Steps replayed until the engine's own snapshot first held a block."""
-    return next(i + 1 for i, snap in enumerate(snapshots) if np.count_nonzero(snap.block_owner >= 0))
+def first_drawn_position(recorded) -> int:
+    """Steps replayed until the run's fullest moment: the first step at its highest KV usage."""
+    with Recording.open(recorded[0]) as recording:
+        usage = recording.series()["kv_usage"]
+    return 1 + max(range(len(usage)), key=lambda i: (usage[i], -i))
 
 
-def test_a_replay_opens_on_a_drawn_frame_not_the_empty_pool(window, qtbot, recorded):
+def test_a_replay_opens_at_its_fullest_moment_not_the_empty_pool(window, qtbot, recorded):
     _, snapshots, _ = recorded
-    opening = first_drawn_position(snapshots)
+    opening = first_drawn_position(recorded)
+    assert 1 < opening < len(snapshots)  # the middle of the run, where its pool was fullest
     qtbot.waitUntil(lambda: window.worker.position == opening and shown_step(window) == snapshots[opening - 1].step,
                     timeout=10000)
-    assert np.count_nonzero(window.latest_snapshot.block_owner >= 0) > 0  # blocks on the map
+    held = [np.count_nonzero(snap.block_owner >= 0) for snap in snapshots]
+    assert np.count_nonzero(window.latest_snapshot.block_owner >= 0) == held[opening - 1] > held[0]
     assert window.scrubber.slider.value() == opening
     assert f"{opening:,} of {len(snapshots):,} steps replayed" in window.scrubber.label.text()
 
@@ -139,7 +143,7 @@ def test_a_click_on_the_scrubber_seeks_there(window, qtbot, recorded):
 
 def test_play_step_and_reset_keys_drive_the_replay(window, qtbot, recorded):
     _, snapshots, summary = recorded
-    opening = first_drawn_position(snapshots)
+    opening = first_drawn_position(recorded)
     qtbot.waitUntil(lambda: window.worker.position == opening, timeout=10000)
     window.block_map.setFocus()
     qtbot.keyClick(window.block_map, Qt.Key_Right)  # one step

@@ -11,7 +11,7 @@ import pytest
 from kvscope.app.lab.recording import Recording, RecordingError
 from kvscope.app.host.points import POINT_DTYPE
 from kvscope.app.host.process_host import SessionHost
-from kvscope.app.host.protocol import APPLY, PLAY, SEEK, SPEED, STEP
+from kvscope.app.host.protocol import APPLY, PLAY, SEEK, SPEED, STEP, StepTable
 from kvscope.app.host.replay import ReplaySession, read_replay_info
 from small_recording import record_small_run
 
@@ -54,6 +54,16 @@ def snapshot_equal(a, b) -> bool:
             and all(np.array_equal(a.requests[n], b.requests[n], equal_nan=True) for n in a.requests.dtype.names))
 
 
+def same_steps(tables: list, results: list) -> bool:
+    """Whether frames' step tables, one after another, hold exactly these StepResults."""
+    def columns(table):
+        return (table.numbers, table.request_ids.tolist(), table.num_new_tokens.tolist(), table.is_prefill.tolist(),
+                table.rows["num_events"].tolist(), list(table.events))
+
+    seen = [columns(table) for table in tables]
+    joined = tuple(sum((part[i] for part in seen), []) for i in range(6))
+    return len(results) > 0 and joined == columns(StepTable.of(results))
+
 def test_replay_frames_carry_the_recordings_snapshots_and_end_done(replay):
     recording = Recording.open(replay.recording.path)
     first = replay.take_frame()
@@ -70,7 +80,7 @@ def test_replay_frames_carry_the_recordings_snapshots_and_end_done(replay):
         if replay.playing:
             replay.advance(0.001)
         frame = replay.take_frame()
-        steps_seen += list(frame.steps)
+        steps_seen.append(frame.steps)
         points.append(frame.points)
         if frame.snapshot is not None:  # the state after the step that ended at the snapshot's time
             i = int(np.searchsorted(end_times, frame.snapshot.time_s))
@@ -79,7 +89,7 @@ def test_replay_frames_carry_the_recordings_snapshots_and_end_done(replay):
         if frame.done:
             done = frame
     assert snapshots_checked >= 2
-    assert steps_seen == recording.steps(0, recording.num_steps)  # at speed 0 no step is dropped
+    assert same_steps(steps_seen, recording.steps(0, recording.num_steps))  # at speed 0 no step is dropped
     assert done.summary == recording.summary and replay.position == recording.num_steps
     assert done.position == recording.num_steps
     assert snapshot_equal(done.snapshot, recording.snapshot_at(recording.num_steps - 1))
@@ -95,7 +105,7 @@ def test_replay_seeks_backwards_and_steps_one_at_a_time(replay):
     frame = replay.take_frame()
     assert frame.engine_info is not None  # the window clears its views and takes the history that follows
     assert snapshot_equal(frame.snapshot, recording.snapshot_at(149))
-    assert list(frame.steps) == recording.steps(0, 150)
+    assert same_steps([frame.steps], recording.steps(0, 150))
     assert frame.points["output_tokens"].sum() == recording.series()["output_tokens"][:150].sum()
     assert len(frame.finished) == int(np.count_nonzero(recording.finished_requests()["step"] < 150))
     replay.handle(STEP, None)
@@ -116,7 +126,7 @@ def test_replay_steps_once_to_the_recordings_next_snapshot(replay):
         assert replay.position == position
         frame = replay.take_frame()
         assert snapshot_equal(frame.snapshot, recording.snapshot_at(position - 1))
-        assert list(frame.steps) == [recording.step(position - 1)]
+        assert same_steps([frame.steps], [recording.step(position - 1)])
 
 
 def test_replay_paces_the_recorded_clock(replay):

@@ -62,6 +62,29 @@ def test_every_request_s_first_token_is_sent_once_whether_it_finishes_before_a_f
     assert sorted(q for _, _, q in sent) == sorted(metrics.queue_time)
 
 
+def test_a_first_token_sent_at_its_request_s_finish_is_the_request_s_own():
+    """The session reads finished requests from the engine's metrics (it no longer wraps them): the
+    latency plot's point of a request that never was in a snapshot is still its own first token."""
+    session = live_session(num_requests=150, output_tokens=LengthDist("uniform", min=1, max=12))
+    engine = session.engine
+    finished, record_finish = [], engine.metrics.on_finish  # the test watches; the session does not
+    engine.metrics.on_finish = lambda request: (finished.append(request), record_finish(request))
+    sent = []
+    while True:
+        for _ in range(7):
+            session.handle("step", None)
+        frame = session.take_frame()
+        sent += frame.first_tokens
+        if frame.done:
+            break
+    truth = sorted((r.first_token_time - r.arrival_time, r.first_scheduled_time - r.arrival_time, r.first_token_time)
+                   for r in finished)
+    got = sorted((ttft, queue_time, first_token_time) for first_token_time, ttft, queue_time in sent)
+    assert len(got) == len(truth) == 150
+    assert [row[:2] for row in got] == [row[:2] for row in truth]  # TTFT and queue time: the very same numbers
+    np.testing.assert_allclose([row[2] for row in got], [row[2] for row in truth], rtol=0, atol=1e-9)
+
+
 def test_a_replay_draws_the_first_tokens_the_live_run_sent(tmp_path):
     session = live_session(num_requests=80)
     path = tmp_path / "run.kvrec"

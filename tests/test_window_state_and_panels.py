@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,11 +17,11 @@ import pytest
 
 from kvscope.app.gui.window_state import WindowState, timeline_and_flashes, values_from_engine_info, window_title
 from kvscope.app.host.points import POINT_DTYPE
-from kvscope.app.host.protocol import FrameDelta
+from kvscope.app.host.protocol import EventTable, FrameDelta, StepTable
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 from kvscope.app.lab.workload import generate_requests
 from kvscope.engine import Engine, EngineArgs
-from kvscope.engine.events import EventKind
+from kvscope.engine.events import Event, EventKind
 from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_RESERVED, BLOCK_USED
 
 
@@ -75,7 +74,7 @@ def test_the_state_and_its_derivations_import_no_qt():
 def test_a_frame_folds_into_the_state(run):
     state = WindowState()
     old = state.series
-    frame = FrameDelta(engine_info=info_of(run.engine), steps=deque(run.results[:5]), points=points(5),
+    frame = FrameDelta(engine_info=info_of(run.engine), steps=StepTable.of(run.results[:5]), points=points(5),
                        finished=[(0.5, 0.1, 0.02)], summary={"completed": 1}, snapshot=run.snapshots[4])
     update = state.take(frame)
     assert update.new_engine and state.series is not old  # a new engine starts a new series
@@ -93,15 +92,52 @@ def test_a_frame_folds_into_the_state(run):
 
 
 def test_the_timeline_marks_who_joined_finished_or_was_preempted():
-    event = lambda kind, rid, blocks=(): SimpleNamespace(kind=kind, request_id=rid, blocks=list(blocks))  # noqa: E731
+    event = lambda kind, rid, blocks=(): Event(kind, rid, 1.01, tuple(blocks))  # noqa: E731
     step = SimpleNamespace(step=7, start_time_s=1.0, duration_s=0.01, request_ids=[1, 2], num_new_tokens=[16, 1],
                            is_prefill=[True, False],
                            events=[event(EventKind.ADMITTED, 1), event(EventKind.ALLOCATED, 1, [4, 5]),
                                    event(EventKind.FINISHED, 2), event(EventKind.PREEMPTED, 3, [9]),
-                                   event(EventKind.EVICTED, 1, [6])])
-    steps, flashes = timeline_and_flashes([step])
-    assert steps == [(7, 1.0, 0.01, [1, 2], [16, 1], [True, False], [1], [2], [3])]
-    assert {k: list(v) for k, v in flashes.items()} == {"allocated": [4, 5], "preempted": [9], "evicted": [6]}
+                                   event(EventKind.EVICTED, 1, [6]), event(EventKind.ALLOCATED, 2, [7])])
+    quiet = SimpleNamespace(step=8, start_time_s=1.01, duration_s=0.02, request_ids=[1], num_new_tokens=[1],
+                            is_prefill=[False], events=[event(EventKind.PREEMPTED, 1, [4, 5, 7])])
+    steps, flashes = timeline_and_flashes(StepTable.of([step, quiet]))
+    assert steps == [(7, 1.0, 0.01, [1, 2], [16, 1], [True, False], [1], [2], [3]),
+                     (8, 1.01, 0.02, [1], [1], [False], [], [], [1])]
+    assert {k: v.tolist() for k, v in flashes.items()} == {"allocated": [4, 5, 7], "preempted": [9, 4, 5, 7],
+                                                           "evicted": [6]}
+
+
+def test_steps_and_events_cross_the_pipe_as_columns_and_come_back_as_the_engine_made_them(run):
+    from kvscope.app.host.protocol import decode_frame, encode_frame
+
+    rejected = Event(EventKind.REJECTED, 99, 2.5, detail="the prompt is longer than the context")
+    results = run.results[:40]
+    frame = FrameDelta(steps=StepTable.of(results), events=EventTable.of([*results[-1].events, rejected]))
+    messages = encode_frame(frame)
+    received = iter([bytes(m) for m in messages])
+    decoded = decode_frame(next(received), lambda: next(received))
+    assert len(messages) == 1  # small columns go inside the pickle: one message
+    assert decoded.steps.numbers == [r.step for r in results]
+    assert decoded.steps.request_ids.tolist() == [i for r in results for i in r.request_ids]
+    assert list(decoded.steps.events) == [e for r in results for e in r.events]
+    assert list(decoded.events) == [*results[-1].events, rejected]
+    newest = decoded.steps.events.newest(3)
+    assert list(newest) == [e for r in results for e in r.events][-3:]
+    assert not EventTable.of([]) and not StepTable.of([]) and FrameDelta().idle
+    assert len(encode_frame(FrameDelta())) == 1  # an idle frame (60 a second while paused) is one message
+
+
+def test_big_arrays_cross_the_pipe_as_their_own_messages_small_ones_inside_the_pickle():
+    from kvscope.app.host.protocol import IN_BAND_BYTES, decode_frame, encode_frame
+
+    big = np.arange(IN_BAND_BYTES // 8 + 1, dtype=np.int64)  # one element over
+    small = np.arange(IN_BAND_BYTES // 8, dtype=np.int64)
+    frame = FrameDelta(points=np.zeros(3, dtype=POINT_DTYPE), summary={"big": big, "small": small})
+    messages = encode_frame(frame)
+    assert len(messages) == 2 and bytes(messages[1]) == big.tobytes()
+    received = iter([bytes(m) for m in messages])
+    decoded = decode_frame(next(received), lambda: next(received))
+    assert np.array_equal(decoded.summary["big"], big) and np.array_equal(decoded.summary["small"], small)
 
 
 def test_the_memory_bar_splits_the_plan_by_the_blocks_shown(run):
@@ -251,7 +287,7 @@ def test_a_registered_panel_is_built_docked_and_fed_every_frame(qtbot, tmp_path,
 
     qtbot.waitUntil(lambda: win.engine_info is not None, timeout=20000)  # the engine's first frame
     assert view.clears == 1 and any(u.new_engine for u in view.updates)
-    frame = FrameDelta(snapshot=run.snapshots[3], steps=deque(run.results[:4]))
+    frame = FrameDelta(snapshot=run.snapshots[3], steps=StepTable.of(run.results[:4]))
     win.timer.stop()
     win.render_frame(frame)
     update = view.updates[-1]

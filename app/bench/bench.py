@@ -287,7 +287,7 @@ def cmd_bench(args) -> int:
             print()
     gui_part = getattr(args, "part", "both") if args.what == "gui" else None
     if gui_part in ("cost", "both"):
-        from kvscope.app.bench.bench_gui import bench_cost
+        from kvscope.app.bench.bench_gui import bench_cost, gui_cost_split_rows
 
         r = results["gui_cost"] = bench_cost()
         print(table([
@@ -298,6 +298,7 @@ def cmd_bench(args) -> int:
                                    f"(target <= {r['target_cost'] * 100:g} %)"),
             ("rounds", f"{min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %; "
                        f"over all of them {r['pooled_cost'] * 100:.1f} %"),
+            *gui_cost_split_rows(r),
         ], title=f"What the window costs the engine (chat workload at maximum speed, {r['seconds']:.0f} s each "
                  f"in {r['rounds']} alternating rounds)"))
         print()

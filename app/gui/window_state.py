@@ -15,8 +15,8 @@ import numpy as np
 
 from kvscope.app.gui.request_texts import RequestTexts
 from kvscope.app.gui.series import RunSeries
-from kvscope.app.host.block_flashes import FLASH_KINDS, flash_arrays
-from kvscope.app.host.protocol import FrameDelta
+from kvscope.app.host.block_flashes import FLASH_KINDS
+from kvscope.app.host.protocol import EVENT_KIND_CODES, FrameDelta, StepTable
 from kvscope.engine.cost_model import calibration_note
 from kvscope.engine.events import EventKind
 from kvscope.engine.units import format_percent
@@ -187,25 +187,39 @@ def window_title(info) -> str:
     return f"kvscope \u2014 {info.label} \u2014 {info.workload.name} ({backend})"
 
 
-def timeline_and_flashes(results) -> tuple[list[tuple], dict]:
+# The events that mark a step on the timeline, by kind code: the position of their list in a step's fields.
+_MARKS = {EVENT_KIND_CODES[EventKind.ADMITTED]: 6, EVENT_KIND_CODES[EventKind.FINISHED]: 7,
+          EVENT_KIND_CODES[EventKind.PREEMPTED]: 8}
+_FLASH_CODES = {EVENT_KIND_CODES[kind]: name for kind, name in FLASH_KINDS.items()}
+
+
+def timeline_and_flashes(steps: StepTable) -> tuple[list[tuple], dict]:
     """The batch timeline's steps (each the fields of a TimelineStep, in order) and the blocks to
-    flash, from the newest step results of a frame."""
-    steps, changed = [], {}
-    for r in results:
-        joined, finished, preempted = [], [], []
-        for ev in r.events:
-            kind = ev.kind
-            if kind == EventKind.ADMITTED:
-                joined.append(ev.request_id)
-            elif kind == EventKind.FINISHED:
-                finished.append(ev.request_id)
-            elif kind == EventKind.PREEMPTED:
-                preempted.append(ev.request_id)
-            if ev.blocks and kind in FLASH_KINDS:
-                changed.setdefault(FLASH_KINDS[kind], []).extend(ev.blocks)
-        steps.append((r.step, r.start_time_s, r.duration_s, r.request_ids, r.num_new_tokens, r.is_prefill,
-                      joined, finished, preempted))
-    return steps, flash_arrays(changed)
+    flash ({flash kind: int64 block ids, in event order}), from the steps of a frame."""
+    rows, events = steps.rows, steps.events
+    kinds = events.rows["kind"]
+    # per step: its batch as lists (slices of one list per column), then its mark lists, empty so far
+    ends = np.cumsum(rows["batch_size"])
+    starts = (ends - rows["batch_size"]).tolist()
+    request_ids, new_tokens = steps.request_ids.tolist(), steps.num_new_tokens.tolist()
+    prefill = steps.is_prefill.tolist()
+    fields = [[step, start_time_s, duration_s, request_ids[a:b], new_tokens[a:b], prefill[a:b], [], [], []]
+              for step, start_time_s, duration_s, a, b in zip(rows["step"].tolist(), rows["start_time_s"].tolist(),
+                                                              rows["duration_s"].tolist(), starts, ends.tolist())]
+    marked = np.flatnonzero(np.isin(kinds, list(_MARKS)))
+    if len(marked):
+        step_of_event = np.repeat(np.arange(len(rows)), rows["num_events"])
+        for step_index, code, request_id in zip(step_of_event[marked].tolist(), kinds[marked].tolist(),
+                                                events.rows["request_id"][marked].tolist()):
+            fields[step_index][_MARKS[code]].append(request_id)
+    flashes = {}
+    if len(events.blocks):
+        kind_of_block = np.repeat(kinds, events.rows["num_blocks"])
+        for code, name in _FLASH_CODES.items():
+            blocks = events.blocks[kind_of_block == code]
+            if len(blocks):
+                flashes[name] = blocks
+    return [tuple(step) for step in fields], flashes
 
 
 def values_from_engine_info(info) -> dict:

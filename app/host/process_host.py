@@ -4,17 +4,24 @@ In one process the window and a CPU-bound engine share one interpreter lock: the
 cost the engine ~45 % of its speed however little they drew. Here the session runs in a spawned
 process on its own core; the window sends it commands over a pipe and asks for one frame at a
 time. The process checks the pipe about once a millisecond of its own time (every 10 ms while a
-frame is being sent) and answers a frame request with the frame pickled, its numpy arrays sent
-as raw buffers beside the pickle, written by a thread (FrameSender). One request is in flight at
-a time, and the window asks again no sooner than FRAME_COST_FACTOR times what the last frame cost
-a session running flat out, so frames take at most ~1/40 of its time however big the batch or
-the pool. The live engine, a replay and a comparison all run this way.
+frame is being sent) and answers a frame request with the frame pickled, its big numpy arrays
+sent as raw buffers beside the pickle, written by a thread (FrameSender). One request is in
+flight at a time, and the window asks again no sooner than FRAME_COST_FACTOR times what the last
+frame cost a session running flat out, so frames take at most ~1/40 of its time however big the
+batch or the pool. When such a session, on one core (Session.core_bound), says it is short of
+CPU -- its process had less than STARVED_CORE_SHARE of a core since its last frame: other
+processes want the cores too -- the window also waits WINDOW_SHARE_FACTOR times the CPU time it
+spent on the last frame (from the frame's arrival to the next take_frame, by then drawn): a fast
+run's frame takes it 20 - 40 ms to draw, each taken from the engine on a busy machine. The window
+then uses at most ~1/10 of a core for frames; with a core to spare it draws as often as before.
+The live engine, a replay and a comparison all run this way.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import select
 import signal
 import sys
 import threading
@@ -46,6 +53,8 @@ BUSY_POLL_S = 0.01  # ... and while a frame is being sent, this often
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
 FRAME_COST_FACTOR = 40  # the next frame request waits >= 40x the session-side cost of the last one
+WINDOW_SHARE_FACTOR = 10  # ... and, behind a session short of CPU, >= 10x the window's CPU time for the last one
+STARVED_CORE_SHARE = 0.95  # a flat-out session's process with less of a core than this is short of CPU
 STOP_TIMEOUT_S = 5.0
 
 
@@ -105,8 +114,46 @@ def serve(conn, session_class: type[Session]) -> None:
             sender.close()
 
 
+def _pipe_poller(conn):
+    """readable(wait): whether a command waits in the pipe, waiting up to `wait` seconds. A flat-out
+    session looks about a thousand times a second: Connection.poll(0) builds a selector each time
+    (~4 us, ~0.4 % of the engine), one poll object registered once answers in ~0.5 us."""
+    if not hasattr(select, "poll"):  # Windows: its pipes are not selectable
+        return conn.poll
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)  # a closed pipe reports POLLHUP: recv() then raises EOFError
+
+    def readable(wait: float) -> bool:
+        return bool(poller.poll(0)) if wait == 0 else conn.poll(wait)
+
+    return readable
+
+
+class _FrameCosts:
+    """What frames cost the session, told to the window in each: the smoothed seconds it takes to
+    make one, and the share of a core its process had since the previous one."""
+
+    def __init__(self):
+        self.build_s = 0.0
+        self._last = (time.perf_counter(), time.process_time())
+
+    def stamp(self, frame: Frame, flat_out: bool, core_bound: bool) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        last_wall, last_cpu = self._last
+        self._last = (wall, cpu)
+        # Only a session running flat out loses time to frames; a paced one waits anyway (and
+        # leaves its core idle meanwhile, so its share says nothing).
+        frame.build_cost_s = self.build_s if flat_out else 0.0
+        frame.core_share = (cpu - last_cpu) / (wall - last_wall) if core_bound and wall > last_wall else None
+
+    def took(self, seconds: float) -> None:
+        # smoothed: the summary's percentiles make one frame in thirty several times dearer
+        self.build_s = 0.8 * self.build_s + 0.2 * seconds
+
+
 def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
-    frame_cost = 0.0  # smoothed session-side seconds per frame
+    readable = _pipe_poller(conn)
+    costs = _FrameCosts()
     frame_asked = False  # a frame asked for, going out once the session is ready to answer
     generation = 0  # apply and seek commands so far: stamped on each frame
     next_busy_poll = 0.0
@@ -116,7 +163,7 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
             if session.playing:
                 wait = session.advance(COMMAND_POLL_S)
             if frame_asked and session.frame_ready():
-                frame_cost = _send_frame(session, sender, frame_cost, generation)
+                _send_frame(session, sender, costs, generation)
                 frame_asked = False
             if wait == 0 and sender.busy:
                 # See FrameSender: while it sends, look at the pipe only every BUSY_POLL_S. A frame
@@ -125,7 +172,7 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
                 if now < next_busy_poll:
                     continue
                 next_busy_poll = now + BUSY_POLL_S
-            if not conn.poll(wait):
+            if not readable(wait):
                 continue
             command, arg = conn.recv()
             if command == STOP:
@@ -141,24 +188,22 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
                 if not frame_asked:
                     continue
                 # else a frame is due, and after a new engine or a pause the window wants it now
-            frame_cost = _send_frame(session, sender, frame_cost, generation)
+            _send_frame(session, sender, costs, generation)
             frame_asked = False
     except (EOFError, OSError):  # the window went away without saying goodbye
         return
 
 
-def _send_frame(session: Session, sender: FrameSender, frame_cost: float, generation: int) -> float:
-    """Hands the frame to the sender thread; returns the smoothed cost of frames so far."""
+def _send_frame(session: Session, sender: FrameSender, costs: _FrameCosts, generation: int) -> None:
+    """Hands the frame to the sender thread, with what frames cost (the window asks again no
+    sooner than FRAME_COST_FACTOR x the cost it is told)."""
     started = time.perf_counter()
-    # Only a session running flat out loses time to frames; a paced one waits anyway. The window
-    # asks again no sooner than FRAME_COST_FACTOR x the cost it is told.
-    flat_out = session.flat_out
+    flat_out, core_bound = session.flat_out, session.core_bound
     frame = session.take_frame()
-    frame.build_cost_s = frame_cost if flat_out else 0.0
+    costs.stamp(frame, flat_out, core_bound)
     frame.generation = generation
     sender.send(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
-    # smoothed: the summary's percentiles make one frame in thirty several times dearer
-    return 0.8 * frame_cost + 0.2 * (time.perf_counter() - started)
+    costs.took(time.perf_counter() - started)
 
 
 def exit_cause(exitcode: int | None) -> str:
@@ -189,6 +234,9 @@ class SessionHost:
         self._conn = None
         self._awaiting_frame = False
         self._next_request_at = 0.0
+        # behind a session short of CPU: (wall clock, this process's CPU time) when the last frame
+        # came, until the next take_frame turns what was spent since into a hold-off
+        self._share_since: tuple[float, float] | None = None
         self._generation = 0  # apply and seek commands sent: frames made before the newest are stale
         self._reported_exit = False
         self._stopped = False
@@ -201,6 +249,7 @@ class SessionHost:
         child_conn.close()
         self._conn = parent_conn
         self._awaiting_frame = False
+        self._share_since = None
         self._generation = 0
         self._reported_exit = False
 
@@ -306,17 +355,44 @@ class SessionHost:
                       "Play, Apply or Reset (R) starts a new one.",
                 status=f"the {self.name} process ended unexpectedly")
         try:
+            if self._share_since is not None:
+                self._hold_off_for_drawing()
             if self._awaiting_frame and self._conn.poll():
                 frame = decode_frame(self._conn.recv_bytes(), self._conn.recv_bytes)
                 self._awaiting_frame = False
-                self._next_request_at = time.perf_counter() + FRAME_COST_FACTOR * frame.build_cost_s
+                now = time.perf_counter()
+                self._next_request_at = now + FRAME_COST_FACTOR * frame.build_cost_s
                 if frame.generation != self._generation:
                     frame = None  # made before the newest apply or seek: what it shows is gone
-                elif getattr(frame, "position", None) is not None:
-                    self.position = frame.position
-            if not self._awaiting_frame and time.perf_counter() >= self._next_request_at:
+                else:
+                    if frame.core_share is not None and frame.core_share < STARVED_CORE_SHARE:
+                        self._share_since = (now, time.process_time())  # what drawing this costs counts
+                    if getattr(frame, "position", None) is not None:
+                        self.position = frame.position
+            if self._may_ask():
                 self._conn.send((FRAME, None))
                 self._awaiting_frame = True
         except (EOFError, OSError):
             pass  # reported on the next call, once the process is seen to be gone
         return frame
+
+    def _hold_off_for_drawing(self) -> None:
+        """Called on the take_frame after a frame from a session short of CPU came: the window has
+        drawn it since.
+        This process's CPU time over that span (the drawing, and whatever else the window did)
+        times WINDOW_SHARE_FACTOR, from the frame's arrival, is the least wait for the next."""
+        since, cpu_then = self._share_since
+        self._share_since = None
+        spent = time.process_time() - cpu_then
+        self._next_request_at = max(self._next_request_at, since + WINDOW_SHARE_FACTOR * spent)
+
+    def _may_ask(self) -> bool:
+        """Whether the next frame request may go now: none in flight, the last frame drawn, and the
+        hold-offs it set passed."""
+        return (not self._awaiting_frame and self._share_since is None
+                and time.perf_counter() >= self._next_request_at)
+
+    def ask_now(self) -> None:
+        """Drop the hold-offs after the last frame: the next take_frame asks for one (tests)."""
+        self._next_request_at = 0.0
+        self._share_since = None

@@ -21,6 +21,7 @@ import dataclasses
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -37,7 +38,6 @@ from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
 from kvscope.app.host.points import POINT_DTYPE, point_array, step_point
 from kvscope.app.host.protocol import (
     APPLY,
-    EVENTS_KEPT,
     PAUSE,
     PLAY,
     SEEK,
@@ -140,10 +140,14 @@ class ReplayInfo:
 
 
 def opening_position(kv_usage) -> int:
-    """Where a replay opens: after the first step that left blocks in use (the pool before it is
-    empty, and so was a scripted screenshot of it), or at the end if no step ever held one."""
-    used = np.flatnonzero(np.asarray(kv_usage) > 0)
-    return int(used[0]) + 1 if len(used) else len(kv_usage)
+    """Where a replay opens: after the first step at the run's highest KV usage -- the wall, if the
+    run hit it -- with the plots drawn up to there (at its first step the pool was all but empty,
+    and so was a scripted screenshot of it); R goes back to the start. The end if no step ever
+    held a block."""
+    usage = np.asarray(kv_usage)
+    if not len(usage) or usage.max() <= 0:
+        return len(usage)
+    return int(np.argmax(usage)) + 1
 
 
 def read_replay_info(path, allow_truncated: bool = True) -> ReplayInfo:
@@ -167,6 +171,7 @@ class ReplaySession(Session):
         self.speed = 1.0  # recorded engine seconds per wall second; 0 = as fast as frames allow
         self.playing = False
         self._pending = FrameDelta()
+        self._steps: deque = deque(maxlen=STEPS_KEPT)  # StepResults for the next frame (after a seek: before it too)
         self._points: list = []  # SeriesPoints since the last frame
         self._pacing = Pacing()
 
@@ -210,6 +215,7 @@ class ReplaySession(Session):
             recording = Recording.open(path, verify=False, allow_truncated=True)
         except Exception as exc:  # noqa: BLE001 - gone or changed since: said in the next frame
             self._pending = FrameDelta(error=f"Cannot replay {path}: {exc}", status="the replay could not start")
+            self._steps.clear()
             return
         self.recording = recording
         self.num_steps = recording.num_steps
@@ -230,6 +236,7 @@ class ReplaySession(Session):
     def _seek(self, position: int) -> None:
         position = min(max(int(position), 0), self.num_steps)
         self._pending = self._history_frame(position)
+        self._steps = deque(self.recording.steps(max(0, position - STEPS_KEPT), position), maxlen=STEPS_KEPT)
         self._points = []
         self.position = position
         self._snapshot_position = position
@@ -288,8 +295,7 @@ class ReplaySession(Session):
             self._since_point = [0, 0.0, 0.0, 0]
             self._last_point = now
         frame = self._pending
-        frame.steps.append(result)
-        frame.events.extend(result.events)
+        self._steps.append(result)
         frame.finished.extend(self._finished_between(i, i + 1))
         frame.first_tokens.extend(self._first_tokens_between(i, i + 1))
         self.position = i + 1
@@ -305,6 +311,9 @@ class ReplaySession(Session):
     def take_frame(self) -> FrameDelta:
         """Everything since the last call, with the snapshot at the position reached if it moved."""
         frame, self._pending = self._pending, FrameDelta()
+        if self._steps:
+            frame.carry_steps(self._steps)
+            self._steps = deque(maxlen=STEPS_KEPT)
         frame.playing = self.playing
         frame.position = self.position if self.recording is not None else None
         if len(self._points):
@@ -366,20 +375,13 @@ class ReplaySession(Session):
 
     def _history_frame(self, position: int) -> FrameDelta:
         """A frame that rebuilds the window at `position`: engine_info (the window clears its views),
-        the snapshot, the newest steps and events before it, the plot history and finished requests."""
+        the snapshot, the plot history and finished requests (the newest steps before it, and their
+        events, are kept in _steps by _seek, as steps replayed are)."""
         frame = FrameDelta(engine_info=self.engine_info, snapshot=self._snapshot(position),
                            summary=self._summary(position), done=position >= self.num_steps,
                            status=f"replay of {self.recording.path.name}: step {position:,} of {self.num_steps:,}"
                                   + ("  ·  Play (Space) replays it, Step (Right) one step; drag the scrubber below"
                                      if position in (0, self._opening) and position < self.num_steps else ""))
-        first = max(0, position - STEPS_KEPT)
-        frame.steps.extend(self.recording.steps(first, position))
-        events = []
-        for result in reversed(frame.steps):  # the newest EVENTS_KEPT, taken from the newest steps back
-            events[:0] = result.events
-            if len(events) >= EVENTS_KEPT:
-                break
-        frame.events.extend(events)
         frame.points = self._history_points(position)
         frame.finished.extend(self._finished_between(0, position))
         frame.first_tokens.extend(self._first_tokens_between(0, position))

@@ -6,7 +6,8 @@ window needs. When the window asks (at most once per frame) take_frame() hands o
 FrameDelta: a fresh snapshot and the steps, events and per-request latencies since the previous
 frame (a request's TTFT and queue time as soon as its first token is made, its finish time when it
 ends), bounded so a frame costs the same however fast the engine runs. The engine never waits for
-the window; what the window had no time to draw is dropped or summarised.
+the window; what the window had no time to draw is dropped or summarised. Steps are kept as the
+engine returns them (one append a step) and turned into columns once per frame (StepTable).
 
 With a model that reads and writes text (a tokenizer with a chat template), a chat workload's
 requests are its conversations' text, and submit_prompt adds a typed one. Each frame carries the
@@ -58,13 +59,14 @@ __all__ = ["EVENTS_KEPT", "STEPS_KEPT", "EngineInfo", "EngineSession", "FrameDel
 
 # Holding the newest 400 steps alive costs ~1.5 us a step in cache misses: ~10 % of a 15 us
 # simulated step, nothing next to a real forward. Engines whose steps are this cheap keep no
-# steps or events between frames: asked for a frame, the session keeps the next 400 first.
+# steps between frames: asked for a frame, the session keeps the next 400 first.
 CHEAP_STEP_S = 0.0001
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
 SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
 CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
 MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
+FIRST_TOKEN_TOLERANCE_S = 1e-9  # see _collect_finished
 TYPED_PROMPT_MAX_TOKENS = 256  # a typed prompt's answer ends here if the model has not ended it (or at the context)
 
 
@@ -110,6 +112,7 @@ class EngineSession(Session):
         self.speed = 1.0  # simulated seconds per wall second; 0 = as fast as possible
         self.playing = False
         self._pending = FrameDelta()
+        self._kept: deque = deque(maxlen=STEPS_KEPT)  # the newest StepResults, for the next frame
         self._stepped = True  # the engine changed since the last snapshot
         self._last_summary = 0.0
         self._last_point = 0.0
@@ -117,14 +120,15 @@ class EngineSession(Session):
         self._last_result = None  # the newest step's result (on the flat-out path: as of the last advance())
         self._point_base = (0, 0.0, 0.0, 0)  # output tokens, compute time, busy time, preemptions at the last point
         self._summary_interval = SUMMARY_INTERVAL_S
-        self._event_lists: deque = deque(maxlen=EVENTS_KEPT)  # the newest steps' event lists, for the next frame
         self._steps_per_clock_check = 1
         self.mean_step_s = float("inf")  # wall time of a flat-out step, measured over the last advance()
         self._pacing = Pacing()
         self._finished_seen = 0
         # Ids (sorted) of requests whose first token a frame has carried and that were still in the
-        # engine at the last snapshot: a request finishing later must not be sent twice (_request_finished).
+        # engine at the last snapshot; and that snapshot's clock: a request finishing later had its
+        # first token sent with the snapshot if it came by then (_collect_finished).
         self._first_token_sent = np.zeros(0, dtype=np.int64)
+        self._snapshot_clock = -float("inf")
         self._config: RunConfig | None = None
         self._label = ""
         self._recorder = None  # a RunRecorder while the window records the run
@@ -177,13 +181,12 @@ class EngineSession(Session):
         return self.mean_step_s < CHEAP_STEP_S
 
     def keep_history_for_next_frame(self) -> None:
-        """From now on keep the newest STEPS_KEPT steps and their events: a frame may be asked for soon."""
-        if self._pending.steps.maxlen != STEPS_KEPT:
-            self._pending.steps = deque(maxlen=STEPS_KEPT)
-            self._event_lists = deque(maxlen=EVENTS_KEPT)
+        """From now on keep the newest STEPS_KEPT steps: a frame may be asked for soon."""
+        if self._kept.maxlen != STEPS_KEPT:
+            self._kept = deque(maxlen=STEPS_KEPT)
 
     def frame_requested(self) -> None:
-        if self.flat_out and self._pending.steps.maxlen == 0:
+        if self.flat_out and self._kept.maxlen == 0:
             # Cheap steps are kept only when asked for (holding the newest STEPS_KEPT all the time
             # cost ~10 % of the engine's speed): the frame goes out after the next ones. (Steps
             # that have just stopped being cheap wait the same way: none were kept since the last.)
@@ -204,21 +207,24 @@ class EngineSession(Session):
         if keep_history is None:
             keep_history = not (self.flat_out and self.cheap_steps)
         self._frame_due_at_step = None
-        frame = self._pending
-        self._pending = FrameDelta(steps=deque(maxlen=STEPS_KEPT if keep_history else 0))
+        snapshot_due = self.engine is not None and self._stepped
+        if snapshot_due:
+            self._collect_finished()  # judged against the previous snapshot (see _collect_finished)
+        frame, self._pending = self._pending, FrameDelta()
+        if self._kept:
+            frame.carry_steps(self._kept)
+        self._kept = deque(maxlen=STEPS_KEPT if keep_history else 0)
         frame.playing = self.playing
         frame.points, self._points = point_array(self._points), []
-        if self._event_lists:  # lists, not events, are kept per step: flattened once per frame here
-            frame.events.extend(chain.from_iterable(self._event_lists))
-        self._event_lists = deque(maxlen=EVENTS_KEPT if keep_history else 0)
         if self._recorder is not None:
             frame.recording_steps = self._recorder.num_steps
         if self._chat is not None and self.engine is not None:
             frame.texts = self._changed_texts()
-        if self.engine is not None and self._stepped:
+        if snapshot_due:
             frame.snapshot = self.engine.snapshot()
             self._stepped = False
             self._send_first_tokens(frame, frame.snapshot.requests)
+            self._snapshot_clock = frame.snapshot.time_s
             now = time.perf_counter()
             if frame.summary is None and now - self._last_summary >= self._summary_interval:
                 frame.summary = self.engine.summary()
@@ -231,6 +237,10 @@ class EngineSession(Session):
     def flat_out(self) -> bool:
         """Playing with nothing to wait for: every moment spent elsewhere is a step not taken."""
         return self.playing and self.engine is not None and (self.speed == 0 or self.engine.runner.name != "simulated")
+
+    @property
+    def core_bound(self) -> bool:
+        return self.flat_out and self.engine.runner.name == "simulated"
 
     def advance(self, budget_s: float = 0.0) -> float:
         """Engine steps for about budget_s of wall time (at least one), or -- when a paced engine
@@ -253,12 +263,11 @@ class EngineSession(Session):
     def _advance_flat_out(self, budget_s: float) -> float:
         """advance() with nothing to pace and nothing to record: the loop the window's cost is
         measured on. A simulated step takes ~15 us at maximum speed, and reading the clock, two
-        calls and copying the events after each step cost ~10 % of that; here a step costs an
-        append or two, and the clock is read every few steps (about every CLOCK_CHECK_INTERVAL_S)."""
+        calls and copying the events after each step cost ~10 % of that; here a step costs at most
+        one append, and the clock is read every few steps (about every CLOCK_CHECK_INTERVAL_S)."""
         step = self.engine.step
-        keep_step = self._pending.steps.append
-        keep_events = self._event_lists.append
-        keeping = self._pending.steps.maxlen != 0
+        keep_step = self._kept.append
+        keeping = self._kept.maxlen != 0
         per_check = self._steps_per_clock_check
         clock = time.perf_counter
         started = now = clock()
@@ -276,8 +285,6 @@ class EngineSession(Session):
                     result = stepped
                     if keeping:
                         keep_step(result)
-                        if result.events:
-                            keep_events(result.events)
                 steps += per_check
                 now = clock()
                 if now - self._last_point >= SERIES_INTERVAL_S:
@@ -326,10 +333,11 @@ class EngineSession(Session):
         self.engine = None
         self._finished_seen = 0
         self._first_token_sent = np.zeros(0, dtype=np.int64)
+        self._snapshot_clock = -float("inf")
         self._point_base = (0, 0.0, 0.0, 0)
         self._point_steps = 0
         self._last_result = None
-        self._event_lists = deque(maxlen=EVENTS_KEPT)
+        self._kept = deque(maxlen=STEPS_KEPT)
         self._steps_per_clock_check = 1
         self.mean_step_s = float("inf")
         self._summary_interval = SUMMARY_INTERVAL_S
@@ -365,7 +373,6 @@ class EngineSession(Session):
             self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
             return
         self.engine = engine
-        self._watch_finishes(engine)
         self._label = label
         cache = getattr(engine.runner, "cache", None)
         info = EngineInfo(label=label, backend=engine.runner.name, plan=engine.plan, resolved=engine.resolved,
@@ -452,9 +459,7 @@ class EngineSession(Session):
                 recorder, self._recorder = self._recorder, None
                 recorder.abandon()  # its writer thread and open file would outlive it
                 self._pending.error = f"Recording to {recorder.path} stopped: {exc}"
-        self._pending.steps.append(result)
-        if result.events:
-            self._event_lists.append(result.events)
+        self._kept.append(result)
         now = time.perf_counter()
         if now - self._last_point >= SERIES_INTERVAL_S:
             self._last_point = now
@@ -487,12 +492,24 @@ class EngineSession(Session):
         self._collect_finished()
 
     def _collect_finished(self) -> None:
+        """The requests finished since the last call, from the engine's metrics (a row per finished
+        request, in finishing order): their finish times for the latency plot, and the first token
+        of each whose first token came after the last snapshot -- it was never in a snapshot's
+        table, so _send_first_tokens did not send it. Called before every snapshot is taken."""
         metrics = self.engine.metrics
-        if len(metrics.ttft) > self._finished_seen:
-            seen = self._finished_seen
-            self._pending.finished.extend(zip(metrics.finish_times[seen:], metrics.ttft[seen:],
-                                              metrics.queue_time[seen:]))
-            self._finished_seen = len(metrics.ttft)
+        seen = self._finished_seen
+        if len(metrics.ttft) <= seen:
+            return
+        finish_times, ttfts, queue_times = metrics.finish_times[seen:], metrics.ttft[seen:], metrics.queue_time[seen:]
+        self._pending.finished.extend(zip(finish_times, ttfts, queue_times))
+        # first token = arrival + TTFT = finish - end-to-end + TTFT, which may miss the step's end by a
+        # rounding error; first tokens come at step ends, microseconds apart at the least
+        after = self._snapshot_clock + FIRST_TOKEN_TOLERANCE_S
+        for finish, e2e, ttft, queue_time in zip(finish_times, metrics.e2e[seen:], ttfts, queue_times):
+            first_token_time = finish - e2e + ttft
+            if first_token_time > after:
+                self._pending.first_tokens.append((first_token_time, ttft, queue_time))
+        self._finished_seen = len(metrics.ttft)
 
     # -- first tokens ---------------------------------------------------------------------------
     def _send_first_tokens(self, frame: FrameDelta, table) -> None:
@@ -505,23 +522,6 @@ class EngineSession(Session):
             frame.first_tokens.append(_first_token_row(requests[request_id]))
         # Only requests still in the engine can finish later: the array stays as big as the batch.
         self._first_token_sent = ids
-
-    def _watch_finishes(self, engine: Engine) -> None:
-        """Calls _request_finished with every request the engine finishes, inside its step: a
-        request that got its first token and finished between two snapshots was never in a table."""
-        record_finish = engine.metrics.on_finish
-
-        def on_finish(request) -> None:
-            record_finish(request)
-            self._request_finished(request)
-
-        engine.metrics.on_finish = on_finish
-
-    def _request_finished(self, request) -> None:
-        sent = self._first_token_sent
-        at = int(np.searchsorted(sent, request.request_id))
-        if at == len(sent) or sent[at] != request.request_id:  # its first token came since the last snapshot
-            self._pending.first_tokens.append(_first_token_row(request))
 
 
 def _first_token_row(request) -> tuple:
