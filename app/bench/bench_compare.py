@@ -122,6 +122,9 @@ def bench_compare(scenario: str = "fp8-kv-real", rounds: int = 3, requests: int 
     try:
         for _ in range(rounds):
             windowed.append(_in_window(app, window, scenario, requests))
+            # its process ended before headless starts, as headless's ends before the window's next
+            # round: each side runs with nothing of the other's left on the machine
+            window.compare.stop()
             headless.append(_headless(scenario, requests))
     finally:
         window.close()
