@@ -48,3 +48,16 @@ def test_new_configurations_rebuild_the_table_and_fit_its_columns(qtbot):
     # measured once after the update: the widest cell fits its column
     width = table.fontMetrics().horizontalAdvance("123,456.7")
     assert table.columnWidth(4) >= width
+
+
+def test_the_emphasised_answer_row_is_not_cut(qtbot):
+    table = ResultsTable()
+    qtbot.addWidget(table)
+    name = "Max concurrency (memory math)"
+    table.set_results(LABELS, [ResultRow(name, "sequences", (33.7, 67.4), "higher", 1)] + _rows(1.0, 2.0))
+    table.emphasize_row(name)
+    font = table.item(0, 0).font()
+    assert font.bold()
+    from PySide6.QtGui import QFontMetrics
+
+    assert table.columnWidth(0) >= QFontMetrics(font).horizontalAdvance(f"{name} (sequences)")

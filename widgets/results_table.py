@@ -154,6 +154,7 @@ class ResultsTable(QTableWidget):
                     font.setBold(True)
                     item.setFont(font)
                     item.setBackground(QColor(*self._theme.accent, 60))
+            self.resizeColumnsToContents()  # bold is wider: measured in regular type, the name was elided
             self.scrollToItem(self.item(r, 0), QAbstractItemView.PositionAtCenter)
             return r
         return None

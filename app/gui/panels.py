@@ -36,6 +36,7 @@ PLOTS_DOCK = "Live plots"
 LISTS_DOCK = "Requests and events"
 INSPECTOR_DOCK = "Request"
 TABLE_INTERVAL_S = 0.25  # a table of 1,000 rows is not worth redrawing 60 times a second
+CENTER_HANDLE_PX = 12  # the live page's splitter handles: room for the grip between two panels
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,9 @@ class PanelSet:
         layout = QVBoxLayout(self.page)
         layout.setContentsMargins(4, 4, 4, 4)
         self.center_split = QSplitter(Qt.Vertical)
+        # wider than the style's ~5 px: its grip is drawn at the handle's centre, which put it on the
+        # last line of the panel above ("hover a block for details", the timeline's axis label)
+        self.center_split.setHandleWidth(CENTER_HANDLE_PX)
         for panel in self.panels:
             view = self.views[panel.name]
             if panel.place == TOP:
