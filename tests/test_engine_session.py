@@ -32,6 +32,7 @@ def test_a_recording_that_fails_mid_run_stops_with_a_message_and_the_engine_goes
     frame = session.take_frame()
     assert "Recording to" in frame.error and "No space left" in frame.error
     assert frame.recording_steps is None and frame.steps  # the step itself happened
+    assert frame.recording_stopped  # said, for a window that never saw it running
     session.handle("step", None)
     assert session.take_frame().snapshot.step == 3
 

@@ -192,6 +192,8 @@ def test_a_recording_is_seen_until_a_live_frame_says_it_ended():
     assert not state.take(FrameDelta(recording_steps=None), replaying=True).recording_ended  # a replay's frames
     assert state.take(FrameDelta(recording_steps=None)).recording_ended
     assert not state.take(FrameDelta(recording_steps=None)).recording_ended  # said once
+    # a recording that failed before any frame showed it running (a small disk filled at once)
+    assert state.take(FrameDelta(recording_steps=None, recording_stopped=True)).recording_ended
 
 
 def test_a_recorded_engine_fills_the_settings_form(run):

@@ -102,7 +102,7 @@ class WindowState:
         self.recording_steps = frame.recording_steps
         if frame.recording_steps is not None:
             self.recording_seen = True
-        elif self.recording_seen and not replaying:  # ended: unchecked, Apply, Reset, workload done
+        elif (self.recording_seen or frame.recording_stopped) and not replaying:  # ended (unchecked, Apply, a full disk)
             self.recording_seen = False
             update.recording_ended = True
         return update

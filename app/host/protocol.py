@@ -241,6 +241,9 @@ class FrameDelta(Frame):
     position: int | None = None  # a replay: steps replayed, the snapshot being the state after them
     texts: dict = field(default_factory=dict)  # request id -> RequestText, for text requests that changed
     submitted_request_id: int | None = None  # the request a submit_prompt became
+    # a recording this session made ended (finished, or stopped by a failed write): said even when
+    # no frame showed it running -- a small disk can fill before the first frame after "record"
+    recording_stopped: bool = False
     prompt_refused: str | None = None  # ... or why it was refused
 
     @property
@@ -249,7 +252,8 @@ class FrameDelta(Frame):
                                      or self.finished or self.first_tokens or self.summary is not None
                                      or self.engine_info is not None
                                      or self.recording_steps is not None or self.texts
-                                     or self.submitted_request_id is not None or self.prompt_refused is not None)
+                                     or self.submitted_request_id is not None or self.prompt_refused is not None
+                                     or self.recording_stopped)
 
     def carry_steps(self, results) -> None:
         """The frame's steps: the newest STEPS_KEPT of `results` (StepResults, oldest first), and

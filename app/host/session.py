@@ -319,6 +319,7 @@ class EngineSession(Session):
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             return
+        self._pending.recording_stopped = True
         try:
             size = recorder.close(self.engine.summary() if self.engine is not None else None, note=note)
         except (OSError, ConfigError) as exc:  # RecordingError (a ConfigError) wraps a failed write
@@ -458,6 +459,7 @@ class EngineSession(Session):
             except (OSError, ConfigError) as exc:  # a full disk: the run goes on, the recording stops
                 recorder, self._recorder = self._recorder, None
                 recorder.abandon()  # its writer thread and open file would outlive it
+                self._pending.recording_stopped = True
                 self._pending.error = f"Recording to {recorder.path} stopped: {exc}"
         self._kept.append(result)
         now = time.perf_counter()
