@@ -182,9 +182,7 @@ class CompareView(QWidget):
                                      "reserved: held by a request, no token written yet; free: empty")
         self.columns_box = QWidget()
         columns_layout = QVBoxLayout(self.columns_box)
-        # Room under the legend: the splitter handle below draws its grip at its centre, and with no
-        # margin the grip sat on the legend's descenders ("cached prefix").
-        columns_layout.setContentsMargins(0, 0, 0, LEGEND_CLEARANCE_PX)
+        columns_layout.setContentsMargins(0, 0, 0, LEGEND_CLEARANCE_PX)  # the splitter's grip sat on the legend
         columns_layout.setSpacing(2)
         grid_box = QWidget()
         self.columns_grid = QGridLayout(grid_box)
@@ -545,9 +543,7 @@ class CompareView(QWidget):
         self._show_title(0.0)
         self.plots.set_configurations(labels)
         self.columns_rebuilt.emit()
-        # New columns, new text: the split is fitted again (the last reveal's left the next question's
-        # columns too little height)
-        QTimer.singleShot(0, self._fit_splitters)
+        QTimer.singleShot(0, self._fit_splitters)  # new columns' text: the last reveal's split was too low
 
     def _show_title(self, clock_s: float) -> None:
         head = f"{self._title}: " if self._title else ""
