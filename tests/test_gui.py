@@ -356,3 +356,15 @@ def test_request_ids_are_never_cut_to_an_ellipsis(qtbot):
     table.set_requests(later)
     swatch = table.style().pixelMetric(table.style().PixelMetric.PM_SmallIconSize)
     assert table.columnWidth(0) >= table.fontMetrics().horizontalAdvance("#1234567") + swatch + 8
+
+
+def test_the_default_window_fits_a_small_screen_and_an_asked_size_is_kept():
+    from PySide6.QtCore import QRect
+
+    from kvscope.app.cli.gui import default_size
+    from kvscope.app.cli.main import build_parser
+
+    assert default_size(QRect(0, 0, 1280, 720)) == (1280, 720)  # a bare X server at 1280x720
+    assert default_size(QRect(0, 0, 1920, 1050)) == (1600, 960)
+    assert build_parser().parse_args(["gui"]).size is None  # the default follows the screen
+    assert build_parser().parse_args(["gui", "--size", "1920x1080"]).size == (1920, 1080)

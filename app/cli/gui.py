@@ -50,7 +50,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--backend", choices=BACKENDS, help="default: real on this machine")
     parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark",
                         help="colours: dark (default), light, or contrast (high contrast, as demo mode uses)")
-    parser.add_argument("--size", type=_size, default=(1600, 960), metavar="WxH", help="window size (default 1600x960)")
+    parser.add_argument("--size", type=_size, default=None, metavar="WxH",
+                        help=f"window size (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, or the screen's if smaller)")
     parser.add_argument("--quit-after", type=options.bounded(0.0, MAX_QUIT_AFTER_S), metavar="SECONDS",
                         help="close after this many seconds")
     parser.add_argument("--screenshot", metavar="PNG", help="with --quit-after: save the window as a PNG first")
@@ -59,6 +60,15 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--replay", metavar="FILE", help="replay a recorded run (.kvrec): no model, no GPU needed")
     parser.add_argument("--scenario", metavar="NAME", help="open a guided scenario (see `kvscope scenarios`)")
     parser.set_defaults(func=run)
+
+
+DEFAULT_SIZE = (1600, 960)
+
+
+def default_size(available) -> tuple[int, int]:
+    """The default window inside the screen: on a 1280x720 screen without a window manager (a
+    fresh `make run` under a bare X server) 1600x960 put the live plots and the status bar off it."""
+    return min(DEFAULT_SIZE[0], available.width()), min(DEFAULT_SIZE[1], available.height())
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -218,8 +228,7 @@ def run(args) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
     window = MainWindow(values, theme=args.theme, replay=replay, scenario=scenario)
-    width, height = args.size
-    window.resize(width, height)
+    window.resize(*(args.size or default_size(app.primaryScreen().availableGeometry())))
     window.show()
     window.arrange_docks()
     if getattr(args, "demo", False):
