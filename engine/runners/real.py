@@ -14,10 +14,11 @@ import time
 
 import torch
 
-from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig
+from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
 from kvscope.engine.memory_math import MemoryPlan
 from kvscope.engine.scheduler import ScheduledBatch
 from kvscope.engine.runners.base import NO_TOKEN, ExecuteResult, StepOutOfMemory
+from kvscope.engine.runners.decode_graphs import DecodeGraphs
 from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.runners.packed_linear import onednn_packing_available, pack_linear_layers
 from kvscope.engine.runners.paged_attention import ATTN_IMPLEMENTATION, build_step_metadata
@@ -52,8 +53,10 @@ class RealRunner:
         self.hf_model = loaded.hf_model
         self.device = loaded.device
         self.block_size = plan.block_size
+        # CUDA graphs pad a decode batch with rows that write to one scratch block past the pool
+        capture_graphs = self.device.type == "cuda" and not args.enforce_eager
         try:
-            self.cache = PagedKVCache(model.num_hidden_layers, plan.num_blocks, plan.block_size,
+            self.cache = PagedKVCache(model.num_hidden_layers, plan.num_blocks + capture_graphs, plan.block_size,
                                       model.num_key_value_heads, model.head_dim, plan.kv_cache_dtype, self.device)
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             raise ConfigError(f"cannot allocate the KV pool of {plan.num_blocks:,} blocks on {self.device}: "
@@ -69,6 +72,11 @@ class RealRunner:
             self.packing_time_s = time.perf_counter() - packing_started
         params = inspect.signature(self.hf_model.forward).parameters
         self.cache_argument = "cache" if "cache" in params else "past_key_values"
+        self.graphs = None
+        if capture_graphs:
+            max_batch = resolve_engine_args(args, model, hardware).max_num_seqs
+            self.graphs = DecodeGraphs(self.hf_model, self.cache, plan.block_size, plan.num_blocks, max_batch,
+                                       self.cache_argument)
         self.roofline = SimulatedRunner(model, hardware, plan, args)
         self.forward_time_s = 0.0  # inside the model forward, summed over steps
         self.step_time_s = 0.0  # whole execute(), summed over steps
@@ -77,6 +85,14 @@ class RealRunner:
 
     def execute(self, batch: ScheduledBatch) -> ExecuteResult:
         started = time.perf_counter()
+        # parity checks record logits, which leave no graph: they run eagerly
+        graphed = self.graphs is not None and self.recorded_logits is None
+        shape = self.graphs.shape_for(batch) if graphed else None
+        if shape is not None:
+            with torch.inference_mode():
+                tokens = self.graphs.run(batch, *shape)
+            if tokens is not None:
+                return self._finish(batch, started, started, tokens.tolist(), list(range(len(batch.requests))))
         meta = build_step_metadata(batch, self.block_size, self.device)
         meta.cache = self.cache
         self.cache.step = meta
@@ -92,14 +108,19 @@ class RealRunner:
                 if self.recorded_logits is not None:
                     for entry, row in zip(meta.sample_entries, logits.float().cpu()):
                         self.recorded_logits.setdefault(batch.requests[entry].request_id, []).append(row)
+                return self._finish(batch, started, forward_started, tokens, meta.sample_entries)
         except torch.OutOfMemoryError as exc:
             raise StepOutOfMemory(str(exc).splitlines()[0]) from None
         finally:
             self.cache.step = None
+
+    def _finish(self, batch: ScheduledBatch, started: float, forward_started: float, tokens: list,
+                sample_entries: list) -> ExecuteResult:
+        """The step's result from its greedy tokens, one per entry in sample_entries."""
         finished = time.perf_counter()
         self.forward_time_s += finished - forward_started
         sampled = [NO_TOKEN] * len(batch.requests)
-        for entry, token in zip(meta.sample_entries, tokens):
+        for entry, token in zip(sample_entries, tokens):
             sampled[entry] = token
         duration = finished - started
         self.step_time_s += duration

@@ -53,19 +53,29 @@ def run_static_generate(loaded: LoadedModel, prompts: list[list[int]], max_token
             "throughput_tokens_per_s": useful / wall}
 
 
-def run_continuous_batching(loaded: LoadedModel, prompts: list[list[int]], max_tokens: list[int]) -> dict:
+def run_continuous_batching(loaded: LoadedModel, prompts: list[list[int]], max_tokens: list[int],
+                            options: dict | None = None) -> dict:
+    """options: `attn_implementation` (default sdpa, which the manager turns into its paged
+    variant) and ContinuousBatchingConfig fields (use_cuda_graph, ...)."""
     from transformers import GenerationConfig
 
     model = loaded.hf_model
     unreachable_eos = model.config.vocab_size + 1  # no token can end a request early
     config = GenerationConfig(do_sample=False, max_new_tokens=max(max_tokens), eos_token_id=unreachable_eos,
                               pad_token_id=0)
+    options = dict(options or {})
     previous = model.config._attn_implementation
-    model.set_attn_implementation("sdpa")  # the manager switches to its own paged variant of it
+    model.set_attn_implementation(options.pop("attn_implementation", "sdpa"))  # the manager pages it
+    cb_config = None
+    if options:
+        from transformers import ContinuousBatchingConfig
+
+        cb_config = ContinuousBatchingConfig(**options)
     started = time.perf_counter()
     try:
         with torch.inference_mode():
-            manager = model.init_continuous_batching(generation_config=config)
+            manager = (model.init_continuous_batching(generation_config=config) if cb_config is None else
+                       model.init_continuous_batching(generation_config=config, continuous_batching_config=cb_config))
             manager.start()
             try:
                 for i, (p, n) in enumerate(zip(prompts, max_tokens)):
