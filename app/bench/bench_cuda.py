@@ -189,9 +189,9 @@ def run_transformers_fastest(loaded, prompts: list, outputs: list, warm_up: list
     return {"configurations": tried, "fastest": fastest}
 
 
-def bench_cuda(count: int = 64, device: str | None = None, dtype: str | None = None, on_model=None) -> dict:
-    """dtype None: each model's default on the device (as `bench real` loads it). on_model(results,
-    name) is called as each model's figures are in."""
+def bench_cuda(count: int = 64, device: str | None = None, dtype: str | None = "bf16", on_model=None) -> dict:
+    """dtype: the weights' and KV's precision, bf16 as a GPU serves (None: each model's default on
+    the device). on_model(results, name) is called as each model's figures are in."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     import transformers
 
