@@ -36,80 +36,27 @@ from kvscope.widgets.scenario_panel import ScenarioPanel
 from kvscope.app.host.comparison import ComparisonSession
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
+from kvscope.app.gui.compare_metrics import ASKED_PLOTS, METRIC_ROWS, result_rows  # noqa: F401 - METRIC_ROWS: tests
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
 
 FRAME_INTERVAL_MS = 33  # four block maps at 30 frames a second read as smooth
+# ... except while a real model runs: its torch threads hold both cores, and every frame the page
+# draws (and the session builds) is taken from them. A real model steps a few times a second per
+# configuration, so 5 frames a second show every change the eye can follow. Paused or stepped by
+# hand, frames come at FRAME_INTERVAL_MS: a step shows at once and keys are never kept waiting.
+REAL_PLAYING_FRAME_INTERVAL_MS = 200
 WIDE_PX = 1500  # from this width the plots and the results table sit side by side
 LEGEND_CLEARANCE_PX = 8  # between the block maps' legend and the splitter handle under it (half above the plots')
 COLUMNS_SHARE = 0.5  # of the height below the scenario strip: the block maps; the rest plots and table
+# Before a scenario's guess the block maps are veiled: their columns get only the height their
+# numbers and the veil's text need (share 0), the plots the rest -- at demo mode's 1280x720 the
+# plots were ~70 px tall beside a tall, empty veil.
+VEILED_COLUMNS_SHARE = 0.0
 REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the results table more room
 PLOTS_SHARE = 0.6  # of a wide window's width: the plots; the rest the results table ...
 TABLE_MAX_SHARE = 0.6  # ... or as much as its columns need, up to this
-
-# A scenario's answer the three standard plots do not show -> its own plot, of the value measured so
-# far (read from each results update): (title, unit, scale from the metric's unit, tooltip).
-ASKED_PLOTS = {
-    "itl_max_s": ("Longest pause between tokens so far", "ms", 1e3,
-                  "the longest a request mid-answer has waited for its next token, as the run measured it so far:\n"
-                  "a whole prompt prefilled in one step stalls every answer being written"),
-    "prefix_cache_hit_rate": ("Prompt tokens from the prefix cache so far", "%", 100.0,
-                              "share of the prompt tokens so far served from cached blocks instead of computed"),
-}
-
-# (result key, row name, unit, scale to the unit, better, decimals, tooltip)
-METRIC_ROWS = (
-    ("throughput_tokens_per_s", "Output throughput", "tokens/s", 1.0, "higher", 0,
-     "output tokens generated per second of engine time, first arrival to last finish"),
-    ("ttft_p50_s", "TTFT p50", "ms", 1e3, "lower", 1, "time to first token, median over the finished requests"),
-    ("ttft_p99_s", "TTFT p99", "ms", 1e3, "lower", 1, "time to first token, 99th percentile"),
-    ("tpot_p50_s", "Time per output token p50", "ms", 1e3, "lower", 2,
-     "time between a request's output tokens after the first, median"),
-    ("tpot_p99_s", "Time per output token p99", "ms", 1e3, "lower", 2, "time per output token, 99th percentile"),
-    ("itl_max_s", "Longest pause between tokens", "ms", 1e3, "lower", 1,
-     "the longest a request mid-answer waited for its next token: a whole prompt prefilled in one step stalls it"),
-    ("peak_running", "Peak concurrency", "requests", 1.0, "higher", 0, "most requests running in one step"),
-    ("max_concurrent_sequences", "Max concurrency (memory math)", "sequences", 1.0, "higher", 1,
-     "KV pool / KV per sequence at max_model_len: how many full-length requests fit"),
-    ("peak_kv_usage", "Peak KV cache usage", "%", 100.0, "", 1, "largest share of KV blocks held by requests"),
-    ("mean_fragmentation", "Fragmentation", "% of slots", 100.0, "lower", 1,
-     "allocated KV token slots holding no token, averaged over busy time"),
-    ("preemptions", "Preemptions", "count", 1.0, "lower", 0, "requests evicted from the batch to free KV blocks"),
-    ("prefix_cache_hit_rate", "Prefix cache hit rate", "% of tokens", 100.0, "higher", 1,
-     "prompt tokens served from the prefix cache instead of recomputed"),
-    ("kv_quality_cost", "Quality cost: tokens that differ", "%", 100.0, "lower", 1,
-     "share of next-token predictions that differ from the model at full precision (1 - top-1 agreement) on "
-     "English passages, measured on the real backend; the simulated backend holds no values, so it is not "
-     "measured there"),
-    ("perplexity", "Perplexity on English passages", "", 1.0, "lower", 2,
-     "exp(mean negative log-likelihood) of the passages' tokens; the full-precision model's is in the note"),
-    ("completed", "Requests completed", "requests", 1.0, "", 0, "requests that finished"),
-)
-
-
-def result_rows(result) -> list[ResultRow]:
-    """The results table's rows from an engine.compare.ComparisonResult."""
-    rows = []
-    configs = result.configurations
-    for key, name, unit, scale, better, decimals, tip in METRIC_ROWS:
-        values = []
-        for config in configs:
-            try:
-                value = config.value(key)
-            except KeyError:
-                value = None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = value * scale if scale != 1.0 else value
-                if isinstance(value, float) and not np.isfinite(value):
-                    value = None
-            else:
-                value = None
-            values.append(value)
-        notes = tuple(c.kv_quality_note for c in configs) if key == "kv_quality_cost" else ()
-        rows.append(ResultRow(name, unit, tuple(values), better, decimals, tip, notes))
-    return rows
-
 
 class _Columns:
     """A configuration's plot points, grown in place (appends amortised), and the output tokens
@@ -168,6 +115,10 @@ class CompareView(QWidget):
         self.asked_series: list = []  # per configuration, (clocks, values) of that answer measured so far
         self.speed = 1.0
         self._playing = False
+        # Play sent and no frame since has said the comparison plays: frames made before the session
+        # read it (a real model's first frame comes seconds after the guess) must not say "paused"
+        self._play_sent = False
+        self._real_backend = False  # a configuration of the open comparison runs a real model
 
         self.panel = ScenarioPanel(theme=theme)
         self.panel.guess_committed.connect(self._guess_committed)
@@ -262,11 +213,23 @@ class CompareView(QWidget):
         height, width = sum(self.split.sizes()), self.bottom_split.width()
         if height < 200:
             return
-        columns = self._columns_height(height, COLUMNS_SHARE)
+        columns = self._columns_height(height, VEILED_COLUMNS_SHARE if self.awaiting_guess() else COLUMNS_SHARE)
         self.split.setSizes([columns, height - columns])
         if self._wide and width > 200:
             self.bottom_split.setSizes([int(width * PLOTS_SHARE), width - int(width * PLOTS_SHARE)])
         self._sized = True
+
+    def _veil_changed(self) -> None:
+        """The guess was committed or asked for again: the block maps' legend and room follow."""
+        self._show_veiled_parts()
+        QTimer.singleShot(0, self._fit_splitters)
+
+    def _show_veiled_parts(self) -> None:
+        """Before the guess the block maps' legend and the tab of an empty results table only take the
+        plots' height (at 1280x720 in demo mode the plots were ~70 px tall); after it they come back."""
+        veiled = self.awaiting_guess()
+        self.block_legend.setVisible(not veiled)
+        self.bottom_tabs.tabBar().setVisible(not veiled)
 
     def _columns_height(self, height: int, share: float) -> int:
         """The block maps' part of the split: its share, or more where the columns' wrapped text needs it
@@ -299,6 +262,7 @@ class CompareView(QWidget):
         waits for the guess."""
         self.scenario = scenario
         self.info, self.results, self.done, self.revealed = None, None, False, None
+        self._real_backend = False  # until its first frame says which backends it runs
         self._title = title if scenario_texts is None else ""
         self._title_detail = ""
         self.title.setText(title if scenario_texts is None else "")  # a scenario's strip has its title
@@ -307,6 +271,7 @@ class CompareView(QWidget):
             self.panel.show()
         else:
             self.panel.hide()
+        self._show_veiled_parts()
         self.table.set_results([], [])
         if not self._wide:
             self.bottom_tabs.setCurrentWidget(self.plots)  # the last reveal turned to the table
@@ -354,6 +319,10 @@ class CompareView(QWidget):
         return self._playing
 
     def _set_playing(self, playing: bool) -> None:
+        self._play_sent = False
+        interval = REAL_PLAYING_FRAME_INTERVAL_MS if playing and self._real_backend else FRAME_INTERVAL_MS
+        if self.timer.interval() != interval:
+            self.timer.setInterval(interval)
         if playing != self._playing:
             self._playing = playing
             self.play_state_changed.emit(playing)
@@ -370,8 +339,7 @@ class CompareView(QWidget):
             self.host.pause()
             self._set_playing(False)
         else:
-            self.host.play()
-            self._set_playing(True)
+            self._send_play()
 
     def step_once(self) -> None:
         if self.host is None or self.done:
@@ -389,6 +357,7 @@ class CompareView(QWidget):
         self.done, self.results, self.revealed = False, None, None
         if self.scenario is not None:
             self.panel.reset()
+            self._veil_changed()
             play = False
         self.table.set_results([], [])
         self.plots.clear()
@@ -405,9 +374,14 @@ class CompareView(QWidget):
             self.host.set_speed(speed)
 
     def _guess_committed(self, _guess) -> None:
+        self._veil_changed()
         if self.host is not None and not self.done:
-            self.host.play()
-            self._set_playing(True)
+            self._send_play()
+
+    def _send_play(self) -> None:
+        self.host.play()
+        self._set_playing(True)
+        self._play_sent = True
 
     def stop(self) -> None:
         """Ends the comparisons' process (the window closes)."""
@@ -430,10 +404,9 @@ class CompareView(QWidget):
         if frame.error:
             self._show_error(frame.error)
         for i, points in enumerate(frame.points):
-            if i < len(self.series) and len(points):
-                self.series[i].extend(points)
-        if any(len(p) for p in frame.points):
-            for i, s in enumerate(self.series):
+            if i < len(self.series) and len(points):  # a configuration with no new step keeps its curves
+                s = self.series[i]
+                s.extend(points)
                 self.plots.set_series(i, s.column("time_s"), s.column("kv_usage"), s.column("num_running"),
                                       s.output_tokens_so_far())
         veiled = self.awaiting_guess()
@@ -465,7 +438,7 @@ class CompareView(QWidget):
             self._set_playing(False)
             self._reveal()
             self.finished.emit()
-        elif not frame.error:
+        elif not frame.error and (frame.playing or not self._play_sent):
             self._set_playing(frame.playing)
 
     def _extend_asked(self, results, clock_s: float) -> None:
@@ -524,6 +497,7 @@ class CompareView(QWidget):
 
     def _new_comparison(self, info: dict) -> None:
         self.info = info
+        self._real_backend = "real" in info["backends"]
         labels = info["labels"]
         details = []
         for backend, model, hardware in zip(info["backends"], info["models"], info["hardware"]):

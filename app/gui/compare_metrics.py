@@ -1,0 +1,70 @@
+"""What the comparison page shows of a ComparisonResult: the results table's rows (METRIC_ROWS,
+result_rows) and the plots a scenario's asked quantity gets when no standard plot shows it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvscope.widgets.results_table import ResultRow
+
+# A scenario's answer the three standard plots do not show -> its own plot, of the value measured so
+# far (read from each results update): (title, unit, scale from the metric's unit, tooltip).
+ASKED_PLOTS = {
+    "itl_max_s": ("Longest pause between tokens so far", "ms", 1e3,
+                  "the longest a request mid-answer has waited for its next token, as the run measured it so far:\n"
+                  "a whole prompt prefilled in one step stalls every answer being written"),
+    "prefix_cache_hit_rate": ("Prompt tokens from the prefix cache so far", "%", 100.0,
+                              "share of the prompt tokens so far served from cached blocks instead of computed"),
+}
+
+# (result key, row name, unit, scale to the unit, better, decimals, tooltip)
+METRIC_ROWS = (
+    ("throughput_tokens_per_s", "Output throughput", "tokens/s", 1.0, "higher", 0,
+     "output tokens generated per second of engine time, first arrival to last finish"),
+    ("ttft_p50_s", "TTFT p50", "ms", 1e3, "lower", 1, "time to first token, median over the finished requests"),
+    ("ttft_p99_s", "TTFT p99", "ms", 1e3, "lower", 1, "time to first token, 99th percentile"),
+    ("tpot_p50_s", "Time per output token p50", "ms", 1e3, "lower", 2,
+     "time between a request's output tokens after the first, median"),
+    ("tpot_p99_s", "Time per output token p99", "ms", 1e3, "lower", 2, "time per output token, 99th percentile"),
+    ("itl_max_s", "Longest pause between tokens", "ms", 1e3, "lower", 1,
+     "the longest a request mid-answer waited for its next token: a whole prompt prefilled in one step stalls it"),
+    ("peak_running", "Peak concurrency", "requests", 1.0, "higher", 0, "most requests running in one step"),
+    ("max_concurrent_sequences", "Max concurrency (memory math)", "sequences", 1.0, "higher", 1,
+     "KV pool / KV per sequence at max_model_len: how many full-length requests fit"),
+    ("peak_kv_usage", "Peak KV cache usage", "%", 100.0, "", 1, "largest share of KV blocks held by requests"),
+    ("mean_fragmentation", "Fragmentation", "% of slots", 100.0, "lower", 1,
+     "allocated KV token slots holding no token, averaged over busy time"),
+    ("preemptions", "Preemptions", "count", 1.0, "lower", 0, "requests evicted from the batch to free KV blocks"),
+    ("prefix_cache_hit_rate", "Prefix cache hit rate", "% of tokens", 100.0, "higher", 1,
+     "prompt tokens served from the prefix cache instead of recomputed"),
+    ("kv_quality_cost", "Quality cost: tokens that differ", "%", 100.0, "lower", 1,
+     "share of next-token predictions that differ from the model at full precision (1 - top-1 agreement) on "
+     "English passages, measured on the real backend; the simulated backend holds no values, so it is not "
+     "measured there"),
+    ("perplexity", "Perplexity on English passages", "", 1.0, "lower", 2,
+     "exp(mean negative log-likelihood) of the passages' tokens; the full-precision model's is in the note"),
+    ("completed", "Requests completed", "requests", 1.0, "", 0, "requests that finished"),
+)
+
+
+def result_rows(result) -> list[ResultRow]:
+    """The results table's rows from an engine.compare.ComparisonResult."""
+    rows = []
+    configs = result.configurations
+    for key, name, unit, scale, better, decimals, tip in METRIC_ROWS:
+        values = []
+        for config in configs:
+            try:
+                value = config.value(key)
+            except KeyError:
+                value = None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = value * scale if scale != 1.0 else value
+                if isinstance(value, float) and not np.isfinite(value):
+                    value = None
+            else:
+                value = None
+            values.append(value)
+        notes = tuple(c.kv_quality_note for c in configs) if key == "kv_quality_cost" else ()
+        rows.append(ResultRow(name, unit, tuple(values), better, decimals, tip, notes))
+    return rows
