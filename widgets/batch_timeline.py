@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
@@ -45,6 +45,9 @@ SCROLL_DIVISIONS = 100
 # a fraction of it. Any step with tokens fills at least one row.
 BAR_ROWS = 128
 BAR_EMPTY, BAR_DECODE, BAR_PREFILL = 0, 1, 2
+# The token bars' share of the plots' height, within these pixels: at a fixed 110 - 130 px the bars
+# left the lanes a 5 px strip and cut the step axis's label in the 1280x720 window's ~160 px.
+BAR_SHARE, BAR_MIN_PX, BAR_MAX_PX = 0.35, 44, 130
 
 
 def token_bar_image(prefill: np.ndarray, decode: np.ndarray, top: float, rows: int = BAR_ROWS) -> np.ndarray:
@@ -175,8 +178,8 @@ class BatchTimelineView(QWidget):
         self._view.ci.layout.setRowSpacing(0, 14)  # the bars' "0" and the first lane's "0" apart
         self._view.ci.layout.setRowStretchFactor(0, 1)
         self._view.ci.layout.setRowStretchFactor(1, 4)
-        self._bars.setMinimumHeight(110)
-        self._bars.setMaximumHeight(130)
+        self._fit_bars_height()
+        self._view.installEventFilter(self)
         self._bars.setXLink(self._plot)
         self._bars.hideAxis("bottom")
         self._bars.setLabel("left", "tokens")
@@ -220,6 +223,17 @@ class BatchTimelineView(QWidget):
         scene = self._view.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802
+        if watched is self._view and event.type() == QEvent.Type.Resize:
+            self._fit_bars_height()
+        return super().eventFilter(watched, event)
+
+    def _fit_bars_height(self) -> None:
+        """The bars a share of the plots' height, the rest to the lanes and the step axis."""
+        height = round(min(BAR_MAX_PX, max(BAR_MIN_PX, self._view.height() * BAR_SHARE)))
+        self._bars.setMinimumHeight(height)
+        self._bars.setMaximumHeight(height)
 
     def set_theme(self, theme: Theme) -> None:
         self._theme = theme

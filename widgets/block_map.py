@@ -52,6 +52,7 @@ MAX_CELL_PX = 40
 # The legend's counts change with every frame of a busy pool: shown at most 4 times a second, as
 # text is read (the newest counts always follow). Each change re-laid-out the whole window, ~1 ms.
 LEGEND_INTERVAL_S = 0.25
+BOTTOM_MARGIN_PX = 12  # under the status line: as much air as the next panel's legend has above it
 
 
 class BlockMapView(QtWidgets.QWidget):
@@ -117,7 +118,8 @@ class BlockMapView(QtWidgets.QWidget):
                                 "Wheel zooms, drag pans, double-click shows the whole pool again.")
 
         lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(6, 6, 6, 4)
+        # Room under the last line: the live page's splitter grip, 6 px below this edge, sat on it.
+        lay.setContentsMargins(6, 6, 6, BOTTOM_MARGIN_PX)
         lay.setSpacing(4)
         lay.addWidget(self._glw, 1)
         lay.addWidget(self._legend)

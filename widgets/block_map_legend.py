@@ -26,7 +26,9 @@ _TIPS = {
              "allocated / prefix-cache hit / evicted / freed by a preemption (in swatch order).",
 }
 _SHARE_TIP = "\nThe percentage: this kind's share of the pool's blocks."
-_LABELS = {"cached": "cached (reusable prefix)", "shared": "shared (ref count > 1)"}
+# Short: at 1280x720 "shared (ref count > 1)" and "cached (reusable prefix)" put the five kinds on
+# five lines, more than the map's own height (the tooltips say what each kind is).
+_LABELS = {"cached": "cached prefix", "shared": "shared (refs > 1)"}
 
 
 def _qcolor(rgb) -> QtGui.QColor:

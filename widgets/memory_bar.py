@@ -66,6 +66,9 @@ class MemoryBudgetBar(QWidget):
         self._crowded_key: tuple = ()
         self.setMinimumHeight(CROWDED_ROW_Y + CROWDED_ROW_HEIGHT)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        # paintEvent fills every pixel: without this Qt painted the page, the tab widget and the
+        # main window under the bar first, at each of its repaints
+        self.setAttribute(Qt.WA_OpaquePaintEvent)
         self.setMouseTracking(True)
 
     def sizeHint(self) -> QSize:

@@ -51,7 +51,10 @@ class TextExchangeView(QPlainTextEdit):
             bar.setValue(bar.maximum())
 
     def clear(self) -> None:
-        super().clear()
+        # Views with no request to show clear on every frame: an empty view cleared again was
+        # repainted each time (the request inspector's, 60 times a second).
+        if self._prompt or self._answer or not self.document().isEmpty():
+            super().clear()
         self._prompt = self._answer = ""
 
     def set_point_size(self, points: float | None) -> None:

@@ -19,6 +19,9 @@ class ThrottledLabel(QLabel):
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self._show_pending)
+        # Opaque (it fills its background): a new text repainted the status bar and the main
+        # window behind the label too, 10 times a second.
+        self.setAutoFillBackground(True)
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         if text == self.text():

@@ -35,6 +35,10 @@ MAX_QUIT_AFTER_S = 7 * 86400.0  # a scripted window closes within a week (Qt's t
 # model's default run is sized in app/lab/chat_defaults.py, with its reasons.)
 GUI_CPU_KV_BUDGET = 64 * 1024**2
 DEFAULT_WORKLOAD = "azure-conv"  # with the trained model on the real backend: LIVE_CHAT_WORKLOAD
+# The simulated GPU's default traffic, as `kvscope run` and `make demo` use: chat lengths fitted to the
+# Azure conversation trace, arriving at 4 a second, fill the default L4's pool ~8 s in. The trace
+# itself starts at ~2 requests a second and reaches ~35 % of that pool by 15 s: no wall to see.
+SIMULATED_WORKLOAD = "chat"
 
 
 def add_parser(subparsers) -> None:
@@ -46,7 +50,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--hardware", metavar="PRESET",
                         help="hardware preset; a GPU preset selects the simulated backend")
     parser.add_argument("--workload", metavar="PRESET", help=f"workload preset (default {LIVE_CHAT_WORKLOAD} with "
-                                                             f"{LIVE_CHAT_MODEL}, else {DEFAULT_WORKLOAD})")
+                                                             f"{LIVE_CHAT_MODEL}, {SIMULATED_WORKLOAD} on the "
+                                                             f"simulated backend, else {DEFAULT_WORKLOAD})")
     parser.add_argument("--backend", choices=BACKENDS, help="default: real on this machine")
     parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark",
                         help="colours: dark (default), light, or contrast (high contrast, as demo mode uses)")
@@ -84,8 +89,8 @@ def _size(text: str) -> tuple[int, int]:
 
 def initial_values(args) -> dict:
     """The window's first settings: the real backend on this machine with the trained model answering
-    real chat text (tiny-llama replaying the Azure trace if the trained model is not installed),
-    unless the command line says otherwise."""
+    real chat text (tiny-llama replaying the Azure trace if the trained model is not installed), or
+    on the simulated backend `kvscope run`'s chat traffic, unless the command line says otherwise."""
     from kvscope.app.lab.cuda_device import cuda_device_visible
 
     backend = args.backend or ("simulated" if args.hardware not in (None, THIS_MACHINE) else "real")
@@ -97,7 +102,9 @@ def initial_values(args) -> dict:
     load_model(model)  # unknown names fail here, with the list of known ones
     load_hardware(hardware)
     live_chat = backend == "real" and model == LIVE_CHAT_MODEL and not args.model_path
-    workload = load_workload(args.workload or (LIVE_CHAT_WORKLOAD if live_chat else DEFAULT_WORKLOAD))
+    default_workload = (LIVE_CHAT_WORKLOAD if live_chat else SIMULATED_WORKLOAD if backend == "simulated"
+                        else DEFAULT_WORKLOAD)
+    workload = load_workload(args.workload or default_workload)
     budgeted = backend == "real" and (not cuda_device_visible() or (model == RANDOM_WEIGHTS_MODEL and not args.model_path))
     engine = engine_defaults()
     if live_chat:

@@ -142,6 +142,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.status, 1)
         self.panels.connect_selection(self.select_request)
         self.prompt.prompt_submitted.connect(self.submit_prompt)
+        self.prompt.usable_changed.connect(self._prompt_usable_changed)
         self.inspector_dock = self.panels.docks[panels.INSPECTOR_DOCK]
 
     def docks(self) -> list:
@@ -556,17 +557,40 @@ class MainWindow(QMainWindow):
             self.resizeDocks([self.bottom_dock], [220], Qt.Vertical)
         self._share_center_split()
 
+    def _prompt_usable_changed(self, _usable: bool) -> None:
+        """The prompt box's height limit changed with the engine: the split is shared again (demo
+        mode's by its own shares, which it laid out before the box's limit was lifted)."""
+        if self.demo.active:
+            self.demo.engine_changed()
+        else:
+            self._share_center_split()
+
     def _share_center_split(self) -> None:
         """The live page's split by DESK_SPLIT: left to the widgets' size hints, the batch
-        timeline took twice the block map's height at 1280x720 and a small pool's map was a band."""
+        timeline took twice the block map's height at 1280x720 and a small pool's map was a band.
+        A prompt box that is off (no engine that reads text) keeps only its input and the reason;
+        the height it does not need goes to the other panels in their shares."""
         split = self.center_split
+        self.layout().activate()  # the docks may just have been resized: the split as it will be shown
+        self.panels.page.layout().activate()
         names = {id(view): name for name, view in self.panels.views.items()}
         panel_names = [names.get(id(split.widget(i)), "") for i in range(split.count())]
         unnamed = [name for name in panel_names if name not in DESK_SPLIT]
         left = max(0.0, 1.0 - sum(DESK_SPLIT.get(name, 0.0) for name in panel_names))
-        total = sum(split.sizes()) or split.height()
-        split.setSizes([int(total * DESK_SPLIT[name]) if name in DESK_SPLIT else int(total * left / len(unnamed))
-                        for name in panel_names])
+        total = split.height() - split.handleWidth() * (split.count() - 1)
+        if total <= 0:  # not laid out yet (a window not shown): the sizes it was given
+            total = sum(split.sizes())
+        sizes = [total * DESK_SPLIT[name] if name in DESK_SPLIT else total * left / len(unnamed)
+                 for name in panel_names]
+        prompt = self.panels.views.get("prompt")
+        if "prompt" in panel_names and prompt.no_text_reason is not None:
+            at = panel_names.index("prompt")
+            needed = min(sizes[at], prompt.compact_height(split.width()))
+            spare = sizes[at] - needed
+            others = sum(size for i, size in enumerate(sizes) if i != at)
+            if others > 0:
+                sizes = [needed if i == at else size + spare * size / others for i, size in enumerate(sizes)]
+        split.setSizes([int(size) for size in sizes])
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.timer.stop()

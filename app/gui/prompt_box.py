@@ -25,6 +25,10 @@ INPUT_LINES = 2  # the box's height in lines of text; Shift+Enter adds more, and
 PLACEHOLDER = "Ask the model something (Enter sends it; Shift+Enter: a new line)"
 ANSWER_PLACEHOLDER = "The answer streams here, token by token, as the engine writes it."
 NO_ENGINE = "no engine is running yet"
+# The box's own hint when it is off: a reason of a sentence or two overflowed its two lines at
+# 1280x720, so the box says only that it is off and the wrapped line under it says why.
+OFF_PLACEHOLDER = "Typed prompts are off (why: below)"
+QWIDGETSIZE_MAX = 16777215  # Qt's "no maximum" (PySide6 does not export it)
 QUESTION_SCALE = 0.75  # demo mode: the question's type, against the answer's
 
 
@@ -73,6 +77,10 @@ class PromptBox(QWidget):
 
     prompt_submitted = Signal(str)
     request_selected = Signal(int)
+    # Whether the box can send text changed, or why it cannot: off, it hides the answer pane (no
+    # answer can come) and keeps the height of its input and the reason, so the window gives the
+    # rest to the panels above.
+    usable_changed = Signal(bool)
 
     def __init__(self, parent=None, theme: Theme = DARK):
         super().__init__(parent)
@@ -101,6 +109,7 @@ class PromptBox(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(self.question)
         layout.addWidget(self.answer, 1)
+        layout.addStretch(0)  # the answer hidden (the box is off): the reason stays under the input
         self.no_text_reason: str | None = NO_ENGINE
         self.refusal: str | None = None  # why the engine refused the last prompt sent
         self.awaiting: str | None = None  # the text sent, until a frame says what became of it
@@ -233,20 +242,42 @@ class PromptBox(QWidget):
         if self.refusal is None and self.awaiting is None:
             self._say(_progress(shown, record, snapshot))
 
+    def compact_height(self, width: int) -> int:
+        """The height the box needs at this width while it is off: the input row and the reason
+        under it, wrapped."""
+        margins = self.layout().contentsMargins()
+        row = max(self.input.height(), self.send_button.sizeHint().height())
+        reason = self.status.heightForWidth(max(1, width - margins.left() - margins.right()))
+        return margins.top() + row + self.layout().spacing() + reason + margins.bottom()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self._fit_height()  # the reason wraps to more or fewer lines
+
+    def _fit_height(self) -> None:
+        """Off, no taller than its input and the reason (demo mode may still fold it away)."""
+        self.setMaximumHeight(QWIDGETSIZE_MAX if self.no_text_reason is None else self.compact_height(self.width()))
+
     def _set_enabled_for(self, reason: str | None) -> None:
+        changed = reason != self.no_text_reason
         self.no_text_reason = reason
         on = reason is None
+        self.answer.setVisible(on)
         self.input.setEnabled(on)
         self.send_button.setEnabled(on and self.awaiting is None)
         tip = (f"Type a prompt for the running engine; Enter sends it ({FOCUS_KEY} comes here)" if on
                else f"Typed prompts are off: {reason}")
         self.input.setToolTip(tip)
         self.setToolTip("" if on else tip)
-        self.input.setPlaceholderText(PLACEHOLDER if on else f"Typed prompts are off: {reason}")
+        self.input.setPlaceholderText(PLACEHOLDER if on else OFF_PLACEHOLDER)
         if not on:
             self._say(f"Typed prompts are off: {reason}.")
         else:
             self._say(f"Type a prompt and press Enter: it joins the running batch ({FOCUS_KEY} comes here).")
+        self._fit_height()
+        if changed:
+            self.usable_changed.emit(on)
 
     def _say(self, text: str, warning: bool = False) -> None:
         self.status.setText(text)
