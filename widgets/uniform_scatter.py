@@ -31,7 +31,11 @@ def uniform_update_spots(scatter, original, dataSet=None) -> None:  # noqa: N803
     if not new.any():
         original(dataSet)
         return
-    columns = list(scatter._style(STYLE_FIELDS, data=data, idx=new))
+    try:  # pyqtgraph's internals: another release (pyproject allows >= 0.13.3) takes its own path
+        columns = list(scatter._style(STYLE_FIELDS, data=data, idx=new))
+    except (AttributeError, TypeError, KeyError):
+        original(dataSet)
+        return
     if not all(_uniform(column) for column in columns):
         original(dataSet)
         return
