@@ -241,3 +241,17 @@ def test_the_vllm_comparison_times_kvscope_on_exact_lengths_as_a_client_would(ti
     assert result["output_tokens"] == sum(outputs) and result["block_size"] == 32
     assert 0 < result["ttft_p50_s"] < result["wall_time_s"]
     assert result["throughput_tokens_per_s"] == pytest.approx(sum(outputs) / result["wall_time_s"])
+
+
+def test_the_vllm_comparison_runs_kvscope_on_the_threads_asked_and_gives_torch_its_own_back(tiny):
+    """kvscope's side runs once on one thread (as vLLM computes by default) and once on every core;
+    the same tokens either way, and torch's thread count is what it was afterwards."""
+    import torch
+
+    from kvscope.app.bench.bench_vs_vllm import run_kvscope_exact
+
+    before = torch.get_num_threads()
+    prompts, outputs = [list(range(5, 40)), list(range(50, 70))], [4, 6]
+    two = run_kvscope_exact(tiny, prompts, outputs, threads=2)
+    assert two["threads"] == 2 and two["output_tokens"] == 10
+    assert torch.get_num_threads() == before
