@@ -26,6 +26,21 @@ def format_bytes(n: float) -> str:
     return f"{sign}{n:.0f} B"
 
 
+def format_bytes_short(n: float) -> str:
+    """Three significant digits in binary units ("720 KiB", "23.6 MiB", "3.87 GiB"), for a label with
+    little room; where the room allows, give the exact format_bytes beside it (a tooltip, say)."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            value = n / size
+            digits = 0 if value >= 99.95 else 1 if value >= 9.995 else 2  # 99.97 rounds to "100", not "100.0"
+            return f"{sign}{value:.{digits}f} {unit}"
+    return f"{sign}{n:.0f} B"
+
+
 def format_seconds(s: float | None) -> str:
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return "-"

@@ -43,7 +43,8 @@ def test_the_timeline_legend_wraps_between_entries_never_inside_one(qtbot, width
 
 
 def test_the_memory_bar_wraps_its_crowded_row_and_cuts_no_entry(qtbot):
-    from kvscope.widgets.memory_bar import CROWDED_ROW_HEIGHT, MemoryBudgetBar, Segment, format_bytes_short
+    from kvscope.engine.units import format_bytes_short
+    from kvscope.widgets.memory_bar import CROWDED_ROW_HEIGHT, MemoryBudgetBar, Segment
 
     bar = MemoryBudgetBar()
     qtbot.addWidget(bar)
@@ -59,13 +60,27 @@ def test_the_memory_bar_wraps_its_crowded_row_and_cuts_no_entry(qtbot):
     assert all("\u2026" not in text for *_, text in entries)  # every entry whole: none elided
     assert max(row for _, _, row, _ in entries) == 1  # too many for one row at 490 px: a second one
     qtbot.waitUntil(lambda: bar.height() >= bar.minimumHeight() and bar.minimumHeight() >= 2 * CROWDED_ROW_HEIGHT)
-    assert bar.crowded_text(free) == "KV free: 720 KiB (0.2 %)"
+    assert bar.segment_text(free) == "KV free: 720 KiB (0.2 %)"
     assert [format_bytes_short(n) for n in (720 * 2**10, 23.55 * 2**20, 3.874 * 2**30, 999.97 * 2**20)] == [
         "720 KiB", "23.6 MiB", "3.87 GiB", "1000 MiB"]
     bar.resize(1600, bar.height())  # wide: one row, and the widget shrinks back
     qtbot.waitUntil(lambda: max(row for _, _, row, _ in bar._crowded_layout(bar.crowded_segments())) == 0)
     assert bar.sizeHint().height() < 2 * CROWDED_ROW_HEIGHT + 62
 
+
+
+def test_the_memory_bar_labels_sizes_to_three_digits_and_gives_the_exact_size_in_its_tooltip(qtbot):
+    from kvscope.engine.units import format_bytes_short
+    from kvscope.widgets.memory_bar import MemoryBudgetBar, Segment
+
+    bar = MemoryBudgetBar()
+    qtbot.addWidget(bar)
+    weights = Segment("weights", 15 * 2**30, (120, 120, 140), tooltip="from model.safetensors")
+    free = Segment("KV free", 2**30, (220, 220, 230))
+    bar.set_segments("Memory budget: test", [weights, free])
+    assert bar.segment_text(weights) == "weights: 15.0 GiB (93.8 %)"
+    assert bar.tooltip_text(weights) == "weights: 15.00 GiB (16.1 GB), 93.8 % of the budget\nfrom model.safetensors"
+    assert [format_bytes_short(n) for n in (512, -1536, 5 * 2**40, None)] == ["512 B", "-1.50 KiB", "5.00 TiB", "-"]
 
 def test_a_narrow_kv_plot_wraps_its_legend_above_the_data(qtbot):
     """In demo mode the plots dock is ~420 px and the font 1.5x: the legend lost "KV pool full" at the

@@ -14,6 +14,7 @@ from PySide6.QtCore import QRectF, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from kvscope.engine.units import format_bytes, format_bytes_short
 from kvscope.widgets.palette import DARK, Theme
 
 
@@ -28,23 +29,6 @@ class Segment:
     nbytes: float
     color: tuple  # (r, g, b)
     tooltip: str = ""
-
-
-def format_bytes(n: float) -> str:
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_bytes_short(n: float) -> str:
-    """Three significant digits ("720 KiB", "23.6 MiB", "3.87 GiB"): the row under the bar is short, and
-    the exact size is in the tooltip."""
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= size:
-            value = n / size
-            return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.{1 if value >= 9.995 else 2}f} {unit}"
-    return f"{n:.0f} B"
 
 
 # Repainted at most 20 times a second (the newest segments always follow): in a busy run its
@@ -112,13 +96,15 @@ class MemoryBudgetBar(QWidget):
         return sum(s.nbytes for s in self.segments)
 
     def segment_text(self, segment: Segment) -> str:
-        total = self.total_bytes or 1
-        return f"{segment.label}: {format_bytes(segment.nbytes)} ({100 * segment.nbytes / total:.1f} %)"
-
-    def crowded_text(self, segment: Segment) -> str:
-        """A crowded segment's entry in the row under the bar: its size to three digits, and its share."""
+        """A segment's label, in the bar or in the row under it: its size to three digits, and its share."""
         total = self.total_bytes or 1
         return f"{segment.label}: {format_bytes_short(segment.nbytes)} ({100 * segment.nbytes / total:.1f} %)"
+
+    def tooltip_text(self, segment: Segment) -> str:
+        """The exact size, where the label rounds it to three digits."""
+        total = self.total_bytes or 1
+        text = f"{segment.label}: {format_bytes(segment.nbytes)}, {100 * segment.nbytes / total:.1f} % of the budget"
+        return text + (f"\n{segment.tooltip}" if segment.tooltip else "")
 
     def _bar_rect(self) -> QRectF:
         return QRectF(8, 24, max(10, self.width() - 16), BAR_HEIGHT)
@@ -180,7 +166,7 @@ class MemoryBudgetBar(QWidget):
         left, right = 8.0, self.width() - 8.0
         entries, x, row = [], left, 0
         for seg in crowded:
-            text = self.crowded_text(seg)
+            text = self.segment_text(seg)
             slot = 12 + max(metrics.horizontalAdvance(text),
                             metrics.horizontalAdvance(f"{seg.label}: 8888 MiB (88.8 %)"))
             if x > left and x + slot > right:
@@ -215,5 +201,4 @@ class MemoryBudgetBar(QWidget):
         if seg is None:
             QToolTip.hideText()
             return
-        text = self.segment_text(seg) + (f"\n{seg.tooltip}" if seg.tooltip else "")
-        QToolTip.showText(event.globalPosition().toPoint(), text, self)
+        QToolTip.showText(event.globalPosition().toPoint(), self.tooltip_text(seg), self)
