@@ -45,6 +45,7 @@ COMPUTE_DTYPES = ("fp32", "fp16", "bf16")
 QUANTIZATIONS = ("int8", "nf4")  # bitsandbytes weight quantisation, real backend only
 # simulated: a roofline cost model of a hardware preset; real: a transformers model on this machine
 BACKENDS = ("simulated", "real")
+DEFAULT_BACKEND = "simulated"  # needs no model download and no accelerator
 SCHEDULINGS = ("continuous", "static")
 ALLOCATIONS = ("paged", "contiguous")
 # Block sizes offered as choices; the engine takes any whole number of tokens.

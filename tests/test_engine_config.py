@@ -13,6 +13,7 @@ from kvscope.engine.config import (
     ALLOCATIONS,
     BACKENDS,
     BLOCK_SIZES,
+    DEFAULT_BACKEND,
     KV_CACHE_DTYPE_ALIASES,
     KV_CACHE_DTYPE_BYTES,
     KV_CACHE_DTYPES,
@@ -122,3 +123,32 @@ def test_the_settings_panel_shows_and_returns_every_choice_it_is_given(qtbot):
     editor = PresetEditor(weight_dtype_choices())
     qtbot.addWidget(editor)
     assert [editor.weight_dtype.itemText(i) for i in range(editor.weight_dtype.count())] == list(WEIGHT_DTYPE_BYTES)
+
+
+def default_backends_written_in_app() -> list[str]:
+    """A backend name given as a default in app/: a `default=` keyword, or the fallback of a `.get("backend", ...)`."""
+    found = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            fallbacks = [k.value for k in node.keywords if k.arg == "default"]
+            if (isinstance(node.func, ast.Attribute) and node.func.attr == "get" and len(node.args) == 2
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "backend"):
+                fallbacks.append(node.args[1])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}" for value in fallbacks
+                      if isinstance(value, ast.Constant) and value.value in BACKENDS]
+    return found
+
+
+def test_the_default_backend_is_written_once_in_the_engine_config():
+    import argparse
+
+    from kvscope.app.cli.options import add_backend_options
+
+    assert DEFAULT_BACKEND in BACKENDS
+    assert default_backends_written_in_app() == []
+    parser = argparse.ArgumentParser()
+    add_backend_options(parser)
+    assert parser.parse_args([]).backend == DEFAULT_BACKEND
+    assert f"(default {DEFAULT_BACKEND})" in " ".join(parser.format_help().split())

@@ -14,6 +14,7 @@ import typing
 
 from kvscope.engine.config import (
     BACKENDS,
+    DEFAULT_BACKEND,
     COMPUTE_DTYPES,
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
@@ -151,9 +152,9 @@ def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("backend")
-    group.add_argument("--backend", choices=BACKENDS, default="simulated",
+    group.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                        help="simulated: roofline cost model of --hardware; real: a transformers model running on "
-                            "this machine over the paged KV pool (default simulated)")
+                            f"this machine over the paged KV pool (default {DEFAULT_BACKEND})")
     group.add_argument("--device", help="real backend: cpu, cuda or cuda:N (default: cuda if present, else cpu)")
     group.add_argument("--dtype", choices=COMPUTE_DTYPES,
                        help="real backend: weight dtype (default fp32 on CPU, the model's 16-bit type on CUDA)")

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig, ResolvedArgs
+from kvscope.engine.config import DEFAULT_BACKEND, ConfigError, EngineArgs, HardwareSpec, ModelConfig, ResolvedArgs
 from kvscope.engine.events import EventKind
 from kvscope.engine.memory_math import MemoryPlan
 from kvscope.engine.metrics import percentile
@@ -120,7 +120,7 @@ def engine_info_from_header(header: dict, label_suffix: str = "") -> EngineInfo:
     except Exception:  # noqa: BLE001
         workload = SimpleNamespace(name=str(raw.get("name", "unknown")))
     values = {"label": f"{header.get('label', 'recording')}{label_suffix}", "plan": plan, "resolved": resolved,
-              "backend": header.get("backend", "simulated"), "args": engine_args, "model": model,
+              "backend": header.get("backend", DEFAULT_BACKEND), "args": engine_args, "model": model,
               "hardware": hardware, "workload": workload, "allocation": header.get("allocation", "paged")}
     return EngineInfo(**_known_fields(EngineInfo, values))
 
