@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from importlib import resources
@@ -404,6 +405,61 @@ def test_presets_of_one_kind(capsys):
     assert "models:" not in out and "llama-3-8b" not in out
     assert {line.split()[0] for line in out.splitlines()[1:]} == set(preset_names("workloads"))
 
+
+
+def test_readable_lesson_names_each_lesson_by_its_title():
+    from kvscope.app.cli.lessons import readable_lesson
+
+    assert readable_lesson("seed 004 (Lesson 10, KV Cache & Memory Math), section 4") == \
+        'the lesson "Lesson 10, KV Cache & Memory Math", section 4'
+    # a number alone takes the title from the table, or from a titled mention earlier in the text
+    assert readable_lesson("seed 002") == 'the lesson "KV cache & continuous batching"'
+    assert readable_lesson("seed 007 (Speculative Decoding); seed 007") == \
+        'the lesson "Speculative Decoding"; the lesson "Speculative Decoding"'
+    assert readable_lesson("seed 123") == "another lesson of the course"
+    assert readable_lesson("the seeds' worked example") == "the lessons' worked example"
+
+
+def texts_shown_to_users() -> dict[str, str]:
+    """What `kvscope presets`, `kvscope math`, `kvscope compare` and the window print of each preset and scenario
+    (the "source" fields are provenance, kept in the files, and not shown)."""
+    from kvscope.app.cli.lessons import readable_lesson
+    from kvscope.app.lab.presets import load_hardware, load_model, load_workload
+    from kvscope.app.lab.scenarios import load_scenario, scenario_names
+
+    texts = {}
+    for kind, load in (("models", load_model), ("hardware", load_hardware), ("workloads", load_workload)):
+        for name in preset_names(kind):
+            preset = load(name)
+            for field in ("description", "weights_source"):
+                texts[f"{kind}/{name}.{field}"] = getattr(preset, field, "") or ""
+    for name in scenario_names():
+        scenario = load_scenario(name)
+        for field in ("title", "caption", "question", "claim"):
+            texts[f"scenarios/{name}.{field}"] = getattr(scenario, field)
+        texts[f"scenarios/{name}.seed_lesson"] = readable_lesson(scenario.seed_lesson)
+        texts[f"scenarios/{name}.answer"] = " ".join(scenario.answer.choices) + " " + scenario.reveal_from.describe()
+    return texts
+
+
+def test_no_preset_or_scenario_text_shown_to_users_says_seed():
+    """The course numbers its lessons "seed 000".."seed 004"; a reader knows them by their titles. A random
+    seed is the one seed a user meets (tiny-llama's weights come from one)."""
+    texts = texts_shown_to_users()
+    assert len(texts) > 50 and any("Lesson 10" in text for text in texts.values())
+    said = {where: text for where, text in texts.items()
+            if re.search(r"\bseeds?\b|\bseed's\b", text, re.IGNORECASE) and "random weights from a fixed seed" not in text}
+    assert said == {}
+
+
+def test_math_names_the_lesson_whose_formula_it_shows(capsys):
+    for accounting, row in (("lesson", "accounting"), ("vllm", "the lesson's formula")):
+        rc, out, _ = cli(capsys, "math", "--model", "qwen3.6-27b-fp8", "--hardware", "h100-nvl-94gb",
+                         "--accounting", accounting)
+        assert rc == 0
+        rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
+        assert 'the formula of the lesson "Inference Engineering Lesson 10: KV Cache & Memory Math"' in rows[row], out
+        assert "seed" not in out.lower()
 
 def test_no_command_prints_help_and_exits_2(capsys):
     rc, out, _ = cli(capsys)

@@ -4,7 +4,6 @@ the identical workload, and the answer."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 from kvscope.engine.config import ConfigError
@@ -13,6 +12,7 @@ from kvscope.app.lab.output_path import check_distinct_outputs, check_output_pat
 from kvscope.engine.checks import MAX_SEED, whole_number
 
 from kvscope.app.cli import options
+from kvscope.app.cli.lessons import readable_lesson
 from kvscope.app.cli.run import Progress, status
 from kvscope.engine.units import GiB, format_bytes, format_percent, format_seconds
 from kvscope.app.cli.output import table
@@ -209,25 +209,3 @@ def run(args) -> int:
     if args.csv:
         _write("--csv", args.csv, result.to_csv())
     return 0
-
-
-# The course lessons the scenarios cite as "seed NNN": their titles, for a reference without one.
-LESSON_TITLES = {
-    "000": "The KV Cache Is the Real Batch-Size Ceiling",
-    "001": "Continuous Batching and KV Caching",
-    "002": "KV cache & continuous batching",
-    "004": "Inference Engineering Lesson 10: KV Cache & Memory Math",
-}
-_SEED_WITH_TITLE = re.compile(r"seed (\d{3}) \(([^)]*)\)")
-_SEED_ALONE = re.compile(r"seed (\d{3})")
-
-
-def readable_lesson(text: str) -> str:
-    """A scenario's source as a reader can follow it: "seed 001 (Continuous Batching and KV
-    Caching), ...; seed 002" names the lessons by their titles, not by the course's file numbers."""
-    titles = dict(LESSON_TITLES)
-    titles.update(_SEED_WITH_TITLE.findall(text))
-    text = _SEED_WITH_TITLE.sub(lambda m: f"the lesson \"{m.group(2)}\"", text)
-    text = _SEED_ALONE.sub(lambda m: f"the lesson \"{titles[m.group(1)]}\"" if m.group(1) in titles
-                           else "another lesson of the course", text)
-    return text.replace("the seeds'", "the lessons'")

@@ -11,6 +11,7 @@ from kvscope.engine.memory_math import no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import options
+from kvscope.app.cli.lessons import MEMORY_LESSON
 from kvscope.app.cli.output import table
 
 GROUP_NAMES = {"full_attention": "full attention", "sliding_attention": "sliding window",
@@ -75,7 +76,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
         ("model", _model_row(model)),
         ("hardware", f"{hardware.name}: {hardware.description or ''}".rstrip(": ")),
         ("accounting", f"what vLLM {plan.vllm_version} allocates" if vllm
-         else "the lesson's formula: memory x utilization - weights, every layer a full KV cache"),
+         else f"the formula of {MEMORY_LESSON}: memory x utilization - weights, every layer a full KV cache"),
         ("KV cache dtype", f"{plan.kv_cache_dtype}"),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}  ({_per_token_formula(plan, model)})"),
         ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {plan.max_model_len:,} tokens"),
@@ -109,7 +110,8 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     if vllm and abs(plan.lesson_max_concurrent_sequences - plan.max_concurrent_sequences) >= 0.005:
         rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:.2f} sequences: a "
                                              f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "
-                                             "blocks (nothing held back, every layer a full KV cache)"))
+                                             f"blocks (the formula of {MEMORY_LESSON}: nothing held back, every "
+                                             "layer a full KV cache)"))
     if not plan.fits:
         rows.append(("does not fit", no_room_reason(plan)))
     return rows
