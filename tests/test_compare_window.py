@@ -118,21 +118,37 @@ def test_each_scenario_asks_takes_a_guess_runs_and_reveals(window, qtbot, monkey
         assert view.table.item(r, 0).font().bold()
 
 
-ASKED_PLOT = {"peak_kv_usage": "kv_usage", "itl_max_s": "asked", "prefix_cache_hit_rate": "asked"}
+# the plot that holds each answer's quantity: a standard one, or the page's plot of the asked quantity
+ASKED_PLOT = {"peak_kv_usage": "kv_usage", "peak_running": "num_running", "itl_max_s": "asked",
+              "prefix_cache_hit_rate": "asked", "throughput_tokens_per_s": "asked", "max_concurrent_sequences": "asked"}
+# every simulated scenario, and the real one whose ratio (of throughputs) no standard plot shows
+ASKED_PLOT_SCENARIOS = [n for n in scenario_names() if load_scenario(n).backend == "simulated"] + ["static-vs-continuous"]
 
 
-@pytest.mark.parametrize("name", ["chunked-prefill", "prefix-caching", "benchmark-trap"])
+@pytest.mark.parametrize("name", ASKED_PLOT_SCENARIOS)
 def test_a_scenario_plots_the_quantity_its_question_asks_about(window, qtbot, monkeypatch, name):
     scenario = small_scenario(name)
     monkeypatch.setattr(main_window_module, "load_scenario", lambda _name: scenario)
     assert window.open_scenario(name)
-    view = window.compare
-    key = ASKED_PLOT[scenario.reveal_from.name]
+    view, reveal = window.compare, scenario.reveal_from
+    key = ASKED_PLOT[reveal.name]
     assert view.plots.plots[key].isVisible()
+    assert view.plots.plots["asked"].isVisible() == (key == "asked")
     window.play_pressed()
     wait_revealed(qtbot, view)
-    index = scenario.labels.index(scenario.reveal_from.config)
-    x, y = view.plots.curve_data(index, key)
+    value, _ = scenario.reveal(view.results)  # in the answer's unit: ms, %, sequences, x, or the winner's label
+    if reveal.kind == "best":  # the plot shows each choice's peak: the answer is the higher curve
+        peaks = {label: max(view.plots.curve_data(scenario.labels.index(label), key)[1])
+                 for label in scenario.answer.choices}
+        assert peaks == {label: pytest.approx(view.results[label].value(reveal.name)) for label in peaks}
+        assert max(peaks, key=peaks.get) == value
+        return
+    x, y = view.plots.curve_data(scenario.labels.index(reveal.numerator or reveal.config), key)
     assert x is not None and len(y) > 0
-    value, _ = scenario.reveal(view.results)  # in the answer's unit: ms, %
-    assert y[-1] == pytest.approx(value, rel=0.02) if key == "asked" else max(y) == pytest.approx(value, rel=0.02)
+    if key == "asked":  # the value so far: the last point is the answer
+        assert y[-1] == pytest.approx(value, rel=0.02)
+        assert view.plots.plots["asked"].getAxis("left").labelText == scenario.answer.unit  # drawn in its unit
+    else:  # a peak, read off the standard plot
+        assert max(y) == pytest.approx(value, rel=0.02)
+    if reveal.kind == "memory":  # known before the run: one level from the guess to the end
+        assert min(y) == pytest.approx(max(y))

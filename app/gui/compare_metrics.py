@@ -3,19 +3,75 @@ result_rows) and the plots a scenario's asked quantity gets when no standard plo
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
+from kvscope.app.lab.scenarios import quantity_words
 from kvscope.widgets.results_table import ResultRow
 
-# A scenario's answer the three standard plots do not show -> its own plot, of the value measured so
-# far (read from each results update): (title, unit, scale from the metric's unit, tooltip).
+
+@dataclass(frozen=True)
+class AskedPlot:
+    """The plot a scenario's answer gets where the three standard plots (KV usage, running requests,
+    output tokens) do not show it: the value measured so far, read from each results update."""
+
+    title: str
+    unit: str
+    scale: float  # from the metric's unit to the plot's
+    tip: str
+    # a measured peak: the reveal shows the moment it last grew, named so in the block maps' numbers;
+    # "" keeps the KV pool's fullest moment (a value known before the run, or one that only settles)
+    moment: str = ""
+
+
 ASKED_PLOTS = {
-    "itl_max_s": ("Longest pause between tokens so far", "ms", 1e3,
-                  "the longest a request mid-answer has waited for its next token, as the run measured it so far:\n"
-                  "a whole prompt prefilled in one step stalls every answer being written"),
-    "prefix_cache_hit_rate": ("Prompt tokens from the prefix cache so far", "%", 100.0,
-                              "share of the prompt tokens so far served from cached blocks instead of computed"),
+    "itl_max_s": AskedPlot("Longest pause between tokens so far", "ms", 1e3,
+                           "the longest a request mid-answer has waited for its next token, as the run measured it so "
+                           "far:\na whole prompt prefilled in one step stalls every answer being written",
+                           moment="the pause grew"),
+    "prefix_cache_hit_rate": AskedPlot("Prompt tokens from the prefix cache so far", "%", 100.0,
+                                       "share of the prompt tokens so far served from cached blocks instead of "
+                                       "computed", moment="the hit rate grew"),
+    "throughput_tokens_per_s": AskedPlot("Output throughput so far", "tokens/s", 1.0,
+                                         "output tokens generated per second of engine time so far, from the first "
+                                         "arrival"),
+    "max_concurrent_sequences": AskedPlot("Full-length requests that fit (memory math)", "sequences", 1.0,
+                                          "KV pool / KV per request at max_model_len: computed from the configuration "
+                                          "before any step, drawn across the run beside the requests that do run"),
 }
+
+
+def asked_plot(reveal) -> AskedPlot | None:
+    """The asked plot of a scenario's answer (a scenarios.Reveal), or None where a standard plot shows it.
+    A ratio is drawn as the ratio: one curve, in the numerator's colour."""
+    plot = ASKED_PLOTS.get(reveal.name)
+    if plot is None or reveal.kind != "ratio":
+        return plot
+    words = quantity_words(reveal.name)
+    measured = reveal.name != "max_concurrent_sequences"
+    return AskedPlot(f"{words[:1].upper()}{words[1:]} ratio" + (" so far" if measured else " (memory math)"), "x",
+                     1.0, f"{words} of \"{reveal.numerator}\" / {words} of \"{reveal.denominator}\""
+                     + (", as measured so far" if measured else ", computed before any step"), plot.moment)
+
+
+def asked_values(reveal, plot: AskedPlot, result) -> list[float | None]:
+    """Per configuration of a ComparisonResult, its point of the asked plot now (in the plot's unit);
+    None where it has none (a ratio is drawn once, on its numerator; a value not yet measured)."""
+    if reveal.kind == "ratio":
+        ratio = result.ratio(reveal.name, reveal.numerator, reveal.denominator)
+        return [ratio if label == reveal.numerator else None for label in result.labels]
+    values = []
+    for config in result.configurations:
+        try:
+            value = config.value(reveal.name)
+        except KeyError:
+            value = None
+        usable = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        values.append(value * plot.scale if usable else None)
+    return values
+
 
 # (result key, row name, unit, scale to the unit, better, decimals, tooltip)
 METRIC_ROWS = (

@@ -36,7 +36,8 @@ from kvscope.widgets.scenario_panel import ScenarioPanel
 from kvscope.app.host.comparison import ComparisonSession
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
-from kvscope.app.gui.compare_metrics import ASKED_PLOTS, METRIC_ROWS, result_rows  # noqa: F401 - METRIC_ROWS: tests
+from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
+    METRIC_ROWS, asked_plot, asked_values, result_rows)
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
@@ -111,7 +112,7 @@ class CompareView(QWidget):
         self.latest_snapshots: list = []
         # per configuration, its fullest moment so far: (KV usage, waiting), snapshot, clock, finished
         self.decisive: list = []
-        self.asked = None  # ASKED_PLOTS' entry for the open scenario's answer
+        self.asked = None  # the AskedPlot of the open scenario's answer, where it has one
         self.asked_series: list = []  # per configuration, (clocks, values) of that answer measured so far
         self.speed = 1.0
         self._playing = False
@@ -277,8 +278,8 @@ class CompareView(QWidget):
             self.bottom_tabs.setCurrentWidget(self.plots)  # the last reveal turned to the table
         self.plots.clear()  # the last reveal's moment line and axis ranges stood on the next question
         self.plots.set_configurations([])
-        self.asked = ASKED_PLOTS.get(scenario.reveal_from.name) if scenario is not None else None
-        self.plots.set_asked_plot(*(self.asked[0], self.asked[1], self.asked[3]) if self.asked else (None,))
+        self.asked = asked_plot(scenario.reveal_from) if scenario is not None else None
+        self.plots.set_asked_plot(*(self.asked.title, self.asked.unit, self.asked.tip) if self.asked else (None,))
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
@@ -444,17 +445,15 @@ class CompareView(QWidget):
     def _extend_asked(self, results, clock_s: float) -> None:
         if not self.asked or self.scenario is None:
             return
-        name, scale = self.scenario.reveal_from.name, self.asked[2]
-        for i, config in enumerate(results.configurations):
-            value = config.value(name)
+        for i, value in enumerate(asked_values(self.scenario.reveal_from, self.asked, results)):
             if i < len(self.asked_series) and value is not None:
                 times, values = self.asked_series[i]
-                rose = not values or value * scale > max(values)
+                rose = not values or value > max(values)
                 times.append(clock_s)
-                values.append(value * scale)
+                values.append(value)
                 self.plots.set_asked_series(i, times, values)
                 snap = self.latest_snapshots[i] if i < len(self.latest_snapshots) else None
-                if rose and snap is not None:  # the asked quantity's decisive moment: when it last grew
+                if self.asked.moment and rose and snap is not None:  # its decisive moment: when it last grew
                     self.decisive[i] = ((value,), snap, clock_s, self.finished_counts[i])
 
     def awaiting_guess(self) -> bool:
@@ -464,7 +463,8 @@ class CompareView(QWidget):
     def _keep_if_decisive(self, i: int, snap, clock_s: float) -> None:
         """The decisive moment of a run is when its pool is fullest and the most requests wait for
         it: kept, so the reveal can show it after the run has drained."""
-        if self.asked:  # a quantity of its own decides the moment (_extend_asked); until it grows, the start
+        # a measured peak of its own decides the moment (_extend_asked); until it grows, the start
+        if self.asked and self.asked.moment:
             if i < len(self.decisive) and self.decisive[i] is None:
                 self.decisive[i] = ((), snap, clock_s, self.finished_counts[i])
             return
@@ -482,7 +482,7 @@ class CompareView(QWidget):
                 column.set_veiled(False)
                 column.block_map.update_snapshot(snap)
                 column.set_numbers(snap, finished, total, moment_s=clock_s,
-                                   moment="the pause grew" if self.asked else "fullest")
+                                   moment=self.asked.moment if self.asked and self.asked.moment else "fullest")
         labels = [c.label for c in self.columns]
         reveal = self.scenario.reveal_from if self.scenario is not None else None
         named = (reveal.config or reveal.numerator) if reveal is not None else ""
@@ -490,7 +490,7 @@ class CompareView(QWidget):
         kept = self.decisive[index] if index < len(self.decisive) else None
         if kept is None:
             return None
-        what = f"{self.asked[0].lower()} last grew" if self.asked else "its KV pool was fullest"
+        what = f"{self.asked.title.lower()} last grew" if self.asked and self.asked.moment else "its KV pool was fullest"
         self.plots.mark_moment(kept[2], f"{labels[index]}: {what} at {kept[2]:,.2f} s; the block maps above "
                                         "show each configuration at that moment of its own run")
         return kept[2]
