@@ -229,3 +229,22 @@ def test_the_make_run_script_exits_2_with_the_apt_line_when_not_root(monkeypatch
     assert "sudo apt-get install -y libxcb-icccm4" in capsys.readouterr().err
     assert "ensure_qt_system_libs.sh" in (ROOT / "Makefile").read_text()
     assert "kvscope.app.cli.qt_system_libs --install" in (ROOT / "scripts" / "ensure_qt_system_libs.sh").read_text()
+
+
+@needs_bash
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_names_the_package_in_one_line_where_python_cannot_create_the_venv(tmp_path):
+    """A fresh Debian/Ubuntu has python3 but not python3-venv (no ensurepip): `make run` says which
+    package to install, in one line, and stops with status 2 before anything is installed."""
+    no_ensurepip = tmp_path / "python3"
+    no_ensurepip.write_text("#!/bin/sh\nexit 1\n")  # fails `import ensurepip` (and all else: nothing runs)
+    no_ensurepip.chmod(0o755)
+    venv = tmp_path / "venv"
+    for python, packages in ((no_ensurepip, "python3-venv"), (tmp_path / "absent", "python3 python3-venv")):
+        proc = subprocess.run(["make", "-s", "-C", str(ROOT), f"VENV={venv}", f"PYTHON={python}", "run"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2
+        said = [line for line in proc.stderr.splitlines() if not line.startswith("make")]  # make's own "Error 2"
+        assert len(said) == 1 and said[0].startswith("kvscope: ") and said[0].endswith(
+            f": sudo apt-get install -y {packages}"), proc.stderr
+        assert not venv.exists()

@@ -135,6 +135,26 @@ def test_ring_buffer_keeps_capacity(qtbot):
     assert view.marks(FINISHED) == [] and view.lanes_in_use == 0
 
 
+
+def test_the_steps_held_fill_the_width_until_the_ring_is_full(timeline):
+    """A slow engine (the real backend: ~5 steps a second) once filled 27 of the 400 columns, the rest
+    blank: the x range grows with the steps held, from 24 steps, and scrolls once the ring is full."""
+    def x_range():
+        low, high = timeline._plot.vb.viewRange()[0]
+        return round(low), round(high)
+
+    steps = [step(i, [1], [1], [i == 0], joined=[1] if i == 0 else []) for i in range(600)]
+    timeline.add_steps(steps[:3])
+    assert x_range() == (0, 24)  # a few steps: no step drawn as a full-width bar
+    timeline.add_steps(steps[3:27])
+    low, high = x_range()
+    assert low == 0 and 27 <= high <= 28  # 27 steps take the width (in steps of 4), not 27 of 400
+    timeline.add_steps(steps[27:250])
+    assert x_range() == (0, 252)
+    timeline.add_steps(steps[250:])  # more than the ring holds: 400 wide, the newest step at the right
+    low, high = x_range()
+    assert high - low == 400 and 600 <= high <= 604
+
 def test_overflow_beyond_lane_cap_is_reported(qtbot):
     view = BatchTimelineView(capacity=5, max_lanes=8)
     qtbot.addWidget(view)
