@@ -260,7 +260,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
     else:
         lesson_pool = int(usable_per_device - weights / tp - args.reserve_bytes)
         if lesson:
-            pool_source = "memory x gpu_memory_utilization - weights - reserve (the lesson's formula)"
+            pool_source = "memory x gpu_memory_utilization - weights - reserve (the memory-math lesson's formula)"
         else:
             activation = activation_peak_bytes(model, tp, tokens, resolved.max_num_seqs)
             non_torch = non_torch_bytes(hardware, tp)

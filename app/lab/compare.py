@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from kvscope.engine.config import (
     BACKENDS,
     DEFAULT_HARDWARE,
+    DEFAULT_BACKEND,
     DEFAULT_MODEL,
     KV_CACHE_DTYPE_BYTES,
     QUANTIZATIONS,
@@ -70,7 +71,7 @@ class Variant:
     """One configuration: a label and every setting, of which a comparison varies a few."""
 
     label: str
-    backend: str = "simulated"
+    backend: str = DEFAULT_BACKEND
     model: str = DEFAULT_MODEL
     hardware: str | None = DEFAULT_HARDWARE  # simulated only: the real backend runs on this machine
     memory_bytes: int | None = None  # per device, in place of the hardware preset's
