@@ -61,3 +61,26 @@ def test_the_emphasised_answer_row_is_not_cut(qtbot):
     from PySide6.QtGui import QFontMetrics
 
     assert table.columnWidth(0) >= QFontMetrics(font).horizontalAdvance(f"{name} (sequences)")
+
+
+def test_a_table_too_narrow_for_its_columns_wraps_the_names_instead_of_cutting_a_ratio(qtbot):
+    """Four configurations beside the plots on a 1280 px screen: the last ratio column was cut
+    ("x2.(") behind a scroll bar. The names' column gives up the room and its names wrap."""
+    table = ResultsTable()
+    qtbot.addWidget(table)
+    labels = ["max_num_seqs 64", "max_num_seqs 256", "fp8 KV, max_num_seqs 256", "fp8 KV, max_num_seqs 512"]
+    name = "Max concurrency (memory math)"
+    table.set_results(labels, [ResultRow(name, "sequences", (33.7, 33.7, 67.4, 67.4), "higher", 1)]
+                      + [ResultRow("Fragmentation", "% of slots", (0.1, 0.1, 0.2, 0.2), "lower", 1)])
+    table.emphasize_row(name)
+    natural = table.columnWidth(0)
+    table.resize(table.full_width() - natural // 2, 400)  # half the names' width short
+    table.show()
+    qtbot.waitExposed(table)
+    header = table.horizontalHeader()
+    assert header.length() <= table.viewport().width()  # every ratio in view, no scroll bar needed
+    assert table.columnWidth(0) < natural
+    line = table.fontMetrics().height()
+    assert table.rowHeight(0) >= 2 * line  # the answer's name wrapped onto a second line, not cut
+    table.resize(table.full_width() + natural, 400)  # room again: one line a name
+    qtbot.waitUntil(lambda: table.rowHeight(0) < 2 * line, timeout=2000)

@@ -79,7 +79,10 @@ class ResultsTable(QTableWidget):
         self.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
         self.horizontalHeader().setStretchLastSection(False)  # a ratio stays next to its value
         self.setAlternatingRowColors(True)
-        self.setWordWrap(False)
+        # Metric names wrap where the columns would not fit beside the plots (a 1280 px screen with
+        # four configurations): a cut ratio column ("x2.(") or a scroll bar hid the answer. Numbers
+        # hold no space, so they never break.
+        self.setWordWrap(True)
 
     # -- data -------------------------------------------------------------------------------------
     def header(self, for_csv: bool = False) -> list[str]:
@@ -121,7 +124,31 @@ class ResultsTable(QTableWidget):
                                          color=self._ratio_color(rt, row.better))
                     col += 1
         if changed:
-            self.resizeColumnsToContents()
+            self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Every column at its content's width; where that is wider than the table shows, the
+        metric names' column gives up the difference and its names wrap (down to a floor of about
+        twelve characters, below which the table scrolls)."""
+        self.resizeColumnsToContents()
+        if self.isVisible() and self.columnCount() > 1:
+            header = self.horizontalHeader()
+            others = sum(header.sectionSize(c) for c in range(1, self.columnCount()))
+            room = self.viewport().width() - others
+            floor = 12 * self.fontMetrics().averageCharWidth()
+            if header.sectionSize(0) > room:
+                self.setColumnWidth(0, max(room, floor))
+        self.resizeRowsToContents()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.rowCount():
+            self.fit_columns()
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        if self.rowCount():
+            self.fit_columns()
 
     def _set_header(self) -> None:
         header = self.header()
@@ -154,7 +181,7 @@ class ResultsTable(QTableWidget):
                     font.setBold(True)
                     item.setFont(font)
                     item.setBackground(QColor(*self._theme.accent, 60))
-            self.resizeColumnsToContents()  # bold is wider: measured in regular type, the name was elided
+            self.fit_columns()  # bold is wider: measured in regular type, the name was elided
             self.scrollToItem(self.item(r, 0), QAbstractItemView.PositionAtCenter)
             return r
         return None
