@@ -11,7 +11,6 @@ replays in seconds and the same seed always gives the same run.
 from __future__ import annotations
 
 import heapq
-import math
 import operator
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator
@@ -28,14 +27,7 @@ from kvscope.engine.metrics import MetricsCollector
 from kvscope.engine.request import Request, RequestSpec, RequestStatus
 from kvscope.engine.runners.base import NO_TOKEN, StepOutOfMemory
 from kvscope.engine.scheduler import Scheduler
-from kvscope.engine.snapshot import (
-    BLOCK_CACHED,
-    BLOCK_FREE,
-    BLOCK_RESERVED,
-    BLOCK_USED,
-    REQUEST_DTYPE,
-    Snapshot,
-)
+from kvscope.engine.snapshot import BLOCK_RESERVED, Snapshot, block_state_and_fill, request_table
 
 
 class EngineStalled(RuntimeError):
@@ -319,58 +311,34 @@ class Engine:
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        kv = self.kv
-        bs = kv.block_size
-        owner, ref_cnt, block_hash = kv.block_arrays()
+        owner, ref_cnt, block_hash = self.kv.block_arrays()
         ref_cnt = ref_cnt.copy()
-        # uint8 / uint16 operands throughout: with int64 temporaries these two lines were ~1.5 ms of
-        # every frame of a 500,000-block pool, now ~0.7 ms
-        cached = np.not_equal(block_hash, 0).view(np.uint8) * np.uint8(BLOCK_CACHED)
-        state = np.where(ref_cnt > 0, np.uint8(BLOCK_USED), cached)  # else BLOCK_FREE (0) or BLOCK_CACHED
-        fill = np.where(state != BLOCK_FREE, np.uint16(bs), np.uint16(0))
-        reqs = self.scheduler.running
-        positional = kv.positional_blocks
-        for req in reqs:
+        state, fill = block_state_and_fill(ref_cnt, block_hash, self.kv.block_size)
+        partial, tokens, reserved = self.block_marks()
+        fill[partial] = tokens
+        state[reserved], fill[reserved] = BLOCK_RESERVED, 0
+        return Snapshot(block_owner=owner.copy(), block_state=state, block_ref_cnt=ref_cnt, block_fill=fill,
+                        block_hash=block_hash.copy(), **self.snapshot_fields())
+
+    def block_marks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the pool's arrays leave out: the running requests' last blocks holding tokens, the
+        tokens in each, and their blocks held with none yet (a contiguous reservation's tail, or a
+        step that was scheduled but never ran: device out of memory)."""
+        bs, positional = self.kv.block_size, self.kv.positional_blocks
+        partial, tokens, reserved = [], [], []
+        for req in self.scheduler.running:
             blocks = positional(req)
-            if not blocks:
-                continue
             filled = -(-req.num_computed_tokens // bs)
-            if filled:
-                fill[blocks[filled - 1]] = req.num_computed_tokens - (filled - 1) * bs
+            if filled and blocks:
+                partial.append(blocks[filled - 1])
+                tokens.append(req.num_computed_tokens - (filled - 1) * bs)
             if filled < len(blocks):
-                # held but holding no token yet: a contiguous reservation's tail, or a step
-                # that was scheduled but never ran (device out of memory)
-                empty = np.asarray(blocks[filled:])
-                state[empty] = BLOCK_RESERVED
-                fill[empty] = 0
-        active = list(self.requests.values())
-        table = np.zeros(len(active), dtype=REQUEST_DTYPE)
-        if active:
-            table["request_id"] = [r.request_id for r in active]
-            table["status"] = [r.status for r in active]
-            table["num_prompt_tokens"] = [r.num_prompt_tokens for r in active]
-            table["num_output_tokens"] = [len(r.token_ids) - r.num_prompt_tokens for r in active]
-            table["max_tokens"] = [r.max_tokens for r in active]
-            table["num_computed_tokens"] = [r.num_computed_tokens for r in active]
-            table["num_cached_prompt_tokens"] = [r.num_cached_prompt_tokens for r in active]
-            table["num_blocks"] = [len(r.block_ids) for r in active]
-            table["num_preemptions"] = [r.num_preemptions for r in active]
-            table["arrival_time_s"] = [r.arrival_time for r in active]
-            table["ttft_s"] = [
-                (r.first_token_time - r.arrival_time) if r.first_token_time is not None else math.nan for r in active
-            ]
-        return Snapshot(
-            time_s=self.clock,
-            step=self.step_count,
-            block_size=bs,
-            block_owner=owner.copy(),
-            block_state=state,
-            block_ref_cnt=ref_cnt,
-            block_fill=fill,
-            block_hash=block_hash.copy(),
-            requests=table,
-            kv_usage=kv.usage,
-            num_running=len(reqs),
-            num_waiting=len(self.scheduler.waiting),
-            **kv.group_snapshot(),
-        )
+                reserved += blocks[filled:]
+        return np.array(partial, np.int64), np.array(tokens, np.uint16), np.array(reserved, np.int64)
+
+    def snapshot_fields(self) -> dict:
+        """A snapshot's fields besides its block arrays: the clock, the counts, the request table."""
+        kv, scheduler = self.kv, self.scheduler
+        return dict(time_s=self.clock, step=self.step_count, block_size=kv.block_size, kv_usage=kv.usage,
+                    requests=request_table(self.requests.values()), num_running=len(scheduler.running),
+                    num_waiting=len(scheduler.waiting), **kv.group_snapshot())

@@ -117,6 +117,7 @@ class BlockGrid:
         # (owner, state, ref count) as last drawn, None until a whole snapshot is: what the next
         # snapshot is compared with (copies: a caller may reuse its arrays)
         self._drawn: tuple | None = None
+        self._drawn_version = 0  # the blocks_version of the snapshot last drawn (0: none said)
         self._cells = np.zeros((0, 0), dtype=np.uint8)  # the overview as last computed ...
         self._cells_k = 0  # ... for this many blocks per cell (0: none valid)
         self._redrawn: list = []  # ids of the blocks drawn again since (arrays)
@@ -149,6 +150,7 @@ class BlockGrid:
             self._draw_all(snap)
         else:
             self._draw_blocks(snap, changed)
+        self._drawn_version = getattr(snap, "blocks_version", 0)
 
     def _changed_blocks(self, snap: Snapshot) -> np.ndarray | None:
         """Ids of the blocks whose owner, state or ref count differ from the last drawn; None
@@ -156,6 +158,17 @@ class BlockGrid:
         if self._drawn is None:
             return None
         owner, state, ref_cnt = self._drawn
+        # A live engine's snapshot says which blocks may differ from the one before it
+        # (app/host/session_blocks.py): when that is the one drawn, only those are compared.
+        hint = getattr(snap, "block_changes", None)
+        if hint is not None and self._drawn_version and hint.since == self._drawn_version:
+            ids = hint.block_ids
+            if len(ids) > self.num_blocks // REDRAW_ALL_SHARE:
+                return None
+            differs = np.not_equal(snap.block_owner[ids], owner[ids])
+            differs |= np.not_equal(snap.block_state[ids], state[ids])
+            differs |= np.not_equal(snap.block_ref_cnt[ids], ref_cnt[ids])
+            return ids[differs]
         diff, other = self._diff_mask, self._tmp_mask
         np.not_equal(snap.block_owner, owner, out=diff)
         np.logical_or(diff, np.not_equal(snap.block_state, state, out=other), out=diff)

@@ -42,11 +42,13 @@ from kvscope.app.host.protocol import (
     STOP,
     STOP_RECORDING,
     SUBMIT_PROMPT,
+    WHOLE_SNAPSHOT,
     Frame,
     Session,
     decode_frame,
     encode_frame,
 )
+from kvscope.app.host.session_blocks import SnapshotRebuilder
 
 COMMAND_POLL_S = 0.001  # while playing, the session looks at the pipe this often (wall time)
 BUSY_POLL_S = 0.01  # ... and while a frame is being sent, this often
@@ -105,6 +107,7 @@ def serve(conn, session_class: type[Session]) -> None:
     sys.setswitchinterval(SENDER_SWITCH_INTERVAL_S)
     sender = FrameSender(conn)
     session = session_class()
+    session.restart_snapshot_changes()  # the host's SnapshotRebuilder keeps the window's copy of the blocks
     try:
         _serve_commands(conn, sender, session)
     finally:
@@ -178,6 +181,8 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
             if command == STOP:
                 return
             if command == FRAME:
+                if arg == WHOLE_SNAPSHOT:
+                    session.restart_snapshot_changes()
                 session.frame_requested()
                 frame_asked = True
                 if not session.frame_ready():
@@ -240,6 +245,8 @@ class SessionHost:
         self._generation = 0  # apply and seek commands sent: frames made before the newest are stale
         self._reported_exit = False
         self._stopped = False
+        self._snapshots = SnapshotRebuilder()
+        self._whole_snapshot_due = False  # a frame's snapshot could not be rebuilt: ask for a whole one
 
     def start(self) -> None:
         parent_conn, child_conn = self._context.Pipe()
@@ -252,6 +259,8 @@ class SessionHost:
         self._share_since = None
         self._generation = 0
         self._reported_exit = False
+        self._snapshots.restart()
+        self._whole_snapshot_due = False
 
     def _send(self, command: str, arg=None) -> None:
         if self._stopped:
@@ -359,6 +368,9 @@ class SessionHost:
                 self._hold_off_for_drawing()
             if self._awaiting_frame and self._conn.poll():
                 frame = decode_frame(self._conn.recv_bytes(), self._conn.recv_bytes)
+                # every frame's snapshot, a stale one's too: the next one is sent as changes to it
+                if not self._snapshots.rebuild(frame):
+                    self._whole_snapshot_due = True
                 self._awaiting_frame = False
                 now = time.perf_counter()
                 self._next_request_at = now + FRAME_COST_FACTOR * frame.build_cost_s
@@ -370,7 +382,8 @@ class SessionHost:
                     if getattr(frame, "position", None) is not None:
                         self.position = frame.position
             if self._may_ask():
-                self._conn.send((FRAME, None))
+                self._conn.send((FRAME, WHOLE_SNAPSHOT if self._whole_snapshot_due else None))
+                self._whole_snapshot_due = False
                 self._awaiting_frame = True
         except (EOFError, OSError):
             pass  # reported on the next call, once the process is seen to be gone

@@ -18,7 +18,8 @@ Commands (a session ignores those that mean nothing to it):
     fail message          make the engine's next step raise (the self-test checks errors arrive)
     submit_prompt text    the live engine: a typed prompt joins the run as a chat request (refused,
                           with the reason, when it does not fit or the engine cannot read text)
-    frame                 the host's own: send the next frame (see SessionHost.take_frame)
+    frame [whole_snapshot] the host's own: send the next frame (see SessionHost.take_frame); with
+                          whole_snapshot, its snapshot whole (restart_snapshot_changes)
     stop                  the host's own: close the session and end the process
 
 Frames: a FrameDelta for one engine (live or replayed), a CompareFrame for a comparison, an
@@ -45,6 +46,7 @@ APPLY, PLAY, PAUSE, STEP, SPEED, SEEK = "apply", "play", "pause", "step", "speed
 RECORD, STOP_RECORDING, FAIL = "record", "stop_recording", "fail"
 SUBMIT_PROMPT = "submit_prompt"
 FRAME, STOP = "frame", "stop"  # handled by the host itself, never passed to a session
+WHOLE_SNAPSHOT = "whole_snapshot"  # a frame request's argument: the window lost track of the block arrays
 # Commands after which the window shows a new picture: a frame produced before one is stale.
 NEW_PICTURE = (APPLY, SEEK)
 
@@ -344,6 +346,11 @@ class Session(ABC):
     def frame_ready(self) -> bool:
         """Whether the frame asked for can go now (a session may first gather what it shows)."""
         return True
+
+    def restart_snapshot_changes(self) -> None:
+        """Called in the host's process, first and whenever the window lost track: from the next
+        snapshot on (that one whole) a session may send its snapshots as the blocks that changed
+        (session_blocks.py); the host's SnapshotRebuilder turns them back into Snapshots."""
 
     def close(self) -> None:
         """The process ends: finish what must not be lost (a recording in progress)."""

@@ -53,6 +53,7 @@ from kvscope.app.host.protocol import (
     RequestText,
     Session,
 )
+from kvscope.app.host.session_blocks import SnapshotSender
 
 # the frame and its bounds, where the live engine's users have always imported them from
 __all__ = ["EVENTS_KEPT", "STEPS_KEPT", "EngineInfo", "EngineSession", "FrameDelta", "RunConfig"]
@@ -138,6 +139,7 @@ class EngineSession(Session):
         self._no_text_reason = ""
         self._streams: dict = {}  # request id -> TextStream of text requests seen and not finished
         self._typed: set = set()  # request ids that came from submit_prompt
+        self._snapshot_sender: SnapshotSender | None = None  # in the host's process: snapshots go as changes
 
     # -- commands -------------------------------------------------------------------------------
     def handle(self, command: str, arg) -> None:
@@ -197,6 +199,11 @@ class EngineSession(Session):
         due = self._frame_due_at_step
         return due is None or not self.flat_out or self.engine.step_count >= due
 
+    def restart_snapshot_changes(self) -> None:
+        self._snapshot_sender = self._snapshot_sender or SnapshotSender()
+        self._snapshot_sender.restart()
+        self._stepped = self.engine is not None  # the whole snapshot goes with the next frame
+
     def close(self) -> None:
         self._stop_recording("the window closed")  # a recording in progress is finished, not lost
 
@@ -221,7 +228,8 @@ class EngineSession(Session):
         if self._chat is not None and self.engine is not None:
             frame.texts = self._changed_texts()
         if snapshot_due:
-            frame.snapshot = self.engine.snapshot()
+            sender = self._snapshot_sender
+            frame.snapshot = sender.snapshot(self.engine) if sender is not None else self.engine.snapshot()
             self._stepped = False
             self._send_first_tokens(frame, frame.snapshot.requests)
             self._snapshot_clock = frame.snapshot.time_s
