@@ -252,6 +252,9 @@ def test_the_vllm_comparison_runs_kvscope_on_the_threads_asked_and_gives_torch_i
 
     before = torch.get_num_threads()
     prompts, outputs = [list(range(5, 40)), list(range(50, 70))], [4, 6]
-    two = run_kvscope_exact(tiny, prompts, outputs, threads=2)
-    assert two["threads"] == 2 and two["output_tokens"] == 10
-    assert torch.get_num_threads() == before
+    for threads in (1, 2):
+        torch.set_num_threads(3 - threads)  # a different count before: the run must set its own
+        run = run_kvscope_exact(tiny, prompts, outputs, threads=threads)
+        assert run["threads"] == threads and run["output_tokens"] == 10
+        assert torch.get_num_threads() == 3 - threads  # given back as it was
+    torch.set_num_threads(before)

@@ -51,8 +51,9 @@ def run_kvscope_exact(loaded, prompts: list, outputs: list, block_size: int = VL
     args = EngineArgs(max_num_seqs=len(prompts), block_size=block_size, enable_prefix_caching=True,
                       max_num_batched_tokens=VLLM_CPU_SERVER_TOKEN_BUDGET)
     engine = create_real_engine(loaded, args, record_outputs=True)
-    threads = torch.get_num_threads()
+    previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    threads = torch.get_num_threads()  # what torch took, as the result reports it
     try:
         engine.add_request(prompts[0][:8], 2)  # warm-up, as vLLM's side gets
         engine.run()
@@ -69,7 +70,7 @@ def run_kvscope_exact(loaded, prompts: list, outputs: list, block_size: int = VL
                         first_token[i] = now
         wall = time.perf_counter() - t0
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous)
     made = sum(len(engine.outputs[i]) for i in ids)
     if made != sum(outputs):
         raise ConfigError(f"kvscope made {made} output tokens where {sum(outputs)} were asked for")
