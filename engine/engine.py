@@ -310,11 +310,12 @@ class Engine:
         }
 
     # -- snapshot -------------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, marks: tuple | None = None) -> Snapshot:
+        """The engine as the window draws it; marks: block_marks() when the caller has them already."""
         owner, ref_cnt, block_hash = self.kv.block_arrays()
         ref_cnt = ref_cnt.copy()
         state, fill = block_state_and_fill(ref_cnt, block_hash, self.kv.block_size)
-        partial, tokens, reserved = self.block_marks()
+        partial, tokens, reserved = marks if marks is not None else self.block_marks()
         fill[partial] = tokens
         state[reserved], fill[reserved] = BLOCK_RESERVED, 0
         return Snapshot(block_owner=owner.copy(), block_state=state, block_ref_cnt=ref_cnt, block_fill=fill,

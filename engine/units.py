@@ -11,19 +11,24 @@ GiB = 1024**3
 TiB = 1024**4
 
 
+def _in_binary_units(n: float) -> tuple[str, float, str, int]:
+    """(sign, magnitude in the largest binary unit it reaches, that unit, its size in bytes)."""
+    sign, n = ("-" if n < 0 else ""), abs(n)
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return sign, n / size, unit, size
+    return sign, n, "B", 1
+
+
 def format_bytes(n: float) -> str:
     """Binary units (GiB, MiB, KiB), as memory is sized; decimal GB follows for large values."""
     if n is None:
         return "-"
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size:
-            text = f"{sign}{n / size:.2f} {unit}"
-            if size >= GiB:
-                text += f" ({sign}{n / 1e9:.1f} GB)"
-            return text
-    return f"{sign}{n:.0f} B"
+    sign, value, unit, size = _in_binary_units(n)
+    if size == 1:
+        return f"{sign}{value:.0f} B"
+    text = f"{sign}{value:.2f} {unit}"
+    return text + f" ({sign}{abs(n) / 1e9:.1f} GB)" if size >= GiB else text
 
 
 def format_bytes_short(n: float) -> str:
@@ -31,14 +36,10 @@ def format_bytes_short(n: float) -> str:
     little room; where the room allows, give the exact format_bytes beside it (a tooltip, say)."""
     if n is None:
         return "-"
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size:
-            value = n / size
-            digits = 0 if value >= 99.95 else 1 if value >= 9.995 else 2  # 99.97 rounds to "100", not "100.0"
-            return f"{sign}{value:.{digits}f} {unit}"
-    return f"{sign}{n:.0f} B"
+    sign, value, unit, size = _in_binary_units(n)
+    # 99.97 rounds to "100", not "100.0"; bytes are whole
+    digits = 0 if size == 1 or value >= 99.95 else 1 if value >= 9.995 else 2
+    return f"{sign}{value:.{digits}f} {unit}"
 
 
 def format_seconds(s: float | None) -> str:

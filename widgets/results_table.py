@@ -69,6 +69,7 @@ class ResultsTable(QTableWidget):
         self.labels: list[str] = []
         self.rows: list[ResultRow] = []
         self._base_name = ""
+        self._rows_fitted_for: tuple | None = None  # (names' column width, row names) the row heights fit
         self.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.NoSelection)
         self.setFocusPolicy(Qt.NoFocus)  # the window's keys (space, arrows) stay the window's
@@ -138,7 +139,12 @@ class ResultsTable(QTableWidget):
             floor = 12 * self.fontMetrics().averageCharWidth()
             if header.sectionSize(0) > room:
                 self.setColumnWidth(0, max(room, floor))
-        self.resizeRowsToContents()
+        # only the names wrap (numbers hold no space): rows are measured again only when their
+        # column's width or the rows themselves changed, not for every new number of a running comparison
+        key = (self.columnWidth(0), tuple(r.name for r in self.rows))
+        if key != self._rows_fitted_for:
+            self._rows_fitted_for = key
+            self.resizeRowsToContents()
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
@@ -181,7 +187,8 @@ class ResultsTable(QTableWidget):
                     font.setBold(True)
                     item.setFont(font)
                     item.setBackground(QColor(*self._theme.accent, 60))
-            self.fit_columns()  # bold is wider: measured in regular type, the name was elided
+            self._rows_fitted_for = None  # bold is wider: the row may wrap where it did not
+            self.fit_columns()  # measured in regular type, the name was elided
             self.scrollToItem(self.item(r, 0), QAbstractItemView.PositionAtCenter)
             return r
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
 from kvscope.app.lab.scenarios import quantity_words
 from kvscope.widgets.results_table import ResultRow
@@ -62,15 +61,20 @@ def asked_values(reveal, plot: AskedPlot, result) -> list[float | None]:
     if reveal.kind == "ratio":
         ratio = result.ratio(reveal.name, reveal.numerator, reveal.denominator)
         return [ratio if label == reveal.numerator else None for label in result.labels]
-    values = []
-    for config in result.configurations:
-        try:
-            value = config.value(reveal.name)
-        except KeyError:
-            value = None
-        usable = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        values.append(value * plot.scale if usable else None)
-    return values
+    return [config_number(config, reveal.name, plot.scale) for config in result.configurations]
+
+
+def config_number(config, key: str, scale: float = 1.0) -> float | None:
+    """One configuration's finite number under key, in the shown unit (times scale); None where it
+    has none (not measured, not a number)."""
+    try:
+        value = config.value(key)
+    except KeyError:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    value = value * scale if scale != 1.0 else value
+    return value if math.isfinite(value) else None
 
 
 # (result key, row name, unit, scale to the unit, better, decimals, tooltip)
@@ -108,19 +112,7 @@ def result_rows(result) -> list[ResultRow]:
     rows = []
     configs = result.configurations
     for key, name, unit, scale, better, decimals, tip in METRIC_ROWS:
-        values = []
-        for config in configs:
-            try:
-                value = config.value(key)
-            except KeyError:
-                value = None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = value * scale if scale != 1.0 else value
-                if isinstance(value, float) and not np.isfinite(value):
-                    value = None
-            else:
-                value = None
-            values.append(value)
+        values = [config_number(config, key, scale) for config in configs]
         notes = tuple(c.kv_quality_note for c in configs) if key == "kv_quality_cost" else ()
         rows.append(ResultRow(name, unit, tuple(values), better, decimals, tip, notes))
     return rows

@@ -131,12 +131,12 @@ class SnapshotSender:
         return SnapshotChanges(self._serial, self._serial - 1, ids, blocks, engine.snapshot_fields())
 
     def _whole(self, engine) -> SnapshotChanges:
-        snap = engine.snapshot()
+        marks = engine.block_marks()
+        snap = engine.snapshot(marks)
         # copies: the frame's arrays are sent from a thread while the next frames change the kept ones
         self._kept = (snap.block_owner.copy(), snap.block_ref_cnt.copy(), snap.block_hash.copy())
         self._engine = weakref.ref(engine)
-        partial, _tokens, reserved = engine.block_marks()
-        self._partial, self._reserved = partial, np.unique(reserved)
+        self._partial, self._reserved = marks[0], np.unique(marks[2])
         n = snap.num_blocks
         if self._diff is None or len(self._diff) != n:
             self._diff, self._other = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
