@@ -16,25 +16,69 @@ from kvscope.app.gui.compare_window import METRIC_ROWS, CompareView
 from kvscope.app.gui.demo_mode import DemoMode
 from kvscope.app.gui.main_window import MainWindow
 from kvscope.app.gui.scenario_texts import scenario_texts
-from kvscope.app.host.protocol import CompareFrame
+from kvscope.app.host.comparison import ComparisonSession
+from kvscope.app.host.process_host import SessionHost
+from kvscope.app.host.protocol import FRAME, CompareFrame, encode_frame
 from kvscope.app.lab.scenarios import load_scenario
 
 MIN_PLOT_PX = 150  # a plot's data area readable from the back of a room at 1280x720
 
 
-class FakeHost:
-    """The comparisons' process, driven by the test: it records commands and hands over the frames
-    the test queues, one per take_frame, in the order the test chooses."""
+class _Pipe:
+    """The host's end of the pipe: commands recorded, frames the test queues read back encoded,
+    as the comparisons' process would send them."""
 
     def __init__(self):
-        self.commands: list[str] = []
-        self.frames: list[CompareFrame] = []
+        self.sent: list = []
+        self.messages: list = []
+
+    def send(self, message) -> None:
+        self.sent.append(message)
+
+    def poll(self) -> bool:
+        return bool(self.messages)
+
+    def recv_bytes(self) -> bytes:
+        return self.messages.pop(0)
+
+
+class FakeHost(SessionHost):
+    """The real SessionHost (its handling of frames and commands) over a pipe the test drives:
+    the frames the test queues arrive one per take_frame, in the order the test chooses."""
+
+    def __init__(self):
+        super().__init__(ComparisonSession, name="comparison")
+        self._process = type("Running", (), {"is_alive": lambda self: True, "pid": 1})()
+        self._conn = _Pipe()
+        self.frames = _Frames(self)
+
+    @property
+    def commands(self) -> list[str]:
+        return [command for command, _ in self._conn.sent if command != FRAME]
+
+    @property
+    def frames_asked(self) -> int:
+        return sum(command == FRAME for command, _ in self._conn.sent)
 
     def take_frame(self):
-        return self.frames.pop(0) if self.frames else None
+        self.ask_now()
+        return super().take_frame()
 
-    def __getattr__(self, command):  # apply, play, pause, set_speed, restart, step_once, stop
-        return lambda *args, **kwargs: self.commands.append(command)
+
+class _Frames(list):
+    """Frames appended here cross the fake pipe as the process would make and encode them: stamped
+    with the apply and seek commands it has read (all that were sent)."""
+
+    def __init__(self, host: FakeHost):
+        super().__init__()
+        self._host = host
+
+    def append(self, frame) -> None:
+        frame.generation = self._host._generation
+        self._host._conn.messages.extend(bytes(m) for m in encode_frame(frame))
+
+    def __bool__(self) -> bool:
+        return bool(self._host._conn.messages)
 
 
 def info_frame(scenario, playing: bool) -> CompareFrame:
@@ -58,6 +102,7 @@ def test_a_frame_made_before_the_guess_reached_the_comparison_does_not_stop_its_
     view.open_comparison(object(), scenario.title, scenario_texts=scenario_texts(scenario), scenario=scenario)
     assert view.awaiting_guess() and not view.playing
 
+    qtbot.waitUntil(lambda: host.frames_asked > 0, timeout=5000)  # the page asked for its first frame
     view.panel.commit()  # Enter in the guess box, or Space, before the first frame came
     assert host.commands[-1] == "play" and view.playing
 
@@ -69,8 +114,30 @@ def test_a_frame_made_before_the_guess_reached_the_comparison_does_not_stop_its_
     view.toggle_play()  # Space now pauses the running comparison: the guess stays locked, nothing restarts
     assert host.commands[-1] == "pause" and not view.playing
     assert view.panel.committed_guess is not None
-    host.frames.append(CompareFrame(playing=True))  # a frame of the session playing again is believed
+    asked = host.frames_asked
+    host.frames.append(CompareFrame(playing=False))  # asked before the Pause, made after: paused
+    qtbot.waitUntil(lambda: not host.frames and host.frames_asked > asked, timeout=5000)
+    assert not view.playing
+    host.frames.append(CompareFrame(playing=True))  # asked after it: a session playing again is believed
     qtbot.waitUntil(lambda: view.playing and not host.frames, timeout=5000)
+
+
+def test_a_frame_asked_before_the_newest_play_or_pause_says_what_that_command_left():
+    """The host's rule, which the window's Play/Pause label and the comparison page both read: a frame
+    asked for before the newest Play, Pause or Step may be made before the session read it, so its
+    `playing` is what that command left; a frame asked after it is believed."""
+    host = FakeHost()
+    host.take_frame()  # asks for a frame
+    host.play()
+    host.frames.append(CompareFrame(playing=False))  # made before the session read Play
+    assert host.take_frame().playing is True
+    host.frames.append(CompareFrame(playing=False))  # asked after Play: the session stopped by itself
+    assert host.take_frame().playing is False
+    host.pause()
+    host.frames.append(CompareFrame(playing=True))  # asked before Pause
+    assert host.take_frame().playing is False
+    host.frames.append(CompareFrame(playing=True, done=True))  # a run that ended says so whatever was sent
+    assert host.take_frame().done
 
 
 class Args:

@@ -116,9 +116,6 @@ class CompareView(QWidget):
         self.asked_series: list = []  # per configuration, (clocks, values) of that answer measured so far
         self.speed = 1.0
         self._playing = False
-        # Play sent and no frame since has said the comparison plays: frames made before the session
-        # read it (a real model's first frame comes seconds after the guess) must not say "paused"
-        self._play_sent = False
         self._real_backend = False  # a configuration of the open comparison runs a real model
 
         self.panel = ScenarioPanel(theme=theme)
@@ -320,7 +317,6 @@ class CompareView(QWidget):
         return self._playing
 
     def _set_playing(self, playing: bool) -> None:
-        self._play_sent = False
         interval = REAL_PLAYING_FRAME_INTERVAL_MS if playing and self._real_backend else FRAME_INTERVAL_MS
         if self.timer.interval() != interval:
             self.timer.setInterval(interval)
@@ -382,7 +378,6 @@ class CompareView(QWidget):
     def _send_play(self) -> None:
         self.host.play()
         self._set_playing(True)
-        self._play_sent = True
 
     def stop(self) -> None:
         """Ends the comparisons' process (the window closes)."""
@@ -439,7 +434,7 @@ class CompareView(QWidget):
             self._set_playing(False)
             self._reveal()
             self.finished.emit()
-        elif not frame.error and (frame.playing or not self._play_sent):
+        elif not frame.error:  # the host corrects a frame made before the newest Play or Pause
             self._set_playing(frame.playing)
 
     def _extend_asked(self, results, clock_s: float) -> None:

@@ -247,6 +247,12 @@ class SessionHost:
         self._stopped = False
         self._snapshots = SnapshotRebuilder()
         self._whole_snapshot_due = False  # a frame's snapshot could not be rebuilt: ask for a whole one
+        # Play, Pause and Step sent, and what the last of them left: a frame asked for before the
+        # newest of them may have been made before the process read it, and its `playing` is then
+        # the state the user just changed (a Pause label flipped back, a committed guess "paused")
+        self._run_commands = 0
+        self._commanded_playing: bool | None = None
+        self._asked_at_run_commands = 0
 
     def start(self) -> None:
         parent_conn, child_conn = self._context.Pipe()
@@ -272,6 +278,9 @@ class SessionHost:
                 # the new process holds nothing yet: build the last config, then Play, Step or Seek acts on it
                 self._send(APPLY, (self.config, False))
         self._generation += command in NEW_PICTURE
+        if command in (PLAY, PAUSE, STEP) or command == APPLY:
+            self._run_commands += 1
+            self._commanded_playing = command == PLAY or (command == APPLY and bool(arg[1]))
         try:
             self._conn.send((command, arg))
         except (BrokenPipeError, OSError):
@@ -381,10 +390,13 @@ class SessionHost:
                         self._share_since = (now, time.process_time())  # what drawing this costs counts
                     if getattr(frame, "position", None) is not None:
                         self.position = frame.position
+                    if self._run_commands != self._asked_at_run_commands and not frame.done:
+                        frame.playing = self._commanded_playing
             if self._may_ask():
                 self._conn.send((FRAME, WHOLE_SNAPSHOT if self._whole_snapshot_due else None))
                 self._whole_snapshot_due = False
                 self._awaiting_frame = True
+                self._asked_at_run_commands = self._run_commands
         except (EOFError, OSError):
             pass  # reported on the next call, once the process is seen to be gone
         return frame
