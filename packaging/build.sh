@@ -28,6 +28,9 @@ rm -rf dist/kvscope
 "$PY" -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller \
     packaging/kvscope.spec
 built=$(date +%s)
+# --clean rebuilds the work folder every time, so keeping it (~500 MB) only takes disk from the
+# archive and the install check that follow.
+rm -rf build/pyinstaller
 
 if [ "$variant" = cpu ]; then
     cuda=$(find dist/kvscope \( -name '*.so' -o -name '*.so.*' -o -name '*.dll' -o -name '*.dylib' \) \
