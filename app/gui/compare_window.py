@@ -34,6 +34,7 @@ from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
 
 from kvscope.app.host.comparison import ComparisonSession
+from kvscope.app.lab.compare import QUALITY_FIELDS
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
@@ -414,7 +415,7 @@ class CompareView(QWidget):
                 if not self._table_fitted:
                     self._fit_table()
                 self._extend_asked(frame.results, frame.clock_s)
-        if frame.snapshots is not None and not (self.done and self.revealed):  # the reveal holds its moment
+        if frame.snapshots is not None and not self.revealed:  # the reveal holds its moment
             total = self.info["num_requests"] if self.info else 0
             self._show_title(frame.clock_s)
             for i, snap in enumerate(frame.snapshots):
@@ -429,10 +430,15 @@ class CompareView(QWidget):
         if frame.status:
             self.status_text = frame.status
             self.status_changed.emit(frame.status)
+        if frame.runs_finished and self.revealed is None and not self._answer_needs_quality():
+            self._reveal()  # the quality cost, measured next, takes seconds the answer does not need
         if frame.done:
             self.done = True
             self._set_playing(False)
-            self._reveal()
+            if self.revealed is None:
+                self._reveal()
+            else:
+                self._emphasize_answer_row()  # the final table came after the reveal
             self.finished.emit()
         elif not frame.error:  # the host corrects a frame made before the newest Play or Pause
             self._set_playing(frame.playing)
@@ -536,6 +542,14 @@ class CompareView(QWidget):
         self.revealed = (answer, verdict)
         self.panel.show_reveal(answer, verdict, self.scenario.claim, source=self.scenario.reveal_from.describe())
         self.show_decisive_moment()
+        self._emphasize_answer_row()
+
+    def _answer_needs_quality(self) -> bool:
+        return self.scenario is not None and self.scenario.reveal_from.name in QUALITY_FIELDS
+
+    def _emphasize_answer_row(self) -> None:
+        if self.scenario is None:
+            return
         row_name = {key: name for key, name, *_ in METRIC_ROWS}.get(self.scenario.reveal_from.name)
         if row_name:
             self.table.emphasize_row(row_name)

@@ -275,11 +275,14 @@ class CompareFrame(Frame):
     flashes: list = field(default_factory=list)  # {flash kind: block ids} since the last frame
     results: object | None = None  # lab.compare.ComparisonResult, the table so far (final once done)
     clock_s: float = 0.0  # the shared engine clock
+    # Every configuration has run to its end; the quality cost may still be measuring (seconds on
+    # the real backend), so an answer that does not need it can be revealed now.
+    runs_finished: bool = False
 
     @property
     def idle(self) -> bool:
         return super().idle and not (self.info is not None or self.snapshots is not None or self.results is not None
-                                     or any(len(p) for p in self.points))
+                                     or self.runs_finished or any(len(p) for p in self.points))
 
 
 @dataclass
