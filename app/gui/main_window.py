@@ -33,6 +33,10 @@ from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.session import EngineSession, FrameDelta
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
+# The live run, paused, while another page shows: its frames only need to bring an error or a death.
+# At 60 a second they woke this process and the live engine's ~190 times a second, and each wake-up
+# took a core from the comparison's torch threads.
+HIDDEN_FRAME_INTERVAL_MS = 250
 SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
 # The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square
 # cells then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and
@@ -321,6 +325,8 @@ class MainWindow(QMainWindow):
         if self.compare is not None and not self.compare_showing() and self.compare.playing:
             self.compare.toggle_play()  # a comparison out of sight would only take the live run's CPU
         self.update_docks()
+        live_page = self.pages.currentWidget() is self.panels.page
+        self.timer.setInterval(FRAME_INTERVAL_MS if live_page else HIDDEN_FRAME_INTERVAL_MS)
         self.status.setVisible(not self.compare_showing())  # the live run's numbers
         if self.compare_showing():
             self.play_action.setText("Pause" if self.compare.playing else "Play")
