@@ -559,3 +559,17 @@ def test_lines_break_where_the_engine_stood_idle_and_compute_is_capped_at_100_pe
                       "throughput_tokens_per_s": np.ones(n), "preemptions": np.zeros(n)})
     x, y = plots.curves["compute_utilization"].getData()
     assert np.nanmax(y) == pytest.approx(100.0) and np.isnan(y).sum() == 1
+
+
+def test_a_throttled_timeline_draws_the_newest_steps_soon_after_a_burst(qtbot):
+    """The window's timeline redraws at most 30 times a second: frames coming faster fold their
+    steps into the lanes at once, and a timer draws the newest within the interval."""
+    view = BatchTimelineView(capacity=400, max_lanes=256, refresh_interval_s=1.0)
+    qtbot.addWidget(view)
+    view.add_steps(KNOWN[:3])
+    qtbot.waitUntil(lambda: view._image.image is not None and view._image.image.shape[1] == 3, timeout=3000)
+    view.add_steps(KNOWN[3:])  # within the interval of that drawing: folded in, drawn later
+    assert view.steps_shown().tolist() == list(range(7))
+    assert view._image.image.shape[1] == 3
+    qtbot.waitUntil(lambda: view._image.image.shape[1] == 7, timeout=3000)
+    assert np.array_equal(view._image.image, view.index_image())

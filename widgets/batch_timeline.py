@@ -11,9 +11,11 @@ The view receives plain data (``TimelineStep``); it never sees the engine.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
@@ -82,9 +84,16 @@ class BatchTimelineView(QWidget):
     request_selected = Signal(int)
 
     def __init__(self, parent: QWidget | None = None, capacity: int = 400, max_lanes: int = 256,
-                 theme: Theme = DARK):
+                 theme: Theme = DARK, refresh_interval_s: float = 0.0):
+        """refresh_interval_s: the image, marks and ranges are redrawn at most this often (the
+        newest steps always drawn, by a timer if need be); 0 redraws on every add_steps."""
         super().__init__(parent)
         self._lanes = BatchLanes(capacity, max_lanes)
+        self._refresh_interval_s = refresh_interval_s
+        self._refreshed_at = -float("inf")
+        self._refresh_timer = QTimer(self)
+        self._refresh_timer.setSingleShot(True)
+        self._refresh_timer.timeout.connect(self._refresh)
         self.capacity = self._lanes.capacity
         self.max_lanes = self._lanes.max_lanes
         self._theme = theme
@@ -99,7 +108,11 @@ class BatchTimelineView(QWidget):
         """Append the steps since the last frame (oldest first); keeps the newest ``capacity``."""
         if steps:
             self._lanes.add_steps(steps)
-            self._refresh()
+            wait_s = self._refreshed_at + self._refresh_interval_s - time.perf_counter()
+            if wait_s <= 0:
+                self._refresh()
+            elif not self._refresh_timer.isActive():
+                self._refresh_timer.start(int(wait_s * 1000) + 1)
 
     def clear(self) -> None:
         self._lanes.clear()
@@ -303,6 +316,8 @@ class BatchTimelineView(QWidget):
     # ------------------------------------------------------------------ drawing
 
     def _refresh(self) -> None:
+        self._refreshed_at = time.perf_counter()
+        self._refresh_timer.stop()
         lanes = self._lanes
         n, cap = lanes.count, self.capacity
         first = lanes.first_seq
