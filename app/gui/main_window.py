@@ -37,6 +37,7 @@ FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
 # At 60 a second they woke this process and the live engine's ~190 times a second, and each wake-up
 # took a core from the comparison's torch threads.
 HIDDEN_FRAME_INTERVAL_MS = 250
+STARTING_TEXT = "starting the engine: its own process loads torch and builds the run ..."
 SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
 # The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square
 # cells then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and
@@ -104,6 +105,8 @@ class MainWindow(QMainWindow):
             self.open_recording(replay)
         elif scenario is None and attach is None:
             self.apply_settings(play=autoplay)
+            # until its first frame: a cold start takes seconds, and a blank line read as a hung window
+            self.status.setText(STARTING_TEXT)
         # else the live engine is built when the live run is first played: the scenario has the CPU
         if scenario is not None:
             self.open_scenario(scenario)
