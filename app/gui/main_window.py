@@ -105,8 +105,6 @@ class MainWindow(QMainWindow):
             self.open_recording(replay)
         elif scenario is None and attach is None:
             self.apply_settings(play=autoplay)
-            # until its first frame: a cold start takes seconds, and a blank line read as a hung window
-            self.status.setText(STARTING_TEXT)
         # else the live engine is built when the live run is first played: the scenario has the CPU
         if scenario is not None:
             self.open_scenario(scenario)
@@ -430,6 +428,9 @@ class MainWindow(QMainWindow):
         self.done = False
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(config, play=play)
+        if self.engine_info is None:
+            # until its first frame: a cold start takes seconds, and a blank line read as a hung window
+            self.status.setText(STARTING_TEXT)
         return True
 
     # -- run controls ---------------------------------------------------------------------------
