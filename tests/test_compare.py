@@ -131,6 +131,20 @@ def test_step_keeps_the_engines_on_one_clock_and_ends_where_run_ends():
     assert [c.metrics for c in stepped.results().configurations] == [c.metrics for c in whole.configurations]
 
 
+def test_a_step_by_hand_moves_every_configuration_and_a_played_step_one():
+    """Step (Right) moves every column: the configuration furthest behind steps and the others
+    catch up to its clock. Playing, each call is one engine step, so a window gets a frame
+    between any two (real steps take seconds)."""
+    played = Comparison(kv_dtype_spec())
+    moved = [label for label, steps in played.step().items() if steps]
+    assert len(moved) == 1
+    by_hand = Comparison(kv_dtype_spec())
+    results = by_hand.step(catch_up=True)
+    assert all(results[label] for label in by_hand.labels)
+    target = max(e.clock for e in by_hand.engines)
+    assert all(e.clock > 0 for e in by_hand.engines) and by_hand.clock <= target
+
+
 def test_advance_to_brings_every_engine_to_the_clock():
     comparison = Comparison(kv_dtype_spec())
     results = comparison.advance_to(1.0)

@@ -58,7 +58,7 @@ class ComparisonSession(Session):
             self.playing = False
         elif command == STEP and comparison is not None and not comparison.done:
             self.playing = False
-            if self._guarded(lambda: self._record(comparison.step())):
+            if self._guarded(lambda: self._record(comparison.step(catch_up=True))):
                 self._results_due = True
                 if comparison.done:
                     self._finish()
@@ -169,6 +169,8 @@ class ComparisonSession(Session):
             self._pending.results = self.comparison.results(measure_quality=False)
         if self._guarded(table_so_far):
             self._results_stale = False
+        else:  # the error is in the frame; nothing is left to finish, and Play or R must still answer
+            self._finishing = False
 
     def _finish_with_quality(self) -> None:
         comparison = self.comparison

@@ -465,11 +465,11 @@ class Comparison:
         self.wall_time_s = time.perf_counter() - self._started
         return results
 
-    def step(self) -> dict[str, list[StepResult]]:
+    def step(self, catch_up: bool = False) -> dict[str, list[StepResult]]:
         """The configuration furthest behind takes one step, so the clocks stay within a step of
-        each other. One engine step a call, not every configuration caught up to the new clock: a
-        window gets a frame between any two real steps (three real models' first prefills were
-        12 s without one)."""
+        each other. Playing, that is one engine step a call: a window gets a frame between any two
+        real steps (three real models' first prefills were 12 s without one). catch_up (a Step
+        pressed by hand): the others then catch up to its new clock, so every column moves."""
         results = {label: [] for label in self.labels}
         pending = [i for i, f in enumerate(self._finished) if not f]
         if not pending:
@@ -480,6 +480,11 @@ class Comparison:
             self._finished[laggard] = True
         else:
             results[self.labels[laggard]].append(result)
+        if catch_up:
+            target = self.engines[laggard].clock
+            for i in pending:
+                if i != laggard:
+                    self._advance(i, target, results[self.labels[i]])
         self.wall_time_s = time.perf_counter() - self._started
         return results
 
