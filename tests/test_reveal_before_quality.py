@@ -73,3 +73,50 @@ def test_an_answer_that_is_the_quality_cost_waits_for_it(qtbot):
     assert not view._answer_needs_quality()
     view.scenario = type("Asked", (), {"reveal_from": type("R", (), {"name": "kv_quality_cost"})()})()
     assert view._answer_needs_quality()
+
+
+def _run_to_the_end(view: CompareView, spec) -> list:
+    session = ComparisonSession()
+    session.handle(APPLY, (spec, False))
+    session.handle(PLAY, None)
+    frames = []
+    for _ in range(10_000):
+        session.advance(0.05)
+        frame = session.take_frame()
+        frames.append(frame)
+        view.render_frame(frame)
+        if frame.done:
+            return frames
+    raise AssertionError("the comparison did not finish")
+
+
+def test_the_results_are_laid_out_once_for_a_plain_comparison(qtbot):
+    """No scenario: the results table comes forward when the runs end, and the final table with the
+    quality cost does not lay the page out again (a splitter moved meanwhile stays where it is)."""
+    spec = _fp8_kv_on_the_tiny_model().comparison_spec(requests=None, seed=None)
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.host = FakeHost()
+    view.open_comparison(spec, "plain")
+    reveals = []
+    original = view._reveal
+    view._reveal = lambda: (reveals.append(len(reveals)), original())
+    frames = _run_to_the_end(view, spec)
+    assert any(f.runs_finished and not f.done for f in frames)
+    assert len(reveals) == 1 and view.done
+
+
+def test_a_runs_finished_frame_with_an_error_reveals_nothing(qtbot):
+    """The table at the runs' end could not be made: the page says why and reveals no answer from
+    an older table."""
+    from kvscope.app.host.protocol import CompareFrame
+
+    scenario = _fp8_kv_on_the_tiny_model()
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.host = FakeHost()
+    view.open_comparison(scenario.comparison_spec(requests=None, seed=None), scenario.title,
+                         scenario_texts=scenario_texts(scenario), scenario=scenario)
+    view.panel.commit()
+    view.render_frame(CompareFrame(runs_finished=True, error="the table could not be made", status="stopped"))
+    assert view.revealed is None and view.errors_shown

@@ -106,6 +106,7 @@ class CompareView(QWidget):
         self.results = None  # the latest ComparisonResult
         self.done = False
         self.revealed: tuple | None = None  # (answer text, verdict text) once revealed
+        self._reveal_shown = False  # the results laid out once the runs ended (a plain comparison too)
         self.errors_shown: list[str] = []
         self.status_text = ""
         self.series: list[_Columns] = []
@@ -261,6 +262,7 @@ class CompareView(QWidget):
         waits for the guess."""
         self.scenario = scenario
         self.info, self.results, self.done, self.revealed = None, None, False, None
+        self._reveal_shown = False
         self._real_backend = False  # until its first frame says which backends it runs
         self._title = title if scenario_texts is None else ""
         self._title_detail = ""
@@ -353,6 +355,7 @@ class CompareView(QWidget):
         if self.host is None:
             return
         self.done, self.results, self.revealed = False, None, None
+        self._reveal_shown = False
         if self.scenario is not None:
             self.panel.reset()
             self._veil_changed()
@@ -430,15 +433,16 @@ class CompareView(QWidget):
         if frame.status:
             self.status_text = frame.status
             self.status_changed.emit(frame.status)
-        if frame.runs_finished and self.revealed is None and not self._answer_needs_quality():
+        if (frame.runs_finished and not self._reveal_shown and not frame.error and frame.results is not None
+                and not self._answer_needs_quality()):
             self._reveal()  # the quality cost, measured next, takes seconds the answer does not need
         if frame.done:
             self.done = True
             self._set_playing(False)
-            if self.revealed is None:
+            if not self._reveal_shown:
                 self._reveal()
-            else:
-                self._emphasize_answer_row()  # the final table came after the reveal
+            else:  # the final table came after the reveal; a splitter the user moved meanwhile stays
+                self._emphasize_answer_row()
             self.finished.emit()
         elif not frame.error:  # the host corrects a frame made before the newest Play or Pause
             self._set_playing(frame.playing)
@@ -525,6 +529,7 @@ class CompareView(QWidget):
         self.title.setText(f"{head}{self._title_detail} \u00b7 shared engine clock {clock_s:,.2f} s")
 
     def _reveal(self) -> None:
+        self._reveal_shown = True
         self.show_results_table()
         if not self._wide:
             height = sum(self.split.sizes())
