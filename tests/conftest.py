@@ -4,8 +4,41 @@ import shutil
 import tempfile
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+SCRATCH_PREFIX = "kvscope-tests-"
+STALE_UNOWNED_S = 6 * 3600  # a scratch folder with no owner named, untouched this long, is a leftover
+
+
+def _remove_leftover_scratch() -> None:
+    """Scratch folders of earlier runs that were killed (exit handlers did not run): their owner
+    process is gone."""
+    import time
+
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if not name.startswith(SCRATCH_PREFIX) or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, "owner-pid")) as owner:
+                pid = int(owner.read())
+            os.kill(pid, 0)  # raises if no such process
+            continue
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):  # no owner named (an older run), or one we may not signal
+            try:
+                if time.time() - os.path.getmtime(path) < STALE_UNOWNED_S:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_remove_leftover_scratch()
 # Models the tests build, and the Hugging Face cache they look at, stay inside the test run.
-_scratch = tempfile.mkdtemp(prefix="kvscope-tests-")
+_scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+with open(os.path.join(_scratch, "owner-pid"), "w") as _owner:
+    _owner.write(str(os.getpid()))
 # The models built here are ~400 MB a run: left behind, a few hundred runs filled the disk that CI
 # then built the bundle on.
 atexit.register(shutil.rmtree, _scratch, ignore_errors=True)

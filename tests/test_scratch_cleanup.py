@@ -25,3 +25,28 @@ def test_a_test_run_leaves_no_scratch_folder(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in scratch_parent.iterdir() if p.name.startswith("kvscope-tests-")) == []
+
+
+def test_a_run_removes_the_scratch_folders_of_killed_runs_only(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_nothing():\n    pass\n")
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    scratch_parent = tmp_path / "tmp"
+    scratch_parent.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that ended: its pid names no process now (reuse within the test is unlikely)
+    killed = scratch_parent / "kvscope-tests-killed"
+    running = scratch_parent / "kvscope-tests-running"
+    for folder, pid in ((killed, gone.pid), (running, os.getpid())):
+        (folder / "kvscope" / "models").mkdir(parents=True)
+        (folder / "owner-pid").write_text(str(pid))
+    unowned_recent = scratch_parent / "kvscope-tests-recent"  # an older run's, still young: left alone
+    unowned_recent.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch_parent)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not killed.exists()
+    assert running.is_dir() and unowned_recent.is_dir()
