@@ -8,31 +8,35 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_a_test_run_leaves_no_scratch_folder(tmp_path):
-    probe = tmp_path / "test_probe.py"
-    probe.write_text(
-        "import os\n"
-        "def test_scratch_is_there():\n"
-        "    assert os.path.isdir(os.path.dirname(os.environ['KVSCOPE_CACHE_DIR']))\n"
-    )
-    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
-    scratch_parent = tmp_path / "tmp"
-    scratch_parent.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch_parent)}
+def _scratch_parent(tmp_path):
+    parent = tmp_path / "tmp"
+    parent.mkdir()
+    return parent
+
+
+def _run_a_test_run(folder, scratch_parent, test_source: str) -> None:
+    """pytest in a child process on one test file, with the suite's conftest and its own TMPDIR."""
+    probe = folder / "test_probe.py"
+    probe.write_text(test_source)
+    (folder / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=folder, env={**os.environ, "TMPDIR": str(scratch_parent)}, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_test_run_leaves_no_scratch_folder(tmp_path):
+    scratch_parent = _scratch_parent(tmp_path)
+    _run_a_test_run(tmp_path, scratch_parent,
+                    "import os\n"
+                    "def test_scratch_is_there():\n"
+                    "    assert os.path.isdir(os.path.dirname(os.environ['KVSCOPE_CACHE_DIR']))\n")
     assert sorted(p.name for p in scratch_parent.iterdir() if p.name.startswith("kvscope-tests-")) == []
 
 
 def test_a_run_removes_the_scratch_folders_of_killed_runs_only(tmp_path):
-    probe = tmp_path / "test_probe.py"
-    probe.write_text("def test_nothing():\n    pass\n")
-    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
-    scratch_parent = tmp_path / "tmp"
-    scratch_parent.mkdir()
+    scratch_parent = _scratch_parent(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process that ended: its pid names no process now (reuse within the test is unlikely)
     killed = scratch_parent / "kvscope-tests-killed"
@@ -42,11 +46,6 @@ def test_a_run_removes_the_scratch_folders_of_killed_runs_only(tmp_path):
         (folder / "owner-pid").write_text(str(pid))
     unowned_recent = scratch_parent / "kvscope-tests-recent"  # an older run's, still young: left alone
     unowned_recent.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch_parent)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    _run_a_test_run(tmp_path, scratch_parent, "def test_nothing():\n    pass\n")
     assert not killed.exists()
     assert running.is_dir() and unowned_recent.is_dir()
