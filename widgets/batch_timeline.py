@@ -11,11 +11,9 @@ The view receives plain data (``TimelineStep``); it never sees the engine.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QLabel, QToolTip, QVBoxLayout, QWidget
 
@@ -33,6 +31,7 @@ from kvscope.widgets.batch_lanes import (
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.image_item import ImageItem
 from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
+from kvscope.widgets.throttle import Throttle
 
 PREFILL_SHADES = (0.40, 0.60, 0.80, 1.0)  # per chunk-size bin: share of the prefill colour over the background
 assert len(PREFILL_SHADES) == len(PREFILL_BIN_LABELS)
@@ -89,11 +88,7 @@ class BatchTimelineView(QWidget):
         newest steps always drawn, by a timer if need be); 0 redraws on every add_steps."""
         super().__init__(parent)
         self._lanes = BatchLanes(capacity, max_lanes)
-        self._refresh_interval_s = refresh_interval_s
-        self._refreshed_at = -float("inf")
-        self._refresh_timer = QTimer(self)
-        self._refresh_timer.setSingleShot(True)
-        self._refresh_timer.timeout.connect(self._refresh)
+        self._redraw = Throttle(self, refresh_interval_s, self._refresh)
         self.capacity = self._lanes.capacity
         self.max_lanes = self._lanes.max_lanes
         self._theme = theme
@@ -108,11 +103,7 @@ class BatchTimelineView(QWidget):
         """Append the steps since the last frame (oldest first); keeps the newest ``capacity``."""
         if steps:
             self._lanes.add_steps(steps)
-            wait_s = self._refreshed_at + self._refresh_interval_s - time.perf_counter()
-            if wait_s <= 0:
-                self._refresh()
-            elif not self._refresh_timer.isActive():
-                self._refresh_timer.start(int(wait_s * 1000) + 1)
+            self._redraw.request()
 
     def clear(self) -> None:
         self._lanes.clear()
@@ -316,8 +307,6 @@ class BatchTimelineView(QWidget):
     # ------------------------------------------------------------------ drawing
 
     def _refresh(self) -> None:
-        self._refreshed_at = time.perf_counter()
-        self._refresh_timer.stop()
         lanes = self._lanes
         n, cap = lanes.count, self.capacity
         first = lanes.first_seq

@@ -41,6 +41,7 @@ from kvscope.widgets.block_map_legend import BlockMapLegend
 from kvscope.widgets.elided_label import ElidedLabel
 from kvscope.widgets.image_item import ImageItem
 from kvscope.widgets.palette import DARK, Theme
+from kvscope.widgets.throttle import Throttle
 
 # A block map drawn finer than this is noise: a bigger pool is drawn with several blocks per cell
 # (block_map_grid.overview_layout) until the wheel zooms in to DETAIL_CELL_PX per block.
@@ -125,10 +126,7 @@ class BlockMapView(QtWidgets.QWidget):
         lay.addWidget(self._legend)
         lay.addWidget(self._status)
 
-        self._legend_at = -math.inf  # perf_counter() of the legend's last counts
-        self._legend_timer = QtCore.QTimer(self)
-        self._legend_timer.setSingleShot(True)
-        self._legend_timer.timeout.connect(self._refresh_legend_now)
+        self._legend_refresh = Throttle(self, LEGEND_INTERVAL_S, self._refresh_legend_now)
 
         self._flash_timer = QtCore.QTimer(self)
         self._flash_timer.setInterval(40)
@@ -521,20 +519,13 @@ class BlockMapView(QtWidgets.QWidget):
     def legend_texts(self) -> dict[str, str]:
         """The legend's text per entry (used, shared, cached, reserved, free, flash), as of the
         newest snapshot (counts still to be shown are shown first)."""
-        if self._legend_timer.isActive():
-            self._refresh_legend_now()
+        self._legend_refresh.flush()
         return self._legend.texts()
 
     def _refresh_legend(self) -> None:
-        wait_s = self._legend_at + LEGEND_INTERVAL_S - time.perf_counter()
-        if wait_s <= 0:
-            self._refresh_legend_now()
-        elif not self._legend_timer.isActive():
-            self._legend_timer.start(int(wait_s * 1000) + 1)
+        self._legend_refresh.request()
 
     def _refresh_legend_now(self) -> None:
-        self._legend_timer.stop()
-        self._legend_at = time.perf_counter()
         self._legend.set_counts(self.block_counts(), max(self._num_blocks, 0))
 
     def status_text(self) -> str:

@@ -7,15 +7,15 @@ whole bar is the memory the engine plans with. The app computes the segments; th
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from PySide6.QtCore import QRectF, QSize, Qt, QTimer
+from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from kvscope.engine.units import format_bytes, format_bytes_short
 from kvscope.widgets.palette import DARK, Theme
+from kvscope.widgets.throttle import Throttle
 
 
 BAR_HEIGHT = 36
@@ -39,10 +39,7 @@ REPAINT_INTERVAL_S = 0.05
 class MemoryBudgetBar(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
-        self._painted_at = -float("inf")  # perf_counter() of the last paint
-        self._repaint_timer = QTimer(self)
-        self._repaint_timer.setSingleShot(True)
-        self._repaint_timer.timeout.connect(self._refit_and_update)
+        self._repaint = Throttle(self, REPAINT_INTERVAL_S, self._refit_and_update)
         self.theme: Theme = DARK
         self.title = "Memory budget"
         self.segments: list[Segment] = []
@@ -84,11 +81,7 @@ class MemoryBudgetBar(QWidget):
     def set_segments(self, title: str, segments: list[Segment]) -> None:
         self.title = title
         self.segments = [s for s in segments if s.nbytes > 0]
-        wait_s = self._painted_at + REPAINT_INTERVAL_S - time.perf_counter()
-        if wait_s <= 0:
-            self._refit_and_update()
-        elif not self._repaint_timer.isActive():
-            self._repaint_timer.start(int(wait_s * 1000) + 1)
+        self._repaint.request()
 
     def _refit_and_update(self) -> None:
         # measured with the repaint, not on every frame: the labels' widths cost ~0.2 ms a frame
@@ -129,7 +122,6 @@ class MemoryBudgetBar(QWidget):
                 if metrics.horizontalAdvance(self.segment_text(seg)) + 8 > rect.width()]
 
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        self._painted_at = time.perf_counter()
         painter = QPainter(self)
         painter.setRenderHint(QPainter.Antialiasing, False)
         theme = self.theme
