@@ -203,7 +203,7 @@ def test_the_replayed_recording_exports_as_a_perfetto_trace(window, qtbot, tmp_p
     out = tmp_path / "trace.json"
     monkeypatch.setattr(window, "_ask_save_path", lambda *a: str(out))
     assert window.export_actions["perfetto"].isEnabled()
-    assert window.ask_export_perfetto()
+    assert window.exports.ask_perfetto()
     trace = json.loads(out.read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert len(events) > 10

@@ -34,9 +34,9 @@ from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
 
 from kvscope.app.host.comparison import ComparisonSession
-from kvscope.app.lab.compare import QUALITY_FIELDS
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
+from kvscope.app.lab.compare import QUALITY_FIELDS
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
     METRIC_ROWS, asked_plot, asked_values, result_rows)
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html

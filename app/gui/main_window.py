@@ -33,15 +33,11 @@ from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.session import EngineSession, FrameDelta
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
-# The live run, paused, while another page shows: its frames only need to bring an error or a death.
-# At 60 a second they woke this process and the live engine's ~190 times a second, and each wake-up
-# took a core from the comparison's torch threads.
-HIDDEN_FRAME_INTERVAL_MS = 250
+HIDDEN_FRAME_INTERVAL_MS = 250  # another page shows: 60 a second woke both processes, taking a comparison's cores
 STARTING_TEXT = "starting the engine: its own process loads torch and builds the run ..."
 SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
-# The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square
-# cells then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and
-# a few lines of answer.
+# The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square cells
+# then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and some answer.
 DESK_SPLIT = {"block_map": 0.32, "timeline": 0.45, "prompt": 0.23}
 
 
@@ -191,8 +187,7 @@ class MainWindow(QMainWindow):
         self.worker.apply(info.path, play=False)
         self.scrubber.set_recording(info.num_steps, info.end_times)
         self._set_replay_mode(True)
-        # opened where the pool holds something: before the first step it is empty, and so was
-        # a screenshot scripted with --replay --quit-after
+        # opened where the pool holds something: at step 0 it is empty (a scripted screenshot was too)
         self._seek(info.opening_position)
         self.scrubber.set_position(info.opening_position)
         self.pages.setCurrentIndex(0)
@@ -273,8 +268,7 @@ class MainWindow(QMainWindow):
         if position is None:
             return
         if self._seek_target is not None:
-            # until a frame after the seek has come, its position is the old one: the slider
-            # would jump back for a moment
+            # until a frame after the seek has come, its position is the old one: the slider would jump back
             target, asked = self._seek_target
             if position != target and time.perf_counter() - asked < SEEK_SETTLE_S:
                 return
@@ -413,9 +407,6 @@ class MainWindow(QMainWindow):
         """The file dialog of every export (tests replace this method)."""
         path, _ = QFileDialog.getSaveFileName(self, title, default, formats)
         return path or None
-
-    def ask_export_perfetto(self) -> bool:
-        return self.exports.ask_perfetto()
 
     # -- settings -------------------------------------------------------------------------------
     def apply_settings(self, play: bool = True) -> bool:
