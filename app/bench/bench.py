@@ -296,11 +296,12 @@ def cmd_bench(args) -> int:
                                 f"{r['frames_per_s']:.1f} frames/s)"),
             ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds "
                                    f"(target <= {r['target_cost'] * 100:g} %)"),
-            ("rounds", f"{min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %; "
+            ("rounds", f"middle half {r['middle_half'][0] * 100:.1f} % to {r['middle_half'][1] * 100:.1f} % "
+                       f"(all {min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %); "
                        f"over all of them {r['pooled_cost'] * 100:.1f} %"),
             *gui_cost_split_rows(r),
-        ], title=f"What the window costs the engine (chat workload at maximum speed, {r['seconds']:.0f} s each "
-                 f"in {r['rounds']} alternating rounds)"))
+        ], title=f"What the window costs the engine (chat workload at maximum speed, the same {r['steps']:,} steps "
+                 f"on each side in {r['rounds']} alternating rounds of {r['round_s']:g} s)"))
         print()
     if gui_part in ("frame", "both"):
         from kvscope.app.bench.bench_gui import bench_frame

@@ -5,19 +5,19 @@ frame: one frame — the engine session's snapshot and frame, pickled and unpick
        rebuilt on the window's side, as the process host does), then handed to every view and the
        whole window repainted — with a 500,000-block pool and 1,024 running requests (simulated
        llama-3-8b on h100-80gb). Target: median <= 10 ms (issue 15: 16 ms must hold on a slower machine).
-cost:  engine steps per second with the window open (its engine process running flat out: the
-       simulated clock at "max") against the same engine headless in this process, same machine,
-       on a chat workload too long to finish meanwhile, in alternating rounds; the median round.
-       Both sides step on the same core (see _Cores), the window drawing on the other.
-       Target: the window costs <= 5 % (issue 15: 10 % on a slower machine). Beside it, where the
-       cost goes: the engine's steps per CPU second of its process (what frames cost the engine
-       process itself) and the share of a core each process had (what drawing and whatever else
-       runs took from it on a busy machine).
+cost:  the window's engine (its own process, running flat out: the simulated clock at "max", a
+       chat workload too long to finish) against a headless copy of it in this process, over the
+       same steps, in short alternating rounds (see bench_cost); the median round. Both sides
+       step on the same core (see _Cores), the window drawing on the other. Target: the window
+       costs <= 5 % (issue 15: 10 % on a slower machine). Beside it, where the cost goes: the CPU
+       time the engine's process spent beyond the headless copy's for the same steps, and the
+       share of a core each process had.
 """
 
 from __future__ import annotations
 
 import glob
+import math
 import os
 import statistics
 import time
@@ -28,6 +28,7 @@ FRAME_RUNNING = 1024
 # Issue 15: 10 ms here, so that a slower machine of the same kind stays within a 60 Hz frame (16 ms).
 FRAME_TARGET_MS = 10.0
 COST_TARGET = 0.05
+SETTLE_QUIET_S = 0.1  # a paused engine's step unchanged this long: its last frame has come
 
 
 def _app():
@@ -71,6 +72,16 @@ def _wait(app, predicate, timeout: float) -> None:
             raise RuntimeError("the window did not get ready in time")
         app.processEvents()
         time.sleep(0.01)
+
+
+def _run_event_loop(seconds: float) -> None:
+    from PySide6.QtCore import QEventLoop, Qt, QTimer
+
+    loop = QEventLoop()
+    timer = QTimer(loop, singleShot=True, timerType=Qt.TimerType.PreciseTimer)
+    timer.timeout.connect(loop.quit)
+    timer.start(round(seconds * 1000))
+    loop.exec()
 
 
 def bench_frame(frames: int = 120) -> dict:
@@ -157,118 +168,125 @@ class _Cores:
             os.sched_setaffinity(0, self._original)
 
 
-def bench_cost(seconds: float = 12.0, rounds: int = 10) -> dict:
-    """Alternates headless and window segments (seconds / rounds each, the idle side paused), so
-    that a drift in this machine's speed -- +-5 % between minutes here -- hits both sides alike.
-    Each round gives its own cost (window segment against the headless one right after it); the
-    figure is their median, which one disturbed segment cannot move, with the pooled one beside."""
-    from kvscope.engine import Engine, EngineArgs
-    from kvscope.app.lab.presets import load_hardware, load_model, load_workload
-    from kvscope.app.lab.workload import generate_requests
+def catch_up(engine, snapshot) -> None:
+    """Steps engine to the step of snapshot (another engine's) and checks that it took the same
+    steps: the same simulated clock there. Else the comparison would be of different work."""
+    while engine.step_count < snapshot.step:
+        if engine.step() is None:
+            raise RuntimeError("the headless engine finished its workload; the comparison would be meaningless")
+    if engine.step_count != snapshot.step or not math.isclose(engine.clock, snapshot.time_s, rel_tol=1e-12):
+        raise RuntimeError(f"the window's engine and the headless one diverged (step {snapshot.step:,}: clock "
+                           f"{snapshot.time_s!r} s against {engine.clock!r} s at step {engine.step_count:,}); "
+                           "the comparison would be meaningless")
 
+
+def bench_cost(rounds: int = 24, round_s: float = 1.0) -> dict:
+    """The window's engine and a headless copy of it take the same steps: each round the window's
+    plays for round_s, then the copy catches up to exactly the step the window's reached, timed.
+    Both are built from the window's RunConfig and seed, so step for step they do the same work
+    (checked: their simulated clocks must agree after every round); comparing two engines over
+    equal wall time instead compares different stretches of the workload, whose steps cost up to
+    a third more or less. Short alternating rounds let a drift in this machine's speed (+-25 %
+    from one second to the next here) hit both sides alike; the figure is the median round, with
+    the pooled one and the middle half of the rounds beside it."""
     from kvscope.app.gui.main_window import MainWindow
     from kvscope.app.host.process_tuning import tune_for_engine
+    from kvscope.app.host.session import build_simulated_engine
 
     app = _app()
     tune_for_engine()  # as the window's engine process does, so both sides run the same interpreter
-    model, hardware = load_model("llama-3-8b"), load_hardware("h100-80gb")
-    # A workload no run of this length can finish, on both sides: an idle engine measures nothing.
-    workload = load_workload("chat").with_overrides(num_requests=ENDLESS_REQUESTS)
-    engine = Engine(model, hardware, EngineArgs())
-    engine.add_workload(generate_requests(workload, model.vocab_size, seed=0))
-
+    # A workload no run of this length can finish: an idle engine measures nothing.
     window = MainWindow(_values(workload="chat", num_requests=ENDLESS_REQUESTS), autoplay=False)
     window.resize(1920, 1080)
     window.show()
     window.speed.setCurrentText("max")
     window.apply_settings(play=True)
+    headless = build_simulated_engine(window.config)
 
-    def engine_step() -> int:
-        return window.latest_snapshot.step if window.latest_snapshot is not None else 0
+    def latest_snapshot():
+        return window.latest_snapshot
 
-    def settle_paused() -> int:
-        """The exact step count once the paused engine's last frame has arrived."""
+    def settle_paused():
+        """The window engine's snapshot once it has paused: frames are asked for without the
+        window's hold-offs until the step has not moved for SETTLE_QUIET_S (the process reads the
+        pause before the next frame request, so those frames show where it stopped)."""
         window.worker.pause()
-        before = -1
-        while engine_step() != before:  # frames until two in a row show the same step
-            before = engine_step()
-            deadline = time.perf_counter() + 0.2
-            while time.perf_counter() < deadline:
-                app.processEvents()
-                time.sleep(0.005)
-        return engine_step()
+        paused_at = time.perf_counter()
+        seen, since = latest_snapshot(), paused_at
+        while True:
+            window.worker.ask_now()
+            app.processEvents()
+            now, snapshot = time.perf_counter(), latest_snapshot()
+            if snapshot is not seen and (seen is None or snapshot.step != seen.step):
+                since = now
+            seen = snapshot
+            if now - since >= SETTLE_QUIET_S and now - paused_at >= SETTLE_QUIET_S:
+                return seen
+            time.sleep(0.005)
 
-    _wait(app, lambda: engine_step() > 1000, 60)  # built, and past its first steps
+    _wait(app, lambda: latest_snapshot() is not None and latest_snapshot().step > 1000, 60)  # built, past its first steps
     cores = _Cores(window.worker.pid)
-    while engine.step_count < 1000:
-        engine.step()
     live = window.engine_info
-    segment = seconds / rounds
-    headless_steps = window_steps = 0
-    headless_time = window_time = 0.0
-    headless_cpu = window_cpu = engine_cpu = 0.0
+    snapshot = settle_paused()
+
+    catch_up(headless, snapshot)
+    steps = frames = 0
+    window_time = headless_time = window_cpu = headless_cpu = engine_cpu = 0.0
     engine_cpu_known = True
-    frames = 0
     round_costs = []
     for _ in range(rounds):
-        first = settle_paused()
+        first = snapshot.step
         frames_before = window.frames_rendered
         engine_cpu_before = _process_cpu_s(window.worker.pid)
         cores.window_segment()
         window.worker.play()
         started, cpu_started = time.perf_counter(), time.process_time()
-        while time.perf_counter() - started < segment:
-            app.processEvents()
-            time.sleep(0.002)
+        _run_event_loop(round_s)  # as the window's own: woken by its timers and the engine's frames
         window.worker.pause()
         round_window_time = time.perf_counter() - started
         window_cpu += time.process_time() - cpu_started
         frames += window.frames_rendered - frames_before
-        round_window_steps = settle_paused() - first
-        engine_cpu_after = _process_cpu_s(window.worker.pid)  # paused since: only the segment's steps
+        snapshot = settle_paused()
+        engine_cpu_after = _process_cpu_s(window.worker.pid)  # paused since: only the round's steps
         if engine_cpu_before is None or engine_cpu_after is None:
             engine_cpu_known = False
         else:
             engine_cpu += engine_cpu_after - engine_cpu_before
         cores.headless_segment()
-        first, started, cpu_started = engine.step_count, time.perf_counter(), time.thread_time()
-        while time.perf_counter() - started < segment:
-            engine.step()
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        catch_up(headless, snapshot)
         round_headless_time = time.perf_counter() - started
         headless_cpu += time.thread_time() - cpu_started
-        round_headless_steps = engine.step_count - first
-        round_costs.append(1 - (round_window_steps / round_window_time) / (round_headless_steps / round_headless_time))
+        if snapshot.step == first:
+            raise RuntimeError("the window's engine made no step in a round; the comparison would be meaningless")
+        round_costs.append(1 - round_headless_time / round_window_time)
+        steps += snapshot.step - first
         window_time += round_window_time
-        window_steps += round_window_steps
         headless_time += round_headless_time
-        headless_steps += round_headless_steps
     cores.restore()
     if window.done or window.engine_info is not live or window.errors_shown:
         raise RuntimeError("the engine stopped during the measurement; the figure would be meaningless")
     window.close()
-    headless, with_window = headless_steps / headless_time, window_steps / window_time
-    # Where the cost goes. The engine process's steps per CPU second against the headless loop's
-    # are what frames cost that process itself (keeping steps, building and sending frames; the
-    # settling pauses add a few idle polls); its share of a core while the window drew is what it
-    # lost to other processes -- the window's among them, a share of a core beside it.
-    engine_share = engine_cpu / window_time if engine_cpu_known else None
-    engine_work_cost = (1 - (window_steps / engine_cpu) / (headless_steps / headless_cpu)
-                        if engine_cpu_known and engine_cpu > 0 else None)
-    return {"seconds": seconds, "rounds": rounds, "headless_steps_per_s": headless,
-            "window_steps_per_s": with_window, "cost": statistics.median(round_costs),
-            "pooled_cost": 1 - with_window / headless, "round_costs": round_costs,
+    quartiles = statistics.quantiles(round_costs, n=4) if len(round_costs) > 1 else round_costs * 3
+    return {"rounds": rounds, "round_s": round_s, "steps": steps,
+            "headless_steps_per_s": steps / headless_time, "window_steps_per_s": steps / window_time,
+            "cost": statistics.median(round_costs), "pooled_cost": 1 - headless_time / window_time,
+            "round_costs": round_costs, "middle_half": (quartiles[0], quartiles[2]),
             "frames_drawn": frames, "frames_per_s": frames / window_time, "target_cost": COST_TARGET,
-            "headless_core_share": headless_cpu / headless_time, "engine_core_share": engine_share,
-            "window_core_share": window_cpu / window_time, "engine_work_cost": engine_work_cost,
+            "headless_core_share": headless_cpu / headless_time,
+            "engine_core_share": engine_cpu / window_time if engine_cpu_known else None,
+            # the same steps: what the engine's process spent beyond them (frames, plot points)
+            "engine_cpu_extra": engine_cpu / headless_cpu - 1 if engine_cpu_known and headless_cpu > 0 else None,
+            "window_core_share": window_cpu / window_time,
             "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
 def gui_cost_split_rows(result: dict) -> list[tuple[str, str]]:
     """The table rows that say where the window's cost went (see bench_cost)."""
     rows = []
-    if result.get("engine_work_cost") is not None:
-        rows.append(("engine process", f"{result['engine_work_cost'] * 100:.1f} % fewer steps per CPU second "
-                                       f"than headless (frames' cost to it); it had "
+    if result.get("engine_cpu_extra") is not None:
+        rows.append(("engine process", f"{result['engine_cpu_extra'] * 100:+.1f} % CPU time against headless for the "
+                                       f"same steps (frames, plot points); it had "
                                        f"{result['engine_core_share'] * 100:.0f} % of a core, headless "
                                        f"{result['headless_core_share'] * 100:.0f} %"))
     rows.append(("window process", f"{result['window_core_share'] * 100:.0f} % of a core while the engine ran"))

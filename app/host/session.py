@@ -105,6 +105,14 @@ class EngineInfo:
         return getattr(self, key)
 
 
+def build_simulated_engine(config: RunConfig) -> Engine:
+    """The simulated engine and workload a RunConfig describes. Deterministic: two built from one
+    config take the same steps (`kvscope bench gui` steps one headless beside the window's)."""
+    engine = Engine(config.model, config.hardware, config.engine_args)
+    engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed))
+    return engine
+
+
 class EngineSession(Session):
     """The live engine: apply(RunConfig) builds it, record / stop_recording record it."""
 
@@ -369,12 +377,12 @@ class EngineSession(Session):
                 leave_a_core_to_the_window()
                 self._chat = chat_tokenizer_for(loaded)
                 self._no_text_reason = why_no_text("real", loaded)
+                engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
+                                                      tokenizer=self._chat))
             else:
-                engine = Engine(config.model, config.hardware, config.engine_args)
+                engine = build_simulated_engine(config)
                 label = f"{config.model.name} (simulated on {config.hardware.name})"
                 self._no_text_reason = why_no_text(config.backend)
-            engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
-                                                  tokenizer=self._chat))
         except ConfigError as exc:
             self._pending = FrameDelta(error=str(exc), status="could not build the engine")
             return
