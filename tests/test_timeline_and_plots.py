@@ -14,7 +14,7 @@ from kvscope.widgets.batch_lanes import (
 )
 from kvscope.widgets.batch_timeline import BatchTimelineView
 from kvscope.widgets.live_plots import (
-    BIG_SCATTER_INTERVAL_S, BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax, windowed_mean,
+    BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax, windowed_mean,
 )
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 
@@ -443,7 +443,7 @@ def test_a_big_latency_scatter_is_redrawn_at_most_four_times_a_second_a_small_on
     plots.set_series(finished(big + 50))
     assert plots.latency_total == big  # within BIG_SCATTER_INTERVAL_S of the last redraw: kept ...
     qtbot.waitUntil(lambda: plots.latency_total == big + 50, timeout=5000)  # ... and drawn when it is over
-    plots._latency_drawn_at -= BIG_SCATTER_INTERVAL_S  # as if that long had passed
+    plots._latency_throttle.cancel()  # as if BIG_SCATTER_INTERVAL_S had passed
     plots.set_series(finished(big + 80))
     assert plots.latency_total == big + 80
 

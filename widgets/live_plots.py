@@ -9,7 +9,6 @@ decimation, longer per-request series by even thinning that keeps the worst requ
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.throttle import Throttle
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
 
 TIME_LABEL = "engine clock (s)"
@@ -256,22 +256,16 @@ class LivePlots(QWidget):
                  step_interval_s: float = 0.0):
         super().__init__(parent)
         self.max_points = int(max_points)
-        self.step_interval_s = step_interval_s  # the step curves redrawn at most this often (0: every call)
-        self._steps_drawn_at = -float("inf")  # perf_counter() of the last redraw of the step curves
-        self._steps_pending: dict | None = None  # the series a throttled redraw will draw
-        self._steps_timer = QTimer(self)
-        self._steps_timer.setSingleShot(True)
-        self._steps_timer.timeout.connect(self._draw_pending_steps)
+        self._steps_pending: dict | None = None  # the series the step curves are to show
+        self._steps_throttle = Throttle(self, step_interval_s, self._draw_pending_steps)  # 0: every call
         self._theme = theme
         self.latency_log_y = False
         self.latency_shown = 0  # requests drawn on the latency plot
         self.latency_total = 0  # requests with a first token given
-        self._latency_drawn_at = -float("inf")  # perf_counter() of the last redraw of a big scatter
         self._latency_key: tuple | None = None  # _request_series_key of the requests drawn
-        self._latency_pending: dict | None = None  # the series a throttled redraw will draw
-        self._latency_timer = QTimer(self)
-        self._latency_timer.setSingleShot(True)
-        self._latency_timer.timeout.connect(self._draw_pending_latency)
+        self._latency_pending: tuple | None = None  # a big scatter the throttle is to draw: _draw_latency's arguments
+        self._latency_throttle = Throttle(self, BIG_SCATTER_INTERVAL_S, self._draw_pending_latency)
+        self._in_set_series = False  # set_series applies the y ranges once, after everything it drew
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -465,12 +459,10 @@ class LivePlots(QWidget):
             item.setData([], [])
         self.latency_shown = self.latency_total = 0
         self._latency_key = None
-        self._latency_drawn_at = -float("inf")
         self._latency_pending = None
-        self._latency_timer.stop()
-        self._steps_drawn_at = -float("inf")
+        self._latency_throttle.cancel()
         self._steps_pending = None
-        self._steps_timer.stop()
+        self._steps_throttle.cancel()
         self._x_bounds = None
         self._follow_x = True
         self._shown_x = None
@@ -483,28 +475,28 @@ class LivePlots(QWidget):
         time_s, kv_usage (0..1), num_running, num_waiting, throughput_tokens_per_s,
         compute_utilization (0..1), preemptions (cumulative); per request with a first token
         first_token_time_s, ttft_s, queue_time_s (seconds); finish_time_s per finished request."""
-        t = _array(series, "time_s")
-        wait_s = self._steps_drawn_at + self.step_interval_s - time.perf_counter()
-        if wait_s > 0:  # drawn later, so that the newest steps show even if no frame follows
+        self._in_set_series = True
+        try:
+            # now, or once the throttle's interval has passed: the newest show even if no frame follows
             self._steps_pending = series
-            if not self._steps_timer.isActive():
-                self._steps_timer.start(max(1, int(wait_s * 1000) + 1))
-        else:
-            self._set_step_curves(series, t)
-        self._set_latency(series)
-        self._x_bounds = _bounds(t, _array(series, "first_token_time_s"), _array(series, "finish_time_s"))
+            self._steps_throttle.request()
+            self._set_latency(series)
+        finally:
+            self._in_set_series = False
+        self._x_bounds = _bounds(_array(series, "time_s"), _array(series, "first_token_time_s"),
+                                 _array(series, "finish_time_s"))
         self._apply_x_range()
         self._apply_y_ranges()
 
     def _draw_pending_steps(self) -> None:
         if self._steps_pending is not None:
-            self._set_step_curves(self._steps_pending, _array(self._steps_pending, "time_s"))
-            self._apply_y_ranges()
+            series, self._steps_pending = self._steps_pending, None
+            self._set_step_curves(series)
+            if not self._in_set_series:  # the throttle's timer: no set_series to apply them after
+                self._apply_y_ranges()
 
-    def _set_step_curves(self, series: dict, t: np.ndarray) -> None:
-        self._steps_drawn_at = time.perf_counter()
-        self._steps_pending = None
-        self._steps_timer.stop()
+    def _set_step_curves(self, series: dict) -> None:
+        t = _array(series, "time_s")
         gaps = idle_gaps(t)
         for key in STEP_SERIES:
             y = _array(series, key)
@@ -531,16 +523,20 @@ class LivePlots(QWidget):
             self._latency_pending = None
             return
         if len(ft) > BIG_SCATTER_POINTS:
-            now = time.perf_counter()
-            wait_s = self._latency_drawn_at + BIG_SCATTER_INTERVAL_S - now
-            if wait_s > 0:  # drawn later, so that the newest requests show even if no frame follows
-                self._latency_pending = series
-                if not self._latency_timer.isActive():
-                    self._latency_timer.start(max(1, int(wait_s * 1000) + 1))
-                return
-            self._latency_drawn_at = now
-            self._latency_pending = None
-            self._latency_timer.stop()
+            # now, or once BIG_SCATTER_INTERVAL_S has passed: the newest show even if no frame follows
+            self._latency_pending = (ft, drawn, series)
+            self._latency_throttle.request()
+            return
+        self._draw_latency(ft, drawn, series)
+
+    def _draw_pending_latency(self) -> None:
+        if self._latency_pending is not None:
+            pending, self._latency_pending = self._latency_pending, None
+            self._draw_latency(*pending)
+            if not self._in_set_series:
+                self._apply_y_ranges()
+
+    def _draw_latency(self, ft: np.ndarray, drawn: tuple, series: dict) -> None:
         ys = {key: _array(series, key) for key in REQUEST_SERIES}
         total = max((min(len(ft), len(y)) for y in ys.values()), default=0)
         thinned = {}
@@ -579,11 +575,6 @@ class LivePlots(QWidget):
         if (shown, total) != (self.latency_shown, self.latency_total):
             self.latency_shown, self.latency_total = shown, total
             self._update_title("latency")
-
-    def _draw_pending_latency(self) -> None:
-        if self._latency_pending is not None:
-            self._set_latency(self._latency_pending)
-            self._apply_y_ranges()
 
     def _set_latency_log(self, on: bool) -> None:
         plot = self.plots["latency"]

@@ -4,35 +4,29 @@ re-laid-out the status bar (~0.35 ms of a 60 Hz frame, paint included); a person
 
 from __future__ import annotations
 
-import time
-
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel
+
+from kvscope.widgets.throttle import Throttle
 
 
 class ThrottledLabel(QLabel):
     def __init__(self, interval_s: float = 0.1, parent=None):
         super().__init__(parent)
-        self.interval_s = interval_s
-        self._shown_at = -float("inf")  # perf_counter() the text on show was set
         self._pending: str | None = None  # the newest text, not on show yet
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.timeout.connect(self._show_pending)
+        self._throttle = Throttle(self, interval_s, self._show_pending)
         # Opaque (it fills its background): a new text repainted the status bar and the main
         # window behind the label too, 10 times a second.
         self.setAutoFillBackground(True)
 
+    @property
+    def interval_s(self) -> float:
+        return self._throttle.interval_s
+
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         if text == self.text():
             return
-        wait_s = self._shown_at + self.interval_s - time.perf_counter()
-        if wait_s <= 0:
-            self._show(text)
-            return
         self._pending = text
-        if not self._timer.isActive():
-            self._timer.start(int(wait_s * 1000) + 1)
+        self._throttle.request()
 
     def text(self) -> str:
         """The newest text given (on show within interval_s)."""
@@ -40,10 +34,5 @@ class ThrottledLabel(QLabel):
 
     def _show_pending(self) -> None:
         if self._pending is not None:
-            self._show(self._pending)
-
-    def _show(self, text: str) -> None:
-        self._pending = None
-        self._timer.stop()
-        self._shown_at = time.perf_counter()
-        super().setText(text)
+            text, self._pending = self._pending, None
+            super().setText(text)
