@@ -48,3 +48,21 @@ def test_a_copy_whose_workload_ends_first_is_refused():
         window_engine.step()
     with pytest.raises(RuntimeError, match="finished its workload"):
         catch_up(headless, window_engine.snapshot())
+
+
+def test_the_median_round_comes_with_an_interval_that_narrows_with_more_rounds():
+    import random
+    import statistics
+
+    from kvscope.app.bench.bench_gui import median_interval
+
+    noise = random.Random(3)
+    few = [0.05 + noise.gauss(0, 0.15) for _ in range(24)]
+    many = [0.05 + noise.gauss(0, 0.15) for _ in range(1000)]
+    low, high = median_interval(few, 0.90)
+    assert low < statistics.median(few) < high
+    assert median_interval(few, 0.90) == (low, high)  # seeded: the same rounds, the same interval
+    low_many, high_many = median_interval(many, 0.90)
+    assert high_many - low_many < (high - low) / 2  # 40 times the rounds: about a sixth as wide
+    assert low_many < 0.05 < high_many
+    assert median_interval([0.02] * 10, 0.90) == (0.02, 0.02)

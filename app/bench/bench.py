@@ -287,15 +287,18 @@ def cmd_bench(args) -> int:
             print()
     gui_part = getattr(args, "part", "both") if args.what == "gui" else None
     if gui_part in ("cost", "both"):
-        from kvscope.app.bench.bench_gui import bench_cost, gui_cost_split_rows
+        from kvscope.app.bench.bench_gui import COST_ROUNDS, bench_cost, gui_cost_split_rows
 
-        r = results["gui_cost"] = bench_cost()
+        r = results["gui_cost"] = bench_cost(COST_ROUNDS if args.rounds is None else args.rounds)
+        low, high = r["median_interval"]
         print(table([
             ("headless", f"{r['headless_steps_per_s']:,.0f} engine steps/s"),
             ("with the window", f"{r['window_steps_per_s']:,.0f} engine steps/s ({r['frames_drawn']} frames drawn, "
                                 f"{r['frames_per_s']:.1f} frames/s)"),
-            ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds "
-                                   f"(target <= {r['target_cost'] * 100:g} %)"),
+            ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds; {r['interval_level'] * 100:.0f} % "
+                                   f"interval {low * 100:.1f} to {high * 100:.1f} % (target <= {r['target_cost'] * 100:g} %: "
+                                   + ("met" if high <= r["target_cost"] else "not met" if low > r["target_cost"]
+                                      else "not told apart from it; more --rounds narrow the interval") + ")"),
             ("rounds", f"middle half {r['middle_half'][0] * 100:.1f} % to {r['middle_half'][1] * 100:.1f} % "
                        f"(all {min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %); "
                        f"over all of them {r['pooled_cost'] * 100:.1f} %"),

@@ -30,6 +30,7 @@ from kvscope.app.bench.bench_gui import _app, _values
 FRAME_TARGET_MS = 16.0  # the main window's frame interval: 60 frames a second
 PROBE_INTERVAL_MS = 16
 RUN_TIMEOUT_S = 600.0
+COMPARE_ROUNDS = 3  # each a whole comparison in the window and headless: minutes
 
 
 def _headless(scenario: str, requests: int | None) -> dict:
@@ -106,7 +107,7 @@ def _in_window(app, window, scenario: str, requests: int | None) -> dict:
             "timer_late_ms": late_ms}
 
 
-def bench_compare(scenario: str = "fp8-kv-real", rounds: int = 3, requests: int | None = None) -> dict:
+def bench_compare(scenario: str = "fp8-kv-real", rounds: int = COMPARE_ROUNDS, requests: int | None = None) -> dict:
     from kvscope.app.lab.scenarios import load_scenario
     from kvscope.app.gui.main_window import MainWindow
 
@@ -150,7 +151,7 @@ def bench_compare(scenario: str = "fp8-kv-real", rounds: int = 3, requests: int 
 def cmd_bench_compare(args) -> int:
     from kvscope.app.cli.output import table
 
-    r = bench_compare(args.scenario, args.rounds)
+    r = bench_compare(args.scenario, COMPARE_ROUNDS if args.rounds is None else args.rounds)
     print(table([
         ("window frames", f"{r['frames']:,} drawn while it ran, {r['frames_per_s']:.1f} a second (median round)"),
         ("frame time", f"median {r['frame_median_ms']:.1f} ms, p90 {r['frame_p90_ms']:.1f} ms, max "

@@ -28,6 +28,8 @@ FRAME_RUNNING = 1024
 # Issue 15: 10 ms here, so that a slower machine of the same kind stays within a 60 Hz frame (16 ms).
 FRAME_TARGET_MS = 10.0
 COST_TARGET = 0.05
+COST_ROUNDS = 24  # about a minute in all
+COST_INTERVAL = 0.90  # the bootstrap interval given around the median round
 SETTLE_QUIET_S = 0.1  # a paused engine's step unchanged this long: its last frame has come
 
 
@@ -180,7 +182,19 @@ def catch_up(engine, snapshot) -> None:
                            "the comparison would be meaningless")
 
 
-def bench_cost(rounds: int = 24, round_s: float = 1.0) -> dict:
+def median_interval(values: list[float], level: float, resamples: int = 4000) -> tuple[float, float]:
+    """Where the median of values would fall (level of the time) had the rounds been run again:
+    the percentile bootstrap, so that a figure at this machine's noise says so. Seeded: the same
+    rounds give the same interval."""
+    import numpy as np
+
+    samples = np.random.default_rng(0).choice(np.asarray(values, dtype=float), size=(resamples, len(values)))
+    medians = np.median(samples, axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))
+
+
+def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
     """The window's engine and a headless copy of it take the same steps: each round the window's
     plays for round_s, then the copy catches up to exactly the step the window's reached, timed.
     Both are built from the window's RunConfig and seed, so step for step they do the same work
@@ -272,6 +286,7 @@ def bench_cost(rounds: int = 24, round_s: float = 1.0) -> dict:
             "headless_steps_per_s": steps / headless_time, "window_steps_per_s": steps / window_time,
             "cost": statistics.median(round_costs), "pooled_cost": 1 - headless_time / window_time,
             "round_costs": round_costs, "middle_half": (quartiles[0], quartiles[2]),
+            "median_interval": median_interval(round_costs, COST_INTERVAL), "interval_level": COST_INTERVAL,
             "frames_drawn": frames, "frames_per_s": frames / window_time, "target_cost": COST_TARGET,
             "headless_core_share": headless_cpu / headless_time,
             "engine_core_share": engine_cpu / window_time if engine_cpu_known else None,

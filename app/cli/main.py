@@ -89,8 +89,9 @@ def add_bench_parser(sub) -> None:
                          help="scenarios: also time each reveal in the window itself (offscreen unless a display "
                               "is there), from the committed guess to the answer shown")
     p_bench.add_argument("--scenario", default="fp8-kv-real", help="compare: the scenario (default fp8-kv-real)")
-    p_bench.add_argument("--rounds", type=options.bounded(1, 100, whole_only=True), default=3,
-                         help="compare: alternating rounds, 1 to 100 (default 3)")
+    p_bench.add_argument("--rounds", type=options.bounded(1, 1000, whole_only=True),
+                         help="alternating rounds, 1 to 1,000: compare (default 3, minutes each); gui: the "
+                              "cost's 1 s rounds a side (default 24; more narrow its interval)")
     p_bench.add_argument("--minutes", type=options.bounded(0.0, 24 * 60, low_open=True), default=30.0,
                          help="soak: how long the window runs, up to 1,440 (default 30)")
     p_bench.add_argument("--tracemalloc", action="store_true",
