@@ -297,8 +297,9 @@ def cmd_bench(args) -> int:
                                 f"{r['frames_per_s']:.1f} frames/s)"),
             ("cost of the window", f"{r['cost'] * 100:.1f} %, median of the rounds; {r['interval_level'] * 100:.0f} % "
                                    f"interval {low * 100:.1f} to {high * 100:.1f} % (target <= {r['target_cost'] * 100:g} %: "
-                                   + ("met" if high <= r["target_cost"] else "not met" if low > r["target_cost"]
-                                      else "not told apart from it; more --rounds narrow the interval") + ")"),
+                                   + ("met in this run" if high <= r["target_cost"] else "missed in this run"
+                                      if low > r["target_cost"] else "not told apart from it; more --rounds narrow "
+                                      "the interval") + ")"),
             ("rounds", f"middle half {r['middle_half'][0] * 100:.1f} % to {r['middle_half'][1] * 100:.1f} % "
                        f"(all {min(r['round_costs']) * 100:.1f} % to {max(r['round_costs']) * 100:.1f} %); "
                        f"over all of them {r['pooled_cost'] * 100:.1f} %"),
