@@ -90,6 +90,9 @@ def test_the_bounded_number_checks_name_the_bound_crossed():
     (["verify", "--max-tokens", "1e12"], ["--max-tokens", "at most 4,096"]),
     (["compare", "--scenario", "cache-ceiling", "--seed", "1e30"], ["--seed", "at most"]),
     (["bench", "compare", "--rounds", "-1"], ["--rounds", "greater than 0"]),
+    (["bench", "gui", "--rounds", "1001"], ["--rounds", "at most 1,000"]),
+    (["bench", "scheduler", "--rounds", "3"], ["--rounds goes with", "bench compare", "bench gui"]),
+    (["bench", "gui", "--part", "frame", "--rounds", "3"], ["--rounds goes with", "its cost part"]),
 ])
 def test_numbers_out_of_range_are_refused_with_the_bound(capsys, argv, fragments):
     rc, out, err = cli(capsys, *argv)

@@ -184,3 +184,37 @@ def test_the_window_holds_back_for_its_drawing_only_when_the_session_says_it_is_
         assert len(host._conn.sent) == (0 if holds_back else 1)  # else the next frame is asked for at once
         host.take_frame()  # drawn meanwhile
         assert host._share_since is None and len(host._conn.sent) == (0 if holds_back else 1)
+
+
+def test_frames_say_how_long_the_session_played_and_when_a_pause_has_been_answered():
+    """What `kvscope bench gui` divides by: the process times its playing from reading Play to
+    reading Pause, and the first frame asked for after Pause shows where the engine stopped."""
+    process = SessionHost(EngineSession)
+    process.start()
+    try:
+        process.set_speed(0.0)
+        process.apply(endless_config(), play=True)
+        next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 2_000)
+        sent_pause = time.perf_counter()
+        process.pause()
+        assert not process.run_command_answered  # asked before the pause, or not at all
+        deadline = time.monotonic() + TIMEOUT_S
+        stopped_at = None
+        while not process.run_command_answered:
+            assert time.monotonic() < deadline, "the paused engine never answered"
+            process.ask_now()
+            frame = process.take_frame()
+            if frame is not None and frame.snapshot is not None:
+                stopped_at = frame.snapshot.step
+            time.sleep(0.002)
+        played = process.played_s
+        assert 0 < played < time.perf_counter() - sent_pause + 60  # counted while it ran, not after
+        time.sleep(0.3)  # paused: the clock stands still ...
+        process.ask_now()
+        frame = next_frame(process)
+        assert frame.played_s == played and (frame.snapshot is None or frame.snapshot.step == stopped_at)
+        process.play()  # ... and runs again from Play
+        frame = next_frame(process, lambda f: f.snapshot is not None and f.played_s > played + 0.2)
+        assert frame.snapshot.step > (stopped_at or 0)
+    finally:
+        process.stop()

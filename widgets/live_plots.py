@@ -527,6 +527,7 @@ class LivePlots(QWidget):
             self._latency_pending = (ft, drawn, series)
             self._latency_throttle.request()
             return
+        self._latency_pending = None  # an older big scatter waiting must not be drawn over this one
         self._draw_latency(ft, drawn, series)
 
     def _draw_pending_latency(self) -> None:

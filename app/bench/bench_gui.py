@@ -30,7 +30,7 @@ FRAME_TARGET_MS = 10.0
 COST_TARGET = 0.05
 COST_ROUNDS = 24  # about a minute in all
 COST_INTERVAL = 0.90  # the bootstrap interval given around the median round
-SETTLE_QUIET_S = 0.1  # a paused engine's step unchanged this long: its last frame has come
+SETTLE_TIMEOUT_S = 10.0  # a paused engine's frame later than this: the benchmark stops, saying so
 
 
 def _app():
@@ -223,22 +223,18 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
         return window.latest_snapshot
 
     def settle_paused():
-        """The window engine's snapshot once it has paused: frames are asked for without the
-        window's hold-offs until the step has not moved for SETTLE_QUIET_S (the process reads the
-        pause before the next frame request, so those frames show where it stopped)."""
+        """The window engine's snapshot once it has paused: the first frame asked for after the
+        pause (without the window's hold-offs) shows where it stopped, as the process reads its
+        commands in order; the window has drawn it when the host says it came."""
         window.worker.pause()
-        paused_at = time.perf_counter()
-        seen, since = latest_snapshot(), paused_at
-        while True:
+        deadline = time.perf_counter() + SETTLE_TIMEOUT_S
+        while not window.worker.run_command_answered:
+            if time.perf_counter() > deadline:
+                raise RuntimeError("the paused engine sent no frame in time; the figure would be meaningless")
             window.worker.ask_now()
             app.processEvents()
-            now, snapshot = time.perf_counter(), latest_snapshot()
-            if snapshot is not seen and (seen is None or snapshot.step != seen.step):
-                since = now
-            seen = snapshot
-            if now - since >= SETTLE_QUIET_S and now - paused_at >= SETTLE_QUIET_S:
-                return seen
-            time.sleep(0.005)
+            time.sleep(0.002)
+        return latest_snapshot()
 
     _wait(app, lambda: latest_snapshot() is not None and latest_snapshot().step > 1000, 60)  # built, past its first steps
     cores = _Cores(window.worker.pid)
@@ -247,11 +243,11 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
 
     catch_up(headless, snapshot)
     steps = frames = 0
-    window_time = headless_time = window_cpu = headless_cpu = engine_cpu = 0.0
+    window_time = window_wall = headless_time = window_cpu = headless_cpu = engine_cpu = 0.0
     engine_cpu_known = True
     round_costs = []
     for _ in range(rounds):
-        first = snapshot.step
+        first, played_before = snapshot.step, window.worker.played_s
         frames_before = window.frames_rendered
         engine_cpu_before = _process_cpu_s(window.worker.pid)
         cores.window_segment()
@@ -259,10 +255,14 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
         started, cpu_started = time.perf_counter(), time.process_time()
         _run_event_loop(round_s)  # as the window's own: woken by its timers and the engine's frames
         window.worker.pause()
-        round_window_time = time.perf_counter() - started
+        window_wall += time.perf_counter() - started
         window_cpu += time.process_time() - cpu_started
         frames += window.frames_rendered - frames_before
         snapshot = settle_paused()
+        # The engine's process timed the round itself, from reading Play to reading Pause: the
+        # steps it took after this process sent Pause (a millisecond, or ten while it writes a
+        # frame) are in its time too.
+        round_window_time = window.worker.played_s - played_before
         engine_cpu_after = _process_cpu_s(window.worker.pid)  # paused since: only the round's steps
         if engine_cpu_before is None or engine_cpu_after is None:
             engine_cpu_known = False
@@ -289,12 +289,12 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
             "cost": statistics.median(round_costs), "pooled_cost": 1 - headless_time / window_time,
             "round_costs": round_costs, "middle_half": (quartiles[0], quartiles[2]),
             "median_interval": median_interval(round_costs, COST_INTERVAL), "interval_level": COST_INTERVAL,
-            "frames_drawn": frames, "frames_per_s": frames / window_time, "target_cost": COST_TARGET,
+            "frames_drawn": frames, "frames_per_s": frames / window_wall, "target_cost": COST_TARGET,
             "headless_core_share": headless_cpu / headless_time,
             "engine_core_share": engine_cpu / window_time if engine_cpu_known else None,
             # the same steps: what the engine's process spent beyond them (frames, plot points)
             "engine_cpu_extra": engine_cpu / headless_cpu - 1 if engine_cpu_known and headless_cpu > 0 else None,
-            "window_core_share": window_cpu / window_time,
+            "window_core_share": window_cpu / window_wall,
             "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_bench(a) -> int:
     if getattr(a, "in_window", False) and a.what != "scenarios":
         raise ConfigError("--in-window goes with `kvscope bench scenarios`")
+    if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part != "frame")):
+        raise ConfigError("--rounds goes with `kvscope bench compare` and `kvscope bench gui` (its cost part)")
     module, command = {"compare": ("bench.bench_compare", "cmd_bench_compare"), "cuda": ("bench.bench_cuda", "cmd_bench_cuda"),
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),
                        "calibration": ("bench.bench_calibration", "cmd_bench_calibration")}.get(a.what, ("bench.bench", "cmd_bench"))
@@ -90,8 +92,9 @@ def add_bench_parser(sub) -> None:
                               "is there), from the committed guess to the answer shown")
     p_bench.add_argument("--scenario", default="fp8-kv-real", help="compare: the scenario (default fp8-kv-real)")
     p_bench.add_argument("--rounds", type=options.bounded(1, 1000, whole_only=True),
-                         help="alternating rounds, 1 to 1,000: compare (default 3, minutes each); gui: the "
-                              "cost's 1 s rounds a side (default 24; more narrow its interval)")
+                         help="alternating rounds, 1 to 1,000: compare (default 3, minutes each); gui: the cost's "
+                              "rounds, the window's engine playing 1 s in each (default 24; more narrow its "
+                              "interval)")
     p_bench.add_argument("--minutes", type=options.bounded(0.0, 24 * 60, low_open=True), default=30.0,
                          help="soak: how long the window runs, up to 1,440 (default 30)")
     p_bench.add_argument("--tracemalloc", action="store_true",

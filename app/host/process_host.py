@@ -154,9 +154,31 @@ class _FrameCosts:
         self.build_s = 0.8 * self.build_s + 0.2 * seconds
 
 
+class _PlayClock:
+    """Wall seconds the session has played: from the moment the host reads Play (or sees it
+    playing) to the moment it reads Pause (or sees it stop), so a frame can say exactly how long
+    the steps it reports took to make (`kvscope bench gui` divides by it)."""
+
+    def __init__(self):
+        self._played_s = 0.0
+        self._since: float | None = None  # perf_counter() when playing was last seen to start
+
+    def observe(self, playing: bool) -> None:
+        if playing and self._since is None:
+            self._since = time.perf_counter()
+        elif not playing and self._since is not None:
+            self._played_s += time.perf_counter() - self._since
+            self._since = None
+
+    @property
+    def played_s(self) -> float:
+        return self._played_s + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+
 def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
     readable = _pipe_poller(conn)
     costs = _FrameCosts()
+    clock = _PlayClock()
     frame_asked = False  # a frame asked for, going out once the session is ready to answer
     generation = 0  # apply and seek commands so far: stamped on each frame
     next_busy_poll = 0.0
@@ -165,8 +187,9 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
             wait = IDLE_POLL_S
             if session.playing:
                 wait = session.advance(COMMAND_POLL_S)
+                clock.observe(session.playing)  # a workload that ended stops it
             if frame_asked and session.frame_ready():
-                _send_frame(session, sender, costs, generation)
+                _send_frame(session, sender, costs, generation, clock)
                 frame_asked = False
             if wait == 0 and sender.busy:
                 # See FrameSender: while it sends, look at the pipe only every BUSY_POLL_S. A frame
@@ -190,16 +213,18 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
             else:
                 generation += command in NEW_PICTURE
                 session.handle(command, arg)
+                clock.observe(session.playing)
                 if not frame_asked:
                     continue
                 # else a frame is due, and after a new engine or a pause the window wants it now
-            _send_frame(session, sender, costs, generation)
+            _send_frame(session, sender, costs, generation, clock)
             frame_asked = False
     except (EOFError, OSError):  # the window went away without saying goodbye
         return
 
 
-def _send_frame(session: Session, sender: FrameSender, costs: _FrameCosts, generation: int) -> None:
+def _send_frame(session: Session, sender: FrameSender, costs: _FrameCosts, generation: int,
+                clock: _PlayClock) -> None:
     """Hands the frame to the sender thread, with what frames cost (the window asks again no
     sooner than FRAME_COST_FACTOR x the cost it is told)."""
     started = time.perf_counter()
@@ -207,6 +232,7 @@ def _send_frame(session: Session, sender: FrameSender, costs: _FrameCosts, gener
     frame = session.take_frame()
     costs.stamp(frame, flat_out, core_bound)
     frame.generation = generation
+    frame.played_s = clock.played_s
     sender.send(encode_frame(frame))  # snapshot arrays are fresh copies: safe to send from a thread
     costs.took(time.perf_counter() - started)
 
@@ -233,6 +259,7 @@ class SessionHost:
         self.session_class = session_class
         self.name = name
         self.position: int | None = None  # a replay's position, as of the newest frame
+        self.played_s = 0.0  # seconds the session has played, as of the newest frame (Frame.played_s)
         self.config = None  # what the newest apply() built from
         self._context = multiprocessing.get_context("spawn")  # fork is unsafe in a Qt (threaded) process
         self._process = None
@@ -253,6 +280,7 @@ class SessionHost:
         self._run_commands = 0
         self._commanded_playing: bool | None = None
         self._asked_at_run_commands = 0
+        self._answered_run_commands = 0  # ... and as of the request the newest frame answered
 
     def start(self) -> None:
         parent_conn, child_conn = self._context.Pipe()
@@ -267,6 +295,7 @@ class SessionHost:
         self._reported_exit = False
         self._snapshots.restart()
         self._whole_snapshot_due = False
+        self.played_s = 0.0
 
     def _send(self, command: str, arg=None) -> None:
         if self._stopped:
@@ -381,6 +410,7 @@ class SessionHost:
                 if not self._snapshots.rebuild(frame):
                     self._whole_snapshot_due = True
                 self._awaiting_frame = False
+                self._answered_run_commands = self._asked_at_run_commands
                 now = time.perf_counter()
                 self._next_request_at = now + FRAME_COST_FACTOR * frame.build_cost_s
                 if frame.generation != self._generation:
@@ -390,6 +420,7 @@ class SessionHost:
                         self._share_since = (now, time.process_time())  # what drawing this costs counts
                     if getattr(frame, "position", None) is not None:
                         self.position = frame.position
+                    self.played_s = frame.played_s
                     if self._run_commands != self._asked_at_run_commands and not frame.done:
                         frame.playing = self._commanded_playing
             if self._may_ask():
@@ -400,6 +431,12 @@ class SessionHost:
         except (EOFError, OSError):
             pass  # reported on the next call, once the process is seen to be gone
         return frame
+
+    @property
+    def run_command_answered(self) -> bool:
+        """Whether a frame asked for after the newest Play, Pause or Step has arrived: the process
+        reads them in order, so that frame shows the session as that command left it."""
+        return self._answered_run_commands == self._run_commands
 
     def _hold_off_for_drawing(self) -> None:
         """Called on the take_frame after a frame from a session short of CPU came: the window has

@@ -207,6 +207,7 @@ class Frame:
     build_cost_s: float = 0.0  # session-side seconds the previous frame cost a session running flat out
     core_share: float | None = None  # ... and the share of a core its process had since its previous frame
     generation: int = 0  # the host's count of apply / seek commands when the frame was made
+    played_s: float = 0.0  # wall seconds the session has played, by the host's clock (Play read to Pause read)
 
     @property
     def idle(self) -> bool:
