@@ -218,3 +218,29 @@ def test_frames_say_how_long_the_session_played_and_when_a_pause_has_been_answer
         assert frame.snapshot.step > (stopped_at or 0)
     finally:
         process.stop()
+
+
+def test_the_first_frame_after_a_pause_does_not_count_the_pause_as_cores_lost():
+    """A flat-out session tells the window the share of a core it had since its previous frame;
+    measured across a pause, that share looked starved, and the window held off its first frames
+    after Play by ten times its drawing."""
+    process = SessionHost(EngineSession)
+    process.start()
+    try:
+        process.set_speed(0.0)
+        process.apply(endless_config(), play=True)
+        next_frame(process, lambda f: f.snapshot is not None and f.snapshot.step > 2_000)
+        process.pause()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not process.run_command_answered:
+            assert time.monotonic() < deadline, "the paused engine never answered"
+            process.ask_now()
+            process.take_frame()
+            time.sleep(0.002)
+        time.sleep(0.5)  # paused, no frame asked for: a user reading the window
+        process.play()
+        process.ask_now()
+        frame = next_frame(process, lambda f: f.playing and f.core_share is not None)
+        assert frame.core_share > 0.5, frame.core_share
+    finally:
+        process.stop()

@@ -149,6 +149,11 @@ class _FrameCosts:
         frame.build_cost_s = self.build_s if flat_out else 0.0
         frame.core_share = (cpu - last_cpu) / (wall - last_wall) if core_bound and wall > last_wall else None
 
+    def playing_started(self) -> None:
+        """A share since a frame made before a pause would count the pause as cores lost, and
+        the window would hold off its first frames after Play (10x its drawing each)."""
+        self._last = (time.perf_counter(), time.process_time())
+
     def took(self, seconds: float) -> None:
         # smoothed: the summary's percentiles make one frame in thirty several times dearer
         self.build_s = 0.8 * self.build_s + 0.2 * seconds
@@ -163,12 +168,15 @@ class _PlayClock:
         self._played_s = 0.0
         self._since: float | None = None  # perf_counter() when playing was last seen to start
 
-    def observe(self, playing: bool) -> None:
+    def observe(self, playing: bool) -> bool:
+        """Whether the session has just started playing."""
         if playing and self._since is None:
             self._since = time.perf_counter()
-        elif not playing and self._since is not None:
+            return True
+        if not playing and self._since is not None:
             self._played_s += time.perf_counter() - self._since
             self._since = None
+        return False
 
     @property
     def played_s(self) -> float:
@@ -213,7 +221,8 @@ def _serve_commands(conn, sender: FrameSender, session: Session) -> None:
             else:
                 generation += command in NEW_PICTURE
                 session.handle(command, arg)
-                clock.observe(session.playing)
+                if clock.observe(session.playing):
+                    costs.playing_started()
                 if not frame_asked:
                     continue
                 # else a frame is due, and after a new engine or a pause the window wants it now
