@@ -7,7 +7,7 @@ time. The process checks the pipe about once a millisecond of its own time (ever
 frame is being sent) and answers a frame request with the frame pickled, its big numpy arrays
 sent as raw buffers beside the pickle, written by a thread (FrameSender). One request is in
 flight at a time, and the window asks again no sooner than FRAME_COST_FACTOR times what the last
-frame cost a session running flat out, so frames take at most ~1/40 of its time however big the
+frame cost a session running flat out, so frames take at most ~1/60 of its time however big the
 batch or the pool. When such a session, on one core (Session.core_bound), says it is short of
 CPU -- its process had less than STARVED_CORE_SHARE of a core since its last frame: other
 processes want the cores too -- the window also waits WINDOW_SHARE_FACTOR times the CPU time it
@@ -54,7 +54,9 @@ COMMAND_POLL_S = 0.001  # while playing, the session looks at the pipe this ofte
 BUSY_POLL_S = 0.01  # ... and while a frame is being sent, this often
 SENDER_SWITCH_INTERVAL_S = 0.001  # how soon the sender thread gets the interpreter back between writes
 IDLE_POLL_S = 0.05  # while paused it blocks on the pipe this long at a time
-FRAME_COST_FACTOR = 40  # the next frame request waits >= 40x the session-side cost of the last one
+# The next frame request waits >= 60x the session-side cost of the last one: frames take at most
+# 1/60 of a flat-out engine (1/40 cost it 5 - 6 % with the window's drawing and the rest; issue 15).
+FRAME_COST_FACTOR = 60
 WINDOW_SHARE_FACTOR = 10  # ... and, behind a session short of CPU, >= 10x the window's CPU time for the last one
 STARVED_CORE_SHARE = 0.95  # a flat-out session's process with less of a core than this is short of CPU
 STOP_TIMEOUT_S = 5.0

@@ -64,7 +64,7 @@ __all__ = ["EVENTS_KEPT", "STEPS_KEPT", "EngineInfo", "EngineSession", "FrameDel
 CHEAP_STEP_S = 0.0001
 SERIES_INTERVAL_S = 0.002  # at most one plot point per 2 ms of wall time: fast runs are thinned here
 SUMMARY_INTERVAL_S = 0.5  # percentiles over every finished request: not worth 60 times a second
-SUMMARY_COST_FACTOR = 100  # ... and, however many requests have finished, <= 1 % of the engine's time
+SUMMARY_COST_FACTOR = 200  # ... and, however many requests have finished, <= 0.5 % of the engine's time
 CLOCK_CHECK_INTERVAL_S = 0.0001  # a flat-out engine reads the wall clock about this often ...
 MAX_STEPS_PER_CLOCK_CHECK = 32  # ... and at least every this many steps
 FIRST_TOKEN_TOLERANCE_S = 1e-9  # see _collect_finished
