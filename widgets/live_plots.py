@@ -9,7 +9,6 @@ decimation, longer per-request series by even thinning that keeps the worst requ
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyqtgraph as pg
 import shiboken6

@@ -18,10 +18,6 @@ class ThrottledLabel(QLabel):
         # window behind the label too, 10 times a second.
         self.setAutoFillBackground(True)
 
-    @property
-    def interval_s(self) -> float:
-        return self._throttle.interval_s
-
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         if text == self.text():
             return

@@ -219,9 +219,6 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
     window.apply_settings(play=True)
     headless = build_simulated_engine(window.config)
 
-    def latest_snapshot():
-        return window.latest_snapshot
-
     def settle_paused():
         """The window engine's snapshot once it has paused: the first frame asked for after the
         pause (without the window's hold-offs) shows where it stopped, as the process reads its
@@ -234,9 +231,9 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
             window.worker.ask_now()
             app.processEvents()
             time.sleep(0.002)
-        return latest_snapshot()
+        return window.latest_snapshot
 
-    _wait(app, lambda: latest_snapshot() is not None and latest_snapshot().step > 1000, 60)  # built, past its first steps
+    _wait(app, lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 1000, 60)  # built, past its first steps
     cores = _Cores(window.worker.pid)
     live = window.engine_info
     snapshot = settle_paused()
