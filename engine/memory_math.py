@@ -341,7 +341,10 @@ def no_room_reason(plan: MemoryPlan) -> str:
             f"(max_num_batched_tokens) takes {plan.activation_bytes / GiB:.2f} GiB, with the weights "
             f"{plan.weights_bytes / GiB:.2f} GiB and the rest of the reserve "
             f"{(plan.reserve_bytes - plan.activation_bytes) / GiB:.2f} GiB, {where}: give a smaller max_num_batched_tokens")
-    return (
-        f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:.2f} GiB "
-        f"(+ {plan.reserve_bytes / GiB:.2f} GiB reserve) {where}"
-    )
+    held = (f" (+ {plan.reserve_bytes / GiB:.2f} GiB held back: "
+            + ", ".join(name for name, size in (("activation peak", plan.activation_bytes),
+                                                ("non-torch memory", plan.non_torch_bytes),
+                                                ("CUDA graphs", plan.cudagraph_bytes),
+                                                ("reserve_bytes", plan.extra_reserve_bytes)) if size) + ")"
+            if plan.reserve_bytes else "")
+    return f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:.2f} GiB{held} {where}"

@@ -1050,3 +1050,31 @@ def test_config_field_errors_do_not_name_the_file(capsys, tmp_path):
     path.write_text('{"num_hidden_layers": 32}')
     rc, _, err = cli(capsys, "math", "--config", path)
     assert_clean_error(rc, err, str(path), "missing field(s)")
+
+
+def test_math_names_where_a_given_weight_size_comes_from(capsys):
+    for flags, source in ((("--weights-bytes", "10e9"), "(--weights-bytes)"),
+                          (("--params", "8e9", "--weight-dtype", "bf16"), "(--params 8.00 B x 2 B (bf16))")):
+        rc, out, _ = cli(capsys, "math", "--model", "llama-2-7b", *flags)
+        weights = next(line for line in out.splitlines() if line.startswith("weights"))
+        assert rc == 0 and source in weights and "preset" not in weights, weights
+
+
+def test_math_says_how_short_the_memory_is_instead_of_a_negative_pool(capsys):
+    rc, out, _ = cli(capsys, "math", "--model", "llama-2-7b", "--memory-gib", 10)
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
+    assert rc == 0
+    assert "none: 4.90 GiB" in rows["KV pool"] and "short" in rows["KV pool"] and "-" not in rows["KV pool"].split("(")[0]
+    # what vLLM holds back is named, not called the reserve (which is --reserve-bytes, 0 here)
+    assert "held back: activation peak, non-torch memory, CUDA graphs" in rows["does not fit"]
+    assert "reserve)" not in rows["does not fit"]
+
+
+def test_math_on_a_set_budget_subtracts_nothing_and_says_so(capsys):
+    rc, out, _ = cli(capsys, "math", "--model", "tiny-llama", "--hardware", "this-machine")
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
+    assert rc == 0
+    assert "set budget" in rows["held back"]
+    for label in ("activation peak", "non-torch memory", "CUDA graphs", "reserve", "GPU KV cache size"):
+        assert label not in rows, f"{label!r} on a CPU budget:\n{out}"
+    assert "the figure vLLM" in rows["CPU KV cache size"]

@@ -88,7 +88,9 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
                           f" = {format_bytes(usable)}"),
         ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
     ]
-    if vllm:
+    if plan.kv_pool_source.startswith("kv_cache_memory_bytes"):
+        rows.append(("held back", "nothing subtracted: the KV pool is a set budget, not what is left of the memory"))
+    elif vllm:
         rows += [
             ("activation peak", f"{format_bytes(plan.activation_bytes)}  (profiled: a forward of "
                                 f"{plan.profiled_tokens:,} tokens, sampling {plan.profiled_seqs:,} sequences)"),
@@ -96,14 +98,17 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
             ("CUDA graphs", f"{format_bytes(plan.cudagraph_bytes)}  (vLLM's estimate)" if plan.cudagraph_bytes
              else "not subtracted (captured after the KV cache before vLLM 0.21)"),
         ]
+    if not plan.kv_pool_source.startswith("kv_cache_memory_bytes"):
+        rows.append(("reserve", f"{format_bytes(plan.extra_reserve_bytes)}"
+                                + ("  (--reserve-bytes, beyond the above)" if vllm else "")))
     rows += [
-        ("reserve", f"{format_bytes(plan.extra_reserve_bytes)}" + ("  (--reserve-bytes, beyond the above)" if vllm else "")),
-        ("KV pool", f"{format_bytes(plan.kv_pool_bytes)}  ({plan.kv_pool_source})"),
+        ("KV pool", f"{format_bytes(plan.kv_pool_bytes)}  ({plan.kv_pool_source})" if plan.kv_pool_bytes >= 0
+         else f"none: {format_bytes(-plan.kv_pool_bytes)} short  ({plan.kv_pool_source})"),
         ("block", f"{plan.block_size:,} tokens = {format_bytes(plan.block_bytes)}"),
         ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots)"),
     ]
     if vllm:
-        rows.append(("GPU KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
+        rows.append((f"{'CPU' if hardware.kind == 'cpu' else 'GPU'} KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
                                           f"{plan.vllm_version} logs)"))
     rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {plan.max_model_len:,} tokens "
                                              f"each ({plan.blocks_per_sequence:,} blocks per sequence)"))

@@ -195,11 +195,13 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
         _positive_flag("--params", args.params)
         dtype = changes.get("weight_dtype", model.weight_dtype)
         changes["weights_bytes"] = int(args.params * WEIGHT_DTYPE_BYTES[dtype])
+        changes["weights_source"] = f"--params {args.params / 1e9:.2f} B x {WEIGHT_DTYPE_BYTES[dtype]:g} B ({dtype})"
     elif changes.get("weight_dtype", model.weight_dtype) != model.weight_dtype and model.weights_bytes is not None:
         changes["weights_bytes"] = None  # a given checkpoint size no longer applies at another precision
     if args.weights_bytes is not None:
         _positive_flag("--weights-bytes", args.weights_bytes)
         changes["weights_bytes"] = int(args.weights_bytes)
+        changes["weights_source"] = "--weights-bytes"
     return model.replace(**changes) if changes else model
 
 
