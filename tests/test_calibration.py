@@ -4,16 +4,18 @@ step time as it says, a damaged profile is one clear error, and `kvscope calibra
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 from kvscope.app.lab.calibration import (
+    LEGACY_CPU_FLOPS_PER_CORE,
     MeasuredStep, fit_features, fit_steps, held_out_error, make_profile, profile_path, read_profile, save_profile,
     step_features,
 )
 from kvscope.app.lab.presets import load_hardware, load_model
-from kvscope.app.lab.this_machine import cpu_machine_key, detect_this_machine
+from kvscope.app.lab.this_machine import cpu_machine_key, cpu_peak_flops, detect_this_machine
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError
 from kvscope.engine.cost_model import UNCALIBRATED, StepCostModel, calibration_note, check_calibration
@@ -111,7 +113,8 @@ def test_a_stored_profile_is_what_this_machine_simulates_with(tmp_path, monkeypa
                                 "bandwidth_efficiency": 0.5, "overhead_s": 0.01, "overhead_per_seq_s": 0.001,
                                 "expected_error": 0.08}, "test")
     path = profile_path(cpu_machine_key())
-    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {}))
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0},
+                                    {"peak_flops": before.peak_flops["fp32"]}))  # as `kvscope calibrate` stores it
     after = detect_this_machine(use_cuda=False)
     assert after.calibration == fitted and fitted["kv_bandwidth_efficiency"] == 0.5
     model = load_model("tiny-llama")
@@ -195,3 +198,45 @@ def test_every_simulated_time_is_labelled_with_its_calibration(tmp_path, capsys)
                                                       hardware=engine.hardware, workload=SimpleNamespace(name="chat"))))
     assert "simulated times: fitted to published vLLM" in state.status_text()
     assert "expected error \u00b115 %" in state.status_text()
+
+
+def test_a_profile_fitted_against_another_peak_keeps_its_achieved_flops(tmp_path, monkeypatch):
+    """A CPU profile stored before this machine's peak was estimated from its vector units (a flat
+    50 GFLOP/s a core then) is restated against today's peak: the same achieved FLOP/s."""
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    peak = detect_this_machine(use_cuda=False).peak_flops["fp32"]
+    legacy_peak = LEGACY_CPU_FLOPS_PER_CORE * (os.cpu_count() or 1)
+    fitted = check_calibration({"label": "kvscope calibrate on test 2025-01-01", "flops_efficiency": 0.8,
+                                "bandwidth_efficiency": 0.5}, "test")
+    path = profile_path(cpu_machine_key())
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {}))
+    legacy = detect_this_machine(use_cuda=False).calibration
+    assert legacy["flops_efficiency"] * peak == pytest.approx(0.8 * legacy_peak)
+    assert legacy["bandwidth_efficiency"] == 0.5
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {"peak_flops": peak}))
+    assert detect_this_machine(use_cuda=False).calibration["flops_efficiency"] == pytest.approx(0.8)
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {"peak_flops": "fast"}))
+    with pytest.raises(ConfigError, match="measured_on.peak_flops"):
+        detect_this_machine(use_cuda=False)
+
+
+def test_this_cpu_peak_is_an_upper_bound_of_what_its_matmuls_reach():
+    """The estimate from the vector units and the clock: a real fp32 matmul on one thread never
+    beats it (the old flat 50 GFLOP/s a core was half of what this project's CPU reaches)."""
+    import time
+
+    import torch
+
+    per_core = cpu_peak_flops(1)["fp32"]
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = float("inf")
+        for _ in range(20):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    assert 2 * 512**3 / best <= per_core

@@ -76,14 +76,16 @@ def run(args) -> int:
     profile = calibration.make_profile(machine, result.engine.hardware.description, fitted, {
         **summary, "held_out_median_error": result.held_out_median_error}, {
         "model": loaded.label, "device": str(loaded.device), "torch_threads": threads, "scale": args.scale,
-        "seed": args.seed, "clock": args.clock})
+        "seed": args.seed, "clock": args.clock,
+        "peak_flops": result.engine.hardware.peak_flops.get("fp32")})  # what flops_efficiency is a share of
     terms = result.fit.calibration_terms
     hardware = result.engine.hardware
     print(table([
         ("machine", f"{machine} ({hardware.description})"),
         ("measured on", details),
         ("steps", f"{summary['steps']:,} ({summary['outliers_set_aside']} set aside as outliers)"),
-        ("achieved FLOP/s", f"{terms['flops_efficiency'] * 100:.1f} % of the {max(hardware.peak_flops.values()):.3g} "
+        ("achieved FLOP/s", f"{terms['flops_efficiency'] * 100:.1f} % of the "
+                            f"{hardware.flops_for(result.engine.model.weight_dtype):.3g} "
                             "FLOP/s peak this machine's preset assumes" + (
                                 " (never the slower side here: the per-token overhead carries a prefill's time)"
                                 if terms["flops_efficiency"] >= MAX_EFFICIENCY else "")),

@@ -24,6 +24,7 @@ import datetime
 import itertools
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir
+from kvscope.engine.checks import MAX_RATE, real_number
 from kvscope.engine.config import ConfigError, HardwareSpec
 from kvscope.engine.cost_model import MAX_EFFICIENCY, UNCALIBRATED, StepCostModel, check_calibration
 
@@ -324,12 +326,31 @@ def read_profile(path: Path) -> dict:
     return profile
 
 
-def load_stored_calibration(machine: str) -> dict | None:
-    """The calibration `kvscope calibrate` stored for `machine`; None if it has not run here."""
+# Until 2026-11-27 a CPU's peak was a flat estimate of 50 GFLOP/s a core; a CPU profile stored then
+# names no peak, and its flops_efficiency is a share of that one.
+LEGACY_CPU_FLOPS_PER_CORE = 50e9
+
+
+def load_stored_calibration(machine: str, peak_flops: float | None = None) -> dict | None:
+    """The calibration `kvscope calibrate` stored for `machine`; None if it has not run here. Given
+    the peak FLOP/s the machine is now described with, an efficiency fitted against another peak is
+    restated against this one (the same achieved FLOP/s)."""
     path = profile_path(machine)
     if not path.is_file():
         return None
-    return read_profile(path)["calibration"]
+    profile = read_profile(path)
+    calibration = profile["calibration"]
+    measured_on = profile.get("measured_on") if isinstance(profile.get("measured_on"), dict) else {}
+    fitted_peak = measured_on.get("peak_flops")
+    cores = re.fullmatch(r"cpu-.*-(\d+)cores", machine)
+    if fitted_peak is None and cores:
+        fitted_peak = LEGACY_CPU_FLOPS_PER_CORE * int(cores.group(1))
+    if peak_flops is None or fitted_peak is None:
+        return calibration
+    fitted_peak = real_number(fitted_peak, f"calibration profile {path}: measured_on.peak_flops", 0.0, MAX_RATE,
+                              low_open=True)
+    efficiency = min(MAX_EFFICIENCY, calibration["flops_efficiency"] * fitted_peak / peak_flops)
+    return {**calibration, "flops_efficiency": efficiency}
 
 
 def uncalibrated(hardware: HardwareSpec) -> HardwareSpec:
