@@ -25,4 +25,16 @@ def test_the_default_run_fills_the_kv_pool_within_fifteen_seconds(tmp_path, caps
 def test_a_pool_that_holds_all_the_traffic_never_fills(tmp_path, capsys):
     report = _run(tmp_path, "--hardware", "h100-80gb")
     assert report["kv_full_at_s"] is None
-    assert "never: the pool held every request" in capsys.readouterr().out
+    assert "never: KV use never reached 99 % while requests waited" in capsys.readouterr().out
+
+
+def test_rejected_requests_are_counted_with_the_engines_reason(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(["run", "--quiet", "--requests", "40", "--max-model-len", "600", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("requests rejected"))
+    assert report["rejected"] > 0 and len(report["rejections"]) == min(report["rejected"], 100)
+    first = report["rejections"][0]
+    assert "exceed max_model_len 600" in first["reason"]
+    assert f"{report['rejected']:,} on arrival: {report['rejected']:,} longer than max_model_len" in row
+    assert f"request {first['request_id']}: {first['reason']}" in row

@@ -14,6 +14,7 @@ from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
 from kvscope.engine.checks import MAX_SEED, whole_number
 from kvscope.engine.cost_model import calibration_note
+from kvscope.engine.events import EventKind
 
 from kvscope.app.cli import options
 from kvscope.app.cli.math import math_rows
@@ -172,9 +173,36 @@ class WallWatch:
             self.full_at_s = step.start_time_s + step.duration_s
 
 
+class RejectionWatch:
+    """Why requests were turned away on arrival (the engine's REJECTED events), for the summary."""
+
+    def __init__(self):
+        self.reasons: list[tuple[int, str]] = []  # (request id, the engine's reason)
+
+    def __call__(self, step) -> None:
+        for event in step.events:
+            if event.kind is EventKind.REJECTED:
+                self.reasons.append((event.request_id, event.detail))
+
+    def row(self) -> tuple[str, str]:
+        if not self.reasons:
+            return ("requests rejected", "0")
+        kinds: dict[str, int] = {}
+        for _, reason in self.reasons:
+            kind = "longer than max_model_len" if "max_model_len" in reason else "larger than the whole KV pool"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        first_id, first_reason = self.reasons[0]
+        return ("requests rejected", f"{len(self.reasons):,} on arrival: "
+                + ", ".join(f"{n:,} {kind}" for kind, n in kinds.items())
+                + f" (the first, request {first_id}: {first_reason})")
+
+    def report(self, shown: int = 100) -> list[dict]:
+        return [{"request_id": i, "reason": reason} for i, reason in self.reasons[:shown]]
+
+
 def wall_row(full_at_s: float | None) -> tuple[str, str]:
     if full_at_s is None:
-        return ("KV pool full at", "never: the pool held every request that came")
+        return ("KV pool full at", f"never: KV use never reached {KV_FULL_SHARE * 100:.0f} % while requests waited")
     return ("KV pool full at", f"{format_seconds(full_at_s)} of engine clock "
                                f"(KV >= {KV_FULL_SHARE * 100:.0f} % in use, requests waiting)")
 
@@ -257,11 +285,13 @@ def run(args) -> int:
     engine, spec = build_engine(args)
     progress = Progress(enabled=not args.quiet)
     wall_watch = WallWatch()
+    rejections = RejectionWatch()
     recorder = start_recording(engine, spec, args) if args.record else None
     started = time.monotonic()
     if recorder is None:
         def on_step(step):
             wall_watch(step)
+            rejections(step)
             progress(engine, step)
 
         summary = engine.run(on_step=on_step)
@@ -269,6 +299,7 @@ def run(args) -> int:
         def on_step(step):
             recorder.record_step(step)
             wall_watch(step)
+            rejections(step)
             progress(engine, step)
 
         try:
@@ -288,6 +319,7 @@ def run(args) -> int:
     recording_size = recorder.close(summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
     report["kv_full_at_s"] = wall_watch.full_at_s
+    report["rejections"] = rejections.report()  # the first 100 with the engine's reason; "rejected" counts all
     tokenizer = text_tokenizer(engine) if spec.is_text else None
     if tokenizer is not None:
         from kvscope.app.lab.text_results import text_results
@@ -299,6 +331,7 @@ def run(args) -> int:
         rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
         peak_row = next(i for i, (name, _) in enumerate(rows) if name.startswith("KV cache usage peak"))
         rows.insert(peak_row + 1, wall_row(wall_watch.full_at_s))
+        rows = [rejections.row() if name == "requests rejected" else (name, value) for name, value in rows]
         if engine.runner.name == "simulated":  # beside the times, before the wall time that closes the table
             rows.insert(len(rows) - 1, ("simulated times", calibration_note(engine.hardware.calibration)))
         if engine.runner.name == "real":
