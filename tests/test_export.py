@@ -145,6 +145,17 @@ def test_export_without_outputs_describes_the_recording(capsys, recording_path):
     assert paragraph.startswith("run.kvrec: the small workload (30 requests) through small run (simulated backend)")
     assert f"{steps:,} engine steps over " in paragraph and " s of engine clock" in paragraph
     assert "30 requests completed" in paragraph and "KiB." in paragraph
+    assert "max_num_seqs None" not in paragraph and re.search(r"max_num_seqs [\d,]+,", paragraph)
+
+
+def test_export_says_each_thing_once_with_the_values_the_run_used(capsys, tmp_path):
+    path = tmp_path / "run.kvrec"
+    assert cli(capsys, "run", "--quiet", "--requests", "3", "--record", str(path))[0] == 0
+    rc, out, _ = cli(capsys, "export", str(path))
+    assert rc == 0
+    # the run's label already says "simulated"; max_num_seqs was left to its default, which the run resolved
+    assert "through llama-3-8b (simulated on l4-24gb), with" in out and "backend)" not in out
+    assert "max_num_seqs 256," in out
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -35,6 +35,13 @@ def describe(recording: Recording) -> str:
     h = recording.header  # its tables are tables (recording/schema.py); what they hold is only shown
     model, hardware, plan = h.get("model", {}), h.get("hardware", {}), h.get("plan", {})
     args, workload = h.get("engine_args", {}), h.get("workload") or {}
+    resolved = h.get("resolved") if isinstance(h.get("resolved"), dict) else {}
+    max_num_seqs = _count(resolved.get("max_num_seqs"), 0) or _count(args.get("max_num_seqs"), 0)  # 0: not said
+    label = h.get("label") or model.get("name", "?") + " on " + hardware.get("name", "?")
+    backend = h.get("backend", "?")
+    if f"{backend}" not in f"{label}":  # "llama-3-8b (simulated on l4-24gb)" says it already
+        label = f"{label} ({backend} backend)"
+    steps = recording.num_steps
     series = recording.series()
     finished = recording.finished_requests()
     summary = recording.summary if isinstance(recording.summary, dict) else {}
@@ -45,13 +52,12 @@ def describe(recording: Recording) -> str:
         workload["num_requests"] < ALL_ROWS else ""  # a whole trace has no count to print
     text = (
         f"{recording.path.name}: the {workload.get('name', '?')} workload{requests} through "
-        f"{h.get('label') or model.get('name', '?') + ' on ' + hardware.get('name', '?')} ({h.get('backend', '?')} "
-        "backend), with "
+        f"{label}, with "
         f"{recording.num_blocks:,} KV blocks of {recording.block_size} tokens "
         f"({format_bytes(_count(plan.get('block_bytes'), 0))} each, {plan.get('kv_cache_dtype', '?')}), "
-        f"max_num_seqs {args.get('max_num_seqs', '?')}, {args.get('scheduling', '?')} scheduling, "
+        f"max_num_seqs {f'{max_num_seqs:,}' if max_num_seqs else '?'}, {args.get('scheduling', '?')} scheduling, "
         f"{args.get('allocation', '?')} allocation, prefix caching {'on' if args.get('enable_prefix_caching') else 'off'}. "
-        f"It holds {recording.num_steps:,} engine steps over {format_seconds(recording.duration_s)} of engine clock: "
+        f"It holds {steps:,} engine step{'s' if steps != 1 else ''} over {format_seconds(recording.duration_s)} of engine clock: "
         f"{completed:,} requests completed, {preemptions:,} preemptions, KV cache usage peaking at "
         f"{format_percent(peak_kv)}. Recorded {h.get('created', '?')} by kvscope {h.get('kvscope_version', '?')} "
         f"(recording format {'.'.join(str(v) for v in h.get('format_version', []))}); "
@@ -100,7 +106,7 @@ def run(args) -> int:
                 with atomic_output(args.csv) as partial:
                     rows = write_series_csv(recording, partial)
                 size = Path(args.csv).stat().st_size
-                print(f"per-step CSV written to {args.csv} ({format_bytes(size)}, {rows:,} rows)")
+                print(f"per-step CSV written to {args.csv} ({format_bytes(size)}, {rows:,} row{'s' if rows != 1 else ''})")
         except OSError as exc:
             raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
     return 0

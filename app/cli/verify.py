@@ -73,7 +73,7 @@ def _parity_table(result) -> str:
     return table([
         ("sequences identical to generate()", f"{result.identical_sequences} of {result.sequences}"),
         ("tokens equal to generate()'s", f"{result.token_agreement * 100:.1f} %"),
-        ("top-1 agreement (same prefix)", f"{result.top1_agreement * 100:.1f} %"),
+        ("top-1 agreement with full precision", f"{result.top1_agreement * 100:.1f} %  (its pick, given the same prefix)"),
         ("largest logit difference", f"{result.max_logit_diff:.3g} (logit units)"),
         ("exercised", f"{result.preemptions} preemptions, {result.prefix_hit_tokens} prefix-cache tokens reused, "
                       f"{result.chunked_prefill_chunks} partial prompt chunks"),
