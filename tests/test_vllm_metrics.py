@@ -239,6 +239,14 @@ def test_an_unreachable_server_is_one_error_naming_the_url():
         fetch_metrics(f"127.0.0.1:{port}", timeout_s=2)
     assert str(caught.value).startswith(f"cannot reach http://127.0.0.1:{port}/metrics: ")
     assert "\n" not in str(caught.value)
+    # said as a person reads it, not as the OS's errno
+    assert str(caught.value).endswith("connection refused (is the server running, on that port?)")
+    assert "Errno" not in str(caught.value)
+
+
+def test_an_address_in_another_protocol_is_refused_before_anything_is_sent():
+    with pytest.raises(ServerUnreachable, match=r"ftp://x: vLLM's server speaks HTTP; give an http:// or https://"):
+        fetch_version("ftp://x")
 
 
 def test_a_server_that_never_answers_times_out():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -291,9 +292,28 @@ def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) ->
 
 
 def server_url(address: str) -> str:
-    """"host:8000", "http://host:8000/" -> "http://host:8000"."""
+    """"host:8000", "http://host:8000/" -> "http://host:8000"; a scheme other than HTTP(S) is refused."""
     address = address.strip().rstrip("/")
-    return address if "://" in address else f"http://{address}"
+    if "://" not in address:
+        return f"http://{address}"
+    scheme = address.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise ServerUnreachable(f"{address}: vLLM's server speaks HTTP; give an http:// or https:// address "
+                                f"(not {scheme}://), e.g. http://127.0.0.1:8000")
+    return address
+
+
+def _why_unreachable(reason) -> str:
+    """An OS error as a person reads it: "connection refused (nothing listens there)", not "[Errno 111] ..."."""
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (is the server running, on that port?)"
+    if isinstance(reason, socket.gaierror):
+        return "no such host (the name does not resolve)"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "timed out: no answer in time"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror.lower()
+    return str(reason) or type(reason).__name__
 
 
 def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
@@ -304,11 +324,11 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     except urllib.error.HTTPError as exc:
         raise ServerUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
-        raise ServerUnreachable(f"cannot reach {url}: {exc.reason}") from None
+        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc.reason)}") from None
     except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
         raise ServerUnreachable(f"{url} did not answer in HTTP ({type(exc).__name__})") from None
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
-        raise ServerUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc)}") from None
     if len(body) > MAX_RESPONSE_BYTES:
         raise MetricsError(f"{url} sent more than {MAX_RESPONSE_BYTES // 1024**2} MiB")
     return body.decode("utf-8", errors="replace")
