@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def text_results(engine, tokenizer) -> list[dict]:
     """The finished text requests in request order: prompt and answer text, token counts, why each ended."""
@@ -21,9 +23,19 @@ def text_results(engine, tokenizer) -> list[dict]:
 
 
 def question_of(row: dict, tokenizer, width: int = 70) -> str:
-    """The end of a prompt as a person reads it (the chat template's markers left out)."""
-    words = " ".join(tokenizer.decode(tokenizer.encode(row["prompt"])).split())
-    words = words.removesuffix("assistant").rstrip()  # the template's last word announces the answer
+    """What the prompt's last user turn asks, as a person reads it: the chat template's special
+    tokens and role name left out (with a template whose turns cannot be told apart, the end of
+    the whole prompt); a long question keeps its end, where the question usually is."""
+    words = ""
+    markers = sorted(getattr(getattr(tokenizer, "tokenizer", None), "all_special_tokens", None) or [],
+                     key=len, reverse=True)
+    if markers:
+        turns = [t.strip() for t in re.split("|".join(map(re.escape, markers)), row["prompt"])]
+        asked = [t.split(None, 1) for t in turns if t.split(None, 1)[:1] == ["user"]]
+        words = " ".join(asked[-1][1].split()) if asked and len(asked[-1]) > 1 else ""
+    if not words:
+        words = " ".join(tokenizer.decode(tokenizer.encode(row["prompt"])).split())
+        words = words.removesuffix("assistant").rstrip()  # the template's last word announces the answer
     return words if len(words) <= width else "..." + words[-(width - 3):]
 
 
