@@ -148,7 +148,7 @@ def results_table(result) -> str:
 def compare_report(scenario, result, answer) -> dict:
     value, text = answer
     return {
-        "scenario": scenario.to_dict(),
+        "scenario": {**scenario.to_dict(), "from_the_lesson": readable_lesson(scenario.seed_lesson)},
         "answer": {"value": value, "text": text, "unit": scenario.answer.unit or None,
                    "from": scenario.reveal_from.describe()},
         **result.to_dict(),

@@ -149,7 +149,8 @@ class Scenario:
             if not known:
                 raise ConfigError(f"scenario {self.name}: no configuration measured {r.name}")
             best = (max if r.highest else min)(known, key=known.get)
-            measured = ", ".join(f"{label} {format_quantity(r.name, v)}" for label, v in values.items())
+            # labels hold commas ("Llama 2 7B, fp8 KV"): each value after its label's colon, ";" between them
+            measured = "; ".join(f"{label}: {format_quantity(r.name, v)}" for label, v in values.items())
             return best, f"{best} ({quantity_words(r.name)}: {measured})"
         if r.kind == "ratio":
             raw = result.ratio(r.name, r.numerator, r.denominator)
