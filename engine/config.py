@@ -398,8 +398,8 @@ class EngineArgs:
         parse_vllm_version(self.vllm_version)
         if self.kv_cache_dtype != "auto":
             object.__setattr__(
-                self, "kv_cache_dtype", normalize_dtype(self.kv_cache_dtype, KV_CACHE_DTYPE_BYTES, "kv_cache_dtype")
-            )
+                self, "kv_cache_dtype",
+                normalize_dtype(self.kv_cache_dtype, dict.fromkeys(KV_CACHE_DTYPES), "kv_cache_dtype"))
         for field in dataclasses.fields(self):
             choices, value = field.metadata["choices"], getattr(self, field.name)
             if choices and value not in choices:

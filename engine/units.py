@@ -45,8 +45,8 @@ def format_bytes_short(n: float) -> str:
 def format_seconds(s: float | None) -> str:
     if s is None or (isinstance(s, float) and math.isnan(s)):
         return "-"
-    if s >= 1:
-        return f"{s:.2f} s"
+    if s >= 1 or s == 0:  # nothing is "0 s", not "0 us"
+        return f"{s:,.2f} s" if s else "0 s"
     if s >= 1e-3:
         return f"{s * 1e3:.1f} ms"
     return f"{s * 1e6:.0f} us"

@@ -195,7 +195,7 @@ def check_presets() -> str:
             if kind == "workloads":  # trace workloads read their trace here
                 if not list(generate_requests(preset.with_overrides(num_requests=3), 32000, seed=0)):
                     raise CheckFailed(f"workload {name} generated no requests")
-        counts.append(f"{len(names)} {kind}")
+        counts.append(f"{len(names)} {kind}" + (" (and this-machine, detected)" if kind == "hardware" else ""))
     # every TOML file under presets/ parses, whichever kind it is
     stack, toml_files = [root], 0
     while stack:
@@ -236,7 +236,7 @@ def check_simulated() -> str:
     if steps == 0 or snap.num_running + engine.metrics.completed == 0 or snap.count(2) + snap.count(3) == 0:
         raise CheckFailed(f"the engine did not run: {steps} steps, {snap.num_running} running")
     return (f"{steps} steps of chat on llama-3-8b / h100-80gb: {snap.num_running} running, "
-            f"KV {snap.kv_usage:.1%} of {snap.num_blocks:,} blocks, engine clock {snap.time_s:.2f} s")
+            f"KV {snap.kv_usage * 100:.1f} % of {snap.num_blocks:,} blocks, engine clock {snap.time_s:.2f} s")
 
 
 def check_real(cache: Path) -> str:
