@@ -348,7 +348,7 @@ def run(args) -> int:
         write_json_output("--json", args.json, report)
     if recording_size is not None:
         # stdout may hold the JSON summary (--json -): the note goes to stderr then
-        print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} steps); "
+        print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} step{'s' if recorder.num_steps != 1 else ''}); "
               f"replay it with `kvscope gui --replay {args.record}`",
               file=sys.stderr if args.json == "-" else sys.stdout)
     return 0
