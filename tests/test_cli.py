@@ -1068,6 +1068,9 @@ def test_math_says_how_short_the_memory_is_instead_of_a_negative_pool(capsys):
     # what vLLM holds back is named, not called the reserve (which is --reserve-bytes, 0 here)
     assert "held back: activation peak, non-torch memory, CUDA graphs" in rows["does not fit"]
     assert "reserve)" not in rows["does not fit"]
+    plan = math_json(capsys, "--model", "llama-2-7b", "--memory-gib", 10)
+    assert plan["fits"] is False and plan["kv_pool_bytes"] < 0 and plan["num_blocks"] == 0
+    assert math_json(capsys, "--model", "llama-2-7b")["fits"] is True
 
 
 def test_math_on_a_set_budget_subtracts_nothing_and_says_so(capsys):

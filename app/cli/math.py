@@ -129,7 +129,8 @@ def run(args) -> int:
     resolved = resolve_engine_args(engine_args, model, hardware)
     plan = plan_memory(model, hardware, resolved)
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says it in a word
+        print(json.dumps({**plan.to_dict(), "fits": plan.fits}, indent=2))
     else:
         print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
     return 0
