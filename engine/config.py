@@ -366,9 +366,10 @@ class EngineArgs:
                                     default_text=f"vLLM's: {LARGE_GPU_MAX_NUM_SEQS:,} on GPUs of 70 GiB or more "
                                                  f"other than the A100, else {DEFAULT_MAX_NUM_SEQS}")
     max_num_batched_tokens: int | None = _arg(None, "token budget per step", flags="scheduler",
-                                              default_text=f"default: vLLM's, {SMALL_GPU_MAX_NUM_BATCHED_TOKENS} on GPUs "
-                                                           "under 70 GiB and the A100, else "
-                                                           f"{DEFAULT_MAX_NUM_BATCHED_TOKENS} (also on a CPU)")
+                                              default_text=f"default: vLLM's on a GPU, {SMALL_GPU_MAX_NUM_BATCHED_TOKENS} "
+                                                           "under 70 GiB and on the A100, else "
+                                                           f"{DEFAULT_MAX_NUM_BATCHED_TOKENS}; "
+                                                           f"{DEFAULT_MAX_NUM_BATCHED_TOKENS} on a CPU")
     enable_prefix_caching: bool = _arg(True, "reuse KV blocks of identical prefixes", flags="scheduler")
     enable_chunked_prefill: bool = _arg(True, "split long prompts over steps, mixed with decodes", flags="scheduler")
     scheduling: str = _arg("continuous", "continuous (iteration-level) or static batching", flags="scheduler",

@@ -218,6 +218,11 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.num_blocks > 0
 
+    @property
+    def is_set_budget(self) -> bool:
+        """The pool is kv_cache_memory_bytes, not what is left of the memory: nothing is subtracted."""
+        return self.kv_pool_source.startswith("kv_cache_memory_bytes")
+
     def to_dict(self) -> dict:
         """Plain JSON-ready values (lists, not tuples), so a plan read back from a file compares equal."""
         out = asdict(self)
@@ -329,22 +334,22 @@ def require_fit(plan: MemoryPlan) -> None:
 
 def no_room_reason(plan: MemoryPlan) -> str:
     """Why a pool has no block, naming what took the memory: the budget, the profiled step or the weights."""
-    if plan.kv_pool_source.startswith("kv_cache_memory_bytes"):  # a set budget: the weights are not the cause
+    if plan.is_set_budget:  # the weights are not the cause
         return (f"no room for a KV cache: the budget kv_cache_memory_bytes ({format_bytes(plan.kv_pool_bytes)}) is "
                 f"smaller than one block of {plan.model} ({format_bytes(plan.block_bytes)}: {plan.block_size} tokens); "
                 f"give at least {plan.block_bytes:,} bytes")
     usable = plan.memory_bytes * plan.gpu_memory_utilization
     where = f"of the {usable / GiB:.2f} GiB usable on {plan.hardware} at gpu_memory_utilization {plan.gpu_memory_utilization:g}"
+    parts = (("activation peak", plan.activation_bytes), ("non-torch memory", plan.non_torch_bytes),
+             ("CUDA graphs", plan.cudagraph_bytes), ("reserve_bytes", plan.extra_reserve_bytes))
     if plan.activation_bytes > plan.weights_bytes:  # the cause is the profiled step, not the model
+        rest = plan.reserve_bytes - plan.activation_bytes
+        names = ", ".join(name for name, size in parts[1:] if size)
         return (
             f"no room for a KV cache: vLLM's activation peak for a step of {plan.profiled_tokens:,} tokens "
             f"(max_num_batched_tokens) takes {plan.activation_bytes / GiB:.2f} GiB, with the weights "
-            f"{plan.weights_bytes / GiB:.2f} GiB and the rest of the reserve "
-            f"{(plan.reserve_bytes - plan.activation_bytes) / GiB:.2f} GiB, {where}: give a smaller max_num_batched_tokens")
-    held = (f" (+ {plan.reserve_bytes / GiB:.2f} GiB held back: "
-            + ", ".join(name for name, size in (("activation peak", plan.activation_bytes),
-                                                ("non-torch memory", plan.non_torch_bytes),
-                                                ("CUDA graphs", plan.cudagraph_bytes),
-                                                ("reserve_bytes", plan.extra_reserve_bytes)) if size) + ")"
-            if plan.reserve_bytes else "")
+            f"{plan.weights_bytes / GiB:.2f} GiB" + (f" and {rest / GiB:.2f} GiB more held back ({names})" if rest else "")
+            + f", {where}: give a smaller max_num_batched_tokens")
+    names = ", ".join(name for name, size in parts if size)
+    held = f" (+ {plan.reserve_bytes / GiB:.2f} GiB held back: {names})" if plan.reserve_bytes else ""
     return f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:.2f} GiB{held} {where}"

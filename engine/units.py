@@ -49,7 +49,7 @@ def format_seconds(s: float | None) -> str:
         return f"{s:,.2f} s" if s else "0 s"
     if s >= 1e-3:
         return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.0f} us"
+    return f"{s * 1e6:.0f} us" if s >= 0.5e-6 or s < 0 else "under 1 us"
 
 
 def format_percent(fraction: float) -> str:

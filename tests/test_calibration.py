@@ -215,8 +215,19 @@ def test_a_profile_fitted_against_another_peak_keeps_its_achieved_flops(tmp_path
     assert legacy["bandwidth_efficiency"] == 0.5
     save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {"peak_flops": peak}))
     assert detect_this_machine(use_cuda=False).calibration["flops_efficiency"] == pytest.approx(0.8)
-    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {"peak_flops": "fast"}))
-    with pytest.raises(ConfigError, match="measured_on.peak_flops"):
+    # a fit in bf16 is a share of the bf16 peak, and restated against it
+    bf16 = detect_this_machine(use_cuda=False).peak_flops["bf16"]
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0},
+                                    {"peak_flops": bf16 / 2, "peak_dtype": "bf16"}))
+    assert detect_this_machine(use_cuda=False).calibration["flops_efficiency"] == pytest.approx(0.4)
+    for odd in ("fast", 1e-320, peak * 1e6, -1):
+        save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0}, {"peak_flops": odd}))
+        with pytest.raises(ConfigError, match="measured_on.peak_flops") as caught:
+            detect_this_machine(use_cuda=False)
+        assert str(path) in str(caught.value)
+    save_profile(path, make_profile(cpu_machine_key(), "test CPU", fitted, {"steps": 0},
+                                    {"peak_flops": peak, "peak_dtype": "fp4"}))
+    with pytest.raises(ConfigError, match="measured_on.peak_dtype must be one of"):
         detect_this_machine(use_cuda=False)
 
 

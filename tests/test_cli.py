@@ -1073,7 +1073,10 @@ def test_math_says_how_short_the_memory_is_instead_of_a_negative_pool(capsys):
     assert math_json(capsys, "--model", "llama-2-7b")["fits"] is True
 
 
-def test_math_on_a_set_budget_subtracts_nothing_and_says_so(capsys):
+def test_math_on_a_set_budget_subtracts_nothing_and_says_so(capsys, monkeypatch):
+    import kvscope.app.lab.cuda_device as cuda_device
+
+    monkeypatch.setattr(cuda_device, "cuda_device_visible", lambda: False)  # this-machine is the CPU
     rc, out, _ = cli(capsys, "math", "--model", "tiny-llama", "--hardware", "this-machine")
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
     assert rc == 0

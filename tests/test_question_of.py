@@ -42,3 +42,11 @@ def test_a_long_question_keeps_its_end():
 def test_without_turns_to_tell_apart_the_end_of_the_prompt_is_quoted():
     asked = question_of({"prompt": "plain text, no template: what is two and two?"}, Tokenizer([]))
     assert asked == "plain text, no template: what is two and two?"
+
+
+def test_a_llama_3_template_names_the_role_between_its_own_markers():
+    prompt = ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are helpful. Be patient.<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    tokenizer = Tokenizer(["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"])
+    assert question_of({"prompt": prompt}, tokenizer) == "What is the capital of France?"

@@ -155,9 +155,9 @@ def test_real_continuous_batching_beats_static_batches(real_runs):
     # The grown batch shares each step's fixed cost among more tokens: the same tokens in far fewer
     # steps (deterministic). The throughput it buys is timed on this machine and moves with load
     # (2026-11-27: 2.4 - 2.7x quiet, 1.35x with three jobs on the two cores, where an earlier bar of
-    # 1.5x failed); it is `kvscope compare`'s and `kvscope bench scenarios`'s to report, not a test's.
+    # 1.5x failed). So is the same-size batch's gain over static batches (1.4 - 1.5x quiet): both
+    # are `kvscope compare`'s and `kvscope bench scenarios`'s to report, not a test's.
     assert grown.metrics["steps"] * 2 <= same_size.metrics["steps"]
-    assert result.ratio("throughput_tokens_per_s", "continuous, up to 32", "static batches of 8") is not None
     assert scenario.reveal(result)[0] == pytest.approx(result.ratio("throughput_tokens_per_s", "continuous, up to 32",
                                                                     "static batches of 8"))
 

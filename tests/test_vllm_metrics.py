@@ -247,6 +247,9 @@ def test_an_unreachable_server_is_one_error_naming_the_url():
 def test_an_address_in_another_protocol_is_refused_before_anything_is_sent():
     with pytest.raises(ServerUnreachable, match=r"ftp://x: vLLM's server speaks HTTP; give an http:// or https://"):
         fetch_version("ftp://x")
+    for hostless in ("https://", "http:/127.0.0.1:1"):
+        with pytest.raises(ServerUnreachable, match=r"no host in the address"):
+            fetch_version(hostless)
 
 
 def test_a_server_that_never_answers_times_out():

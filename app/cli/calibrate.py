@@ -76,8 +76,9 @@ def run(args) -> int:
     profile = calibration.make_profile(machine, result.engine.hardware.description, fitted, {
         **summary, "held_out_median_error": result.held_out_median_error}, {
         "model": loaded.label, "device": str(loaded.device), "torch_threads": threads, "scale": args.scale,
-        "seed": args.seed, "clock": args.clock,
-        "peak_flops": result.engine.hardware.peak_flops.get("fp32")})  # what flops_efficiency is a share of
+        "seed": args.seed, "clock": args.clock,  # what flops_efficiency is a share of: the peak of the fit's dtype
+        "peak_flops": result.engine.hardware.flops_for(result.engine.model.weight_dtype),
+        "peak_dtype": result.engine.model.weight_dtype})
     terms = result.fit.calibration_terms
     hardware = result.engine.hardware
     print(table([

@@ -11,6 +11,7 @@ A missing, truncated or corrupt recording ends in one line on stderr and exit co
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def describe(recording: Recording) -> str:
     max_num_seqs = _count(resolved.get("max_num_seqs"), 0) or _count(args.get("max_num_seqs"), 0)  # 0: not said
     label = h.get("label") or model.get("name", "?") + " on " + hardware.get("name", "?")
     backend = h.get("backend", "?")
-    if f"{backend}" not in f"{label}":  # "llama-3-8b (simulated on l4-24gb)" says it already
+    if not re.search(rf"\b{re.escape(str(backend))}\b", str(label)):  # "llama-3-8b (simulated on l4-24gb)" says it
         label = f"{label} ({backend} backend)"
     steps = recording.num_steps
     series = recording.series()

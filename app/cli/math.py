@@ -88,7 +88,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
                           f" = {format_bytes(usable)}"),
         ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
     ]
-    if plan.kv_pool_source.startswith("kv_cache_memory_bytes"):
+    if plan.is_set_budget:
         rows.append(("held back", "nothing subtracted: the KV pool is a set budget, not what is left of the memory"))
     elif vllm:
         rows += [
@@ -98,7 +98,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
             ("CUDA graphs", f"{format_bytes(plan.cudagraph_bytes)}  (vLLM's estimate)" if plan.cudagraph_bytes
              else "not subtracted (captured after the KV cache before vLLM 0.21)"),
         ]
-    if not plan.kv_pool_source.startswith("kv_cache_memory_bytes"):
+    if not plan.is_set_budget:
         rows.append(("reserve", f"{format_bytes(plan.extra_reserve_bytes)}"
                                 + ("  (--reserve-bytes, beyond the above)" if vllm else "")))
     rows += [

@@ -174,30 +174,36 @@ class WallWatch:
 
 
 class RejectionWatch:
-    """Why requests were turned away on arrival (the engine's REJECTED events), for the summary."""
+    """Why requests were turned away on arrival (the engine's REJECTED events), for the summary:
+    how many of each kind, and the first REPORTED with the engine's reason (a whole trace can
+    reject thousands)."""
+
+    REPORTED = 100
 
     def __init__(self):
-        self.reasons: list[tuple[int, str]] = []  # (request id, the engine's reason)
+        self.kinds: dict[str, int] = {}
+        self.first: list[tuple[int, str]] = []  # (request id, the engine's reason)
 
     def __call__(self, step) -> None:
         for event in step.events:
             if event.kind is EventKind.REJECTED:
-                self.reasons.append((event.request_id, event.detail))
+                # the engine's two reasons (engine.py _rejection_reason), told apart by what they name
+                kind = ("longer than max_model_len" if "max_model_len" in event.detail
+                        else "larger than the whole KV pool")
+                self.kinds[kind] = self.kinds.get(kind, 0) + 1
+                if len(self.first) < self.REPORTED:
+                    self.first.append((event.request_id, event.detail))
 
     def row(self) -> tuple[str, str]:
-        if not self.reasons:
+        if not self.first:
             return ("requests rejected", "0")
-        kinds: dict[str, int] = {}
-        for _, reason in self.reasons:
-            kind = "longer than max_model_len" if "max_model_len" in reason else "larger than the whole KV pool"
-            kinds[kind] = kinds.get(kind, 0) + 1
-        first_id, first_reason = self.reasons[0]
-        return ("requests rejected", f"{len(self.reasons):,} on arrival: "
-                + ", ".join(f"{n:,} {kind}" for kind, n in kinds.items())
+        first_id, first_reason = self.first[0]
+        return ("requests rejected", f"{sum(self.kinds.values()):,} on arrival: "
+                + ", ".join(f"{n:,} {kind}" for kind, n in self.kinds.items())
                 + f" (the first, request {first_id}: {first_reason})")
 
-    def report(self, shown: int = 100) -> list[dict]:
-        return [{"request_id": i, "reason": reason} for i, reason in self.reasons[:shown]]
+    def report(self) -> list[dict]:
+        return [{"request_id": i, "reason": reason} for i, reason in self.first]
 
 
 def wall_row(full_at_s: float | None) -> tuple[str, str]:
@@ -319,7 +325,7 @@ def run(args) -> int:
     recording_size = recorder.close(summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
     report["kv_full_at_s"] = wall_watch.full_at_s
-    report["rejections"] = rejections.report()  # the first 100 with the engine's reason; "rejected" counts all
+    report["rejections"] = rejections.report()  # the first REPORTED with the engine's reason; "rejected" counts all
     tokenizer = text_tokenizer(engine) if spec.is_text else None
     if tokenizer is not None:
         from kvscope.app.lab.text_results import text_results

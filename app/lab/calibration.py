@@ -34,8 +34,8 @@ import numpy as np
 from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir
-from kvscope.engine.checks import MAX_RATE, real_number
-from kvscope.engine.config import ConfigError, HardwareSpec
+from kvscope.engine.checks import real_number, shown
+from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec
 from kvscope.engine.cost_model import MAX_EFFICIENCY, UNCALIBRATED, StepCostModel, check_calibration
 
 PROFILE_FORMAT = "kvscope-calibration"
@@ -326,30 +326,40 @@ def read_profile(path: Path) -> dict:
     return profile
 
 
-# Until 2026-11-27 a CPU's peak was a flat estimate of 50 GFLOP/s a core; a CPU profile stored then
-# names no peak, and its flops_efficiency is a share of that one.
+# Until 2026-11-27 a CPU's peak was a flat estimate of 50 GFLOP/s a core for every dtype; a CPU
+# profile stored then names no peak, and its flops_efficiency is a share of that one.
 LEGACY_CPU_FLOPS_PER_CORE = 50e9
+# A stored peak this far from today's estimate for the same machine is not this machine's.
+PEAK_MISMATCH = 100.0
 
 
-def load_stored_calibration(machine: str, peak_flops: float | None = None) -> dict | None:
+def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) -> dict | None:
     """The calibration `kvscope calibrate` stored for `machine`; None if it has not run here. Given
-    the peak FLOP/s the machine is now described with, an efficiency fitted against another peak is
-    restated against this one (the same achieved FLOP/s)."""
+    the machine as it is described now, an efficiency fitted against another peak FLOP/s (the one of
+    the dtype the fit ran in) is restated against today's peak for that dtype: the same achieved
+    FLOP/s in that dtype."""
     path = profile_path(machine)
     if not path.is_file():
         return None
     profile = read_profile(path)
     calibration = profile["calibration"]
     measured_on = profile.get("measured_on") if isinstance(profile.get("measured_on"), dict) else {}
-    fitted_peak = measured_on.get("peak_flops")
+    fitted_peak, dtype = measured_on.get("peak_flops"), measured_on.get("peak_dtype", "fp32")
     cores = re.fullmatch(r"cpu-.*-(\d+)cores", machine)
     if fitted_peak is None and cores:
         fitted_peak = LEGACY_CPU_FLOPS_PER_CORE * int(cores.group(1))
-    if peak_flops is None or fitted_peak is None:
+    if hardware is None or fitted_peak is None:
         return calibration
-    fitted_peak = real_number(fitted_peak, f"calibration profile {path}: measured_on.peak_flops", 0.0, MAX_RATE,
-                              low_open=True)
-    efficiency = min(MAX_EFFICIENCY, calibration["flops_efficiency"] * fitted_peak / peak_flops)
+    label = f"calibration profile {path}: measured_on"
+    if dtype not in WEIGHT_DTYPE_BYTES:
+        raise ConfigError(f"{label}.peak_dtype must be one of {', '.join(WEIGHT_DTYPE_BYTES)}, got {shown(dtype)}; "
+                          "run `kvscope calibrate` again or delete the file")
+    now = hardware.flops_for(dtype)
+    try:  # bounded by today's estimate: a peak 100x away from it was not measured on this machine
+        fitted_peak = real_number(fitted_peak, f"{label}.peak_flops", now / PEAK_MISMATCH, now * PEAK_MISMATCH)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; run `kvscope calibrate` again or delete the file") from None
+    efficiency = min(MAX_EFFICIENCY, calibration["flops_efficiency"] * fitted_peak / now)
     return {**calibration, "flops_efficiency": efficiency}
 
 

@@ -30,9 +30,13 @@ def question_of(row: dict, tokenizer, width: int = 70) -> str:
     markers = sorted(getattr(getattr(tokenizer, "tokenizer", None), "all_special_tokens", None) or [],
                      key=len, reverse=True)
     if markers:
-        turns = [t.strip() for t in re.split("|".join(map(re.escape, markers)), row["prompt"])]
-        asked = [t.split(None, 1) for t in turns if t.split(None, 1)[:1] == ["user"]]
-        words = " ".join(asked[-1][1].split()) if asked and len(asked[-1]) > 1 else ""
+        turns = [t.strip() for t in re.split("|".join(map(re.escape, markers)), row["prompt"]) if t.strip()]
+        asked = []
+        for i, turn in enumerate(turns):
+            role, _, text = turn.partition("\n") if "\n" in turn else turn.partition(" ")
+            if role.strip() == "user":  # ChatML: "user\nWhat ..."; Llama 3: "user" between markers, then the text
+                asked.append(text.strip() or (turns[i + 1] if i + 1 < len(turns) else ""))
+        words = " ".join(asked[-1].split()) if asked else ""
     if not words:
         words = " ".join(tokenizer.decode(tokenizer.encode(row["prompt"])).split())
         words = words.removesuffix("assistant").rstrip()  # the template's last word announces the answer

@@ -17,56 +17,71 @@ from kvscope.engine.config import HardwareSpec
 
 # Rough rates for a workstation CPU: dual-channel DDR4/5. Labelled estimates.
 _CPU_BANDWIDTH = 20e9
-# fp32 FLOPs a core retires per cycle at best, by vector unit: two FMA pipes of 16 lanes (AVX-512
-# on Intel's server cores and AMD's Zen 5), of 8 (AVX2 + FMA, and AVX-512 on Zen 4, which runs it
-# through 256-bit pipes), or of 4 without FMA. An upper bound keeps "compute utilisation" at or
-# under 100 %: with the old flat 50 GFLOP/s a core, this project's Zen 4 EPYC ran its linear layers
-# at twice the "peak" (108 GFLOP/s a core measured) and a real run printed 143.9 %.
-_FLOPS_PER_CYCLE = (("avx512f", 64), ("fma", 32), ("", 16))
+# fp32 FLOPs a core retires per cycle at best (2 per FMA lane), by vector unit: two FMA pipes of 16
+# lanes (AVX-512 on Intel's server cores and AMD's Zen 5), of 8 (AVX2 + FMA, AVX-512 on Zen 4, which
+# runs it through 256-bit pipes, and the four 128-bit pipes of Apple's and Arm's big cores), or of 4
+# (x86 without FMA). Where the flags cannot be read (no /proc/cpuinfo: macOS, Windows; Arm's
+# "Features") the AVX2 / NEON rate. An upper bound keeps "compute utilisation" at or under 100 %:
+# with the old flat 50 GFLOP/s a core, this project's Zen 4 EPYC ran its linear layers at twice the
+# "peak" (108 GFLOP/s a core measured) and a real run printed 143.9 %.
+_FLOPS_PER_CYCLE = (("avx512f", 64), ("fma", 32))
+_FLOPS_PER_CYCLE_UNKNOWN = 32
+_FLOPS_PER_CYCLE_NO_FMA = 16
 _ZEN5_FAMILY = 26  # AMD's cpu family from Zen 5 on; Zen 3 and 4 are family 25
-# A VM's /proc/cpuinfo gives the base clock; cores boost past it (~1.4x on today's server parts).
-_BOOST_ALLOWANCE = 1.4
-_FALLBACK_GHZ = 3.5
-# 16-bit matmuls: twice the fp32 rate with AVX512-BF16's dot products; AMX tiles far more.
-_BF16_SPEEDUP = (("amx_bf16", 16), ("avx512_bf16", 2), ("", 1))
+# A VM's /proc/cpuinfo gives the base clock; cores boost past it (up to ~1.55x on today's server
+# parts: EPYC 9654 2.4 -> 3.7 GHz).
+_BOOST_ALLOWANCE = 1.6
+_FALLBACK_GHZ = 4.0
+# 16-bit matmuls: AVX512-BF16's dot products double bf16's rate, AVX512-FP16 fp16's; AMX tiles
+# multiply far more (16x as an upper bound).
+_HALF_SPEEDUP = {"bf16": (("amx_bf16", 16), ("avx512_bf16", 2)), "fp16": (("amx_fp16", 16), ("avx512_fp16", 2))}
 
 
-def _cpu_info() -> tuple[set, float]:
-    """(the CPU's feature flags, its clock in GHz as an upper bound), from /proc/cpuinfo and
-    cpufreq where Linux has them; on other systems no flags and a fallback clock."""
-    flags, ghz, amd_family = set(), 0.0, None
+def _cpu_info() -> tuple[set | None, float]:
+    """(the CPU's x86 feature flags, None where they cannot be read; its clock in GHz as an upper
+    bound), from /proc/cpuinfo and cpufreq where Linux has them, else a fallback clock."""
+    flags, ghz, amd_family = None, 0.0, None
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key == "flags" and not flags:
-                    flags = set(value.split())
-                elif key == "cpu mhz" and not ghz:
-                    ghz = float(value) / 1000 * _BOOST_ALLOWANCE
-                elif key == "vendor_id" and value.strip() == "AuthenticAMD":
-                    amd_family = -1
-                elif key == "cpu family" and amd_family == -1:
-                    amd_family = int(value)
-    except (OSError, ValueError):
-        pass
-    if amd_family is not None and amd_family < _ZEN5_FAMILY:
+            lines = cpuinfo.readlines()
+    except OSError:
+        lines = []
+    for line in lines:  # each field on its own: one odd value does not hide the others
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        try:
+            if key == "flags" and flags is None:
+                flags = set(value.split())
+            elif key == "cpu mhz" and not ghz:
+                ghz = float(value) / 1000 * _BOOST_ALLOWANCE
+            elif key == "vendor_id" and value.strip() == "AuthenticAMD":
+                amd_family = -1
+            elif key == "cpu family" and amd_family == -1:
+                amd_family = int(value)
+        except ValueError:
+            continue
+    if flags is not None and amd_family is not None and amd_family < _ZEN5_FAMILY:
         flags.discard("avx512f")  # 256-bit pipes: AVX2's rate
     try:
         with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", encoding="ascii") as top:
             ghz = int(top.read().strip()) / 1e6  # kHz: the boost clock itself
     except (OSError, ValueError):
         pass
-    return flags, (ghz if ghz > 0 else _FALLBACK_GHZ)
+    return flags, (ghz if 0 < ghz < 20 else _FALLBACK_GHZ)
 
 
 def cpu_peak_flops(cores: int) -> dict:
-    """Peak FLOP/s of `cores` cores by dtype: vector width x FMA pipes x clock, upper bounds."""
+    """Peak FLOP/s of `cores` cores by dtype: FMA lanes x 2 FLOPs x FMA pipes x clock, upper bounds."""
     flags, ghz = _cpu_info()
-    per_cycle = next(n for flag, n in _FLOPS_PER_CYCLE if not flag or flag in flags)
+    if flags is None:
+        per_cycle = _FLOPS_PER_CYCLE_UNKNOWN
+    else:
+        per_cycle = next((n for flag, n in _FLOPS_PER_CYCLE if flag in flags), _FLOPS_PER_CYCLE_NO_FMA)
     fp32 = cores * per_cycle * ghz * 1e9
-    half = fp32 * next(n for flag, n in _BF16_SPEEDUP if not flag or flag in flags)
-    return {"fp32": fp32, "bf16": half, "fp16": half}
+    peaks = {"fp32": fp32}
+    for dtype, speedups in _HALF_SPEEDUP.items():
+        peaks[dtype] = fp32 * next((n for flag, n in speedups if flags and flag in flags), 1)
+    return peaks
 
 
 def _cpu_memory_bytes() -> int:
@@ -160,5 +175,5 @@ def with_stored_calibration(machine: str, spec: HardwareSpec) -> HardwareSpec:
     """The spec with the calibration `kvscope calibrate` stored for this machine, if it did."""
     from kvscope.app.lab.calibration import load_stored_calibration
 
-    calibration = load_stored_calibration(machine, spec.peak_flops.get("fp32"))
+    calibration = load_stored_calibration(machine, spec)
     return spec if calibration is None else spec.replace(calibration=calibration)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
 import socket
 import urllib.error
 import urllib.parse
@@ -292,15 +293,19 @@ def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) ->
 
 
 def server_url(address: str) -> str:
-    """"host:8000", "http://host:8000/" -> "http://host:8000"; a scheme other than HTTP(S) is refused."""
-    address = address.strip().rstrip("/")
-    if "://" not in address:
-        return f"http://{address}"
-    scheme = address.split("://", 1)[0].lower()
-    if scheme not in ("http", "https"):
+    """"host:8000", "http://host:8000/" -> "http://host:8000"; an address in another protocol, or
+    with no host ("https://", "http:/x"), is refused with what to give instead."""
+    address = address.strip()
+    if "://" not in address and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", address):
+        address = f"http://{address}"  # "host:8000"
+    parts = urllib.parse.urlsplit(address)
+    example = "e.g. http://127.0.0.1:8000"
+    if parts.scheme.lower() not in ("http", "https"):
         raise ServerUnreachable(f"{address}: vLLM's server speaks HTTP; give an http:// or https:// address "
-                                f"(not {scheme}://), e.g. http://127.0.0.1:8000")
-    return address
+                                f"(not {parts.scheme}:), {example}")
+    if not parts.hostname or "://" not in address:
+        raise ServerUnreachable(f"{address}: no host in the address; give the server's, {example}")
+    return address.rstrip("/")
 
 
 def _why_unreachable(reason) -> str:
