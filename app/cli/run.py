@@ -194,9 +194,10 @@ class RejectionWatch:
                 if len(self.first) < self.REPORTED:
                     self.first.append((event.request_id, event.detail))
 
-    def row(self) -> tuple[str, str]:
+    def row(self, counted: str) -> tuple[str, str]:
+        """The summary's row, with the reasons when the events said them (`counted`: the summary's count)."""
         if not self.first:
-            return ("requests rejected", "0")
+            return ("requests rejected", counted)
         first_id, first_reason = self.first[0]
         return ("requests rejected", f"{sum(self.kinds.values()):,} on arrival: "
                 + ", ".join(f"{n:,} {kind}" for kind, n in self.kinds.items())
@@ -337,7 +338,7 @@ def run(args) -> int:
         rows = summary_rows(summary) + [("wall time", f"{wall:.2f} s ({engine.runner.name} backend)")]
         peak_row = next(i for i, (name, _) in enumerate(rows) if name.startswith("KV cache usage peak"))
         rows.insert(peak_row + 1, wall_row(wall_watch.full_at_s))
-        rows = [rejections.row() if name == "requests rejected" else (name, value) for name, value in rows]
+        rows = [rejections.row(value) if name == "requests rejected" else (name, value) for name, value in rows]
         if engine.runner.name == "simulated":  # beside the times, before the wall time that closes the table
             rows.insert(len(rows) - 1, ("simulated times", calibration_note(engine.hardware.calibration)))
         if engine.runner.name == "real":
