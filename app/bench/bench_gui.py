@@ -67,11 +67,11 @@ def _process_cpu_s(pid: int | None) -> float | None:
     return total / 1e9 if total else None
 
 
-def _wait(app, predicate, timeout: float) -> None:
+def _wait(app, predicate, timeout: float, failure: str = "the window did not get ready in time") -> None:
     deadline = time.perf_counter() + timeout
     while not predicate():
         if time.perf_counter() > deadline:
-            raise RuntimeError("the window did not get ready in time")
+            raise RuntimeError(failure)
         app.processEvents()
         time.sleep(0.01)
 
@@ -224,13 +224,13 @@ def bench_cost(rounds: int = COST_ROUNDS, round_s: float = 1.0) -> dict:
         pause (without the window's hold-offs) shows where it stopped, as the process reads its
         commands in order; the window has drawn it when the host says it came."""
         window.worker.pause()
-        deadline = time.perf_counter() + SETTLE_TIMEOUT_S
-        while not window.worker.run_command_answered:
-            if time.perf_counter() > deadline:
-                raise RuntimeError("the paused engine sent no frame in time; the figure would be meaningless")
-            window.worker.ask_now()
-            app.processEvents()
-            time.sleep(0.002)
+
+        def answered() -> bool:
+            window.worker.ask_now()  # without the window's hold-offs
+            return window.worker.run_command_answered
+
+        _wait(app, answered, SETTLE_TIMEOUT_S, "the paused engine sent no frame in time; the figure would be "
+                                               "meaningless")
         return window.latest_snapshot
 
     _wait(app, lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 1000, 60)  # built, past its first steps
