@@ -218,6 +218,23 @@ def test_kvscope_gui_refuses_to_start_without_them_in_one_line(monkeypatch):
     qt_system_libs.check_qt_system_libs({"QT_QPA_PLATFORM": "offscreen"})  # headless: not asked
 
 
+def test_the_self_test_fails_on_missing_x11_libraries_only_where_the_window_would_use_x11(monkeypatch):
+    """On an X11 desktop a missing library is a failed check; headless (CI, a fresh machine with no
+    display, QT_QPA_PLATFORM=offscreen) the window needs none, so the check names them and passes."""
+    from kvscope.app.bench import self_test
+    from kvscope.app.cli import qt_system_libs
+
+    monkeypatch.setattr(qt_system_libs, "missing_for_xcb", lambda: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"])
+    monkeypatch.setattr(qt_system_libs, "xcb_plugin", lambda: Path("/qt/plugins/platforms/libqxcb.so"))
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    said = self_test.check_qt_system_libs()
+    assert "not needed here" in said and "offscreen" in said
+    assert "sudo apt-get install -y libxcb-icccm4 libxcb-keysyms1" in said
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    with pytest.raises(self_test.CheckFailed, match=r"sudo apt-get install -y libxcb-icccm4 libxcb-keysyms1"):
+        self_test.check_qt_system_libs()
+
+
 @needs_bash
 def test_the_make_run_script_exits_2_with_the_apt_line_when_not_root(monkeypatch, capsys):
     from kvscope.app.cli import qt_system_libs
