@@ -117,6 +117,11 @@ def test_ctrl_return_with_a_refused_editor_value_shows_the_reason_where_the_user
     assert tabs.currentIndex() == 1
     qtbot.waitUntil(box.hasFocus)
     assert "num_key_value_heads must be greater than 0" in window.statusBar().currentMessage()
+    # the message has the bar: the engine's status line steps aside while it shows (it once
+    # stretched over the whole bar, and Qt drew the message in no room at all)
+    assert window.status.isHidden()
+    window.statusBar().clearMessage()
+    assert window.status.isVisible()
 
 
 def test_apply_with_a_refused_run_field_switches_to_its_tab_and_focuses_it(window, qtbot):

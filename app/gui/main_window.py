@@ -140,7 +140,9 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.bottom_dock], [200], Qt.Vertical)
 
         self.status = ThrottledLabel()  # 10 times a second at most: see widgets/throttled_label.py
-        self.statusBar().addPermanentWidget(self.status, 1)
+        # A normal widget, not a permanent one: Qt hides it while a message (a refusal's reason, a
+        # file saved) is shown, which a permanent widget stretched over the bar would leave no room for.
+        self.statusBar().addWidget(self.status, 1)
         self.panels.connect_selection(self.select_request)
         self.prompt.prompt_submitted.connect(self.submit_prompt)
         self.prompt.usable_changed.connect(self._prompt_usable_changed)
