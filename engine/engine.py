@@ -150,6 +150,8 @@ class Engine:
         if reason is not None:
             req.status = RequestStatus.REJECTED
             self.metrics.rejected += 1
+            if self.metrics.first_rejection is None:
+                self.metrics.first_rejection = f"request {req.request_id}: {reason}"
             self.sink.emit(EventKind.REJECTED, req.request_id, detail=reason)
             return
         self.requests[req.request_id] = req

@@ -42,6 +42,7 @@ class MetricsCollector:
     def __init__(self):
         self.completed = 0
         self.rejected = 0
+        self.first_rejection: str | None = None  # "request 3: <the engine's reason>", for a user asking why
         self.preemptions = 0
         self.prompt_tokens = 0  # of completed requests
         self.output_tokens = 0  # generated, over completed requests

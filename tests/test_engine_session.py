@@ -151,3 +151,25 @@ def test_only_a_simulated_engine_at_maximum_speed_says_it_keeps_one_core_busy():
     session.handle("speed", 0.0)
     session.handle("pause", None)
     assert not session.core_bound
+
+
+def test_a_run_whose_every_request_is_rejected_ends_at_once_at_1x_and_says_why():
+    """Every request longer than max_model_len: the engine's clock jumps over all the arrivals in
+    one step; paced at 1x, the session used to wait that long (255 s for this workload) with
+    nothing to run, the window showing Pause and 'rejected 1,000' and no reason."""
+    model, hardware = load_model("llama-3-8b"), load_hardware("l4-24gb")
+    session = EngineSession()
+    session.handle("apply", (RunConfig("simulated", model, hardware, EngineArgs(max_model_len=16),
+                                       load_workload("chat").with_overrides(num_requests=100)), True))
+    session.speed = 1.0
+    session.take_frame()  # the build
+    for _ in range(3):
+        if not session.playing:
+            break
+        assert session.advance(0.01) < 1.0  # never a long wait
+    assert not session.playing
+    frame = session.take_frame()
+    assert frame.done
+    assert frame.status.startswith("workload complete: 100 of 100 requests rejected on arrival (the first, request 0: ")
+    assert "exceed max_model_len 16" in frame.status
+    assert session.engine.clock > 10  # the clock did jump over the arrivals: nothing was run

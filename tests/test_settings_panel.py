@@ -132,3 +132,57 @@ def test_apply_with_a_refused_run_field_switches_to_its_tab_and_focuses_it(windo
     assert tabs.currentIndex() == 0
     qtbot.waitUntil(window.settings.max_num_batched_tokens.hasFocus)
     assert "max_num_batched_tokens" in window.statusBar().currentMessage()
+
+
+def _type_and_enter(qtbot, box, text: str) -> None:
+    box.setFocus()
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box, text)
+    qtbot.keyClick(box, Qt.Key_Return)
+
+
+def test_a_typed_value_the_box_puts_back_says_why_under_its_field(window, qtbot):
+    """Qt puts back the previous value of a box given text below its smallest value; the form
+    says so instead of leaving the user to wonder why 0 became 0.90 again."""
+    tabs = window.settings_form.dock.widget()
+    box, label = window.settings.gpu_memory_utilization, window.settings.errors["gpu_memory_utilization"]
+    _type_and_enter(qtbot, box, "0")
+    assert box.value() == pytest.approx(0.9)
+    assert label.isVisibleTo(window.settings)
+    assert "0 is below the smallest value this field takes, 0.05: kept 0.90" in label.text()
+    tabs.setCurrentIndex(1)
+    memory = window.editor.memory_gib
+    before = memory.value()
+    _type_and_enter(qtbot, memory, "0")
+    assert memory.value() == before
+    assert "below the smallest value this field takes, 0.10 GiB: kept" in window.editor.model_error.text()
+    assert window.editor.model_error.isVisibleTo(window.editor)
+
+
+def test_a_negative_arrival_rate_is_refused_not_taken_for_the_presets(window, qtbot):
+    box, label = window.settings.arrival_rate, window.settings.errors["arrival_rate_per_s"]
+    box.setValue(-0.5)
+    assert "arrival_rate_per_s must be 0 (all at once) or more, got -0.5" in label.text()
+    assert not window.settings.apply_button.isEnabled()
+    box.setValue(box.minimum())  # the box's own "preset's"
+    assert label.isHidden() and window.settings.apply_button.isEnabled()
+
+
+def test_a_context_length_no_request_of_the_workload_fits_is_refused_in_its_field(window):
+    window.settings.max_model_len.setValue(8)  # the chat preset's shortest request: 2 prompt + 7 output tokens
+    label = window.settings.errors["max_model_len"]
+    assert "every request of this workload is longer (the shortest asks for 9 tokens" in label.text()
+    assert "max_model_len 8 tokens" in label.text()
+    assert not window.settings.apply_button.isEnabled()
+    window.settings.max_model_len.setValue(4096)
+    assert label.isHidden() and window.settings.apply_button.isEnabled()
+
+
+def test_memory_too_small_for_the_weights_is_refused_at_the_memory_field(window, qtbot):
+    tabs = window.settings_form.dock.widget()
+    tabs.setCurrentIndex(1)
+    window.editor.memory_gib.setValue(1.0)  # llama-2-7b's 12.6 GiB of weights do not fit
+    assert "memory_bytes 1.00 GiB (1.1 GB) per device: no room for a KV cache" in window.editor.model_error.text()
+    assert "border" in window.editor.memory_gib.styleSheet()
+    assert window.settings.errors["gpu_memory_utilization"].isHidden()
+    assert not window.settings.apply_button.isEnabled()

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.widgets.kept_value_notice import notice_kept_values
 from kvscope.widgets.settings_panel import (
     count_suffix,
     let_combos_shrink,
@@ -163,6 +164,13 @@ class PresetEditor(QScrollArea):
             box.blockSignals(False)
             self._exact_hardware[key] = (box.value(), values[key])
         refresh_count_suffixes(self)
+        notice_kept_values([*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count],
+                           self._show_kept_value)
+
+    def _show_kept_value(self, box, reason: str) -> None:
+        """Under the model's fields, where a refused value's reason goes too."""
+        self.model_error.setText(reason)
+        self.model_error.show()
 
     def _hardware_boxes(self) -> dict:
         """field -> (its box, the box's unit in the field's unit)"""

@@ -27,6 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.widgets.kept_value_notice import notice_kept_values
+
 DEFAULT_TEXT = "default"
 # The fields whose choices the app gives (value, label) for; the engine's config lists them.
 CHOICE_FIELDS = ("backend", "kv_cache_dtype", "block_size", "scheduling", "allocation")
@@ -246,12 +248,19 @@ class SettingsPanel(QScrollArea):
             signal = getattr(widget, "valueChanged", None) or getattr(widget, "currentIndexChanged", None) \
                 or getattr(widget, "toggled", None)
             signal.connect(self.changed)
+        notice_kept_values([w for w in self.fields.values() if isinstance(w, QAbstractSpinBox)], self._show_kept_value)
         self.apply_button.clicked.connect(self.apply_requested)
         self.open_dir.clicked.connect(self._choose_model_dir)
         self.open_config.clicked.connect(self._choose_config)
         self.open_trace.clicked.connect(self._choose_trace)
         self.model.activated.connect(self._preset_chosen)
         self.workload.activated.connect(self._workload_chosen)
+
+    def _show_kept_value(self, box: QAbstractSpinBox, reason: str) -> None:
+        """Under the box, until the form is next checked: why what was typed did not stay."""
+        label = self.errors[next(key for key, widget in self.fields.items() if widget is box)]
+        label.setText(reason)
+        label.show()
 
     # layout helpers -------------------------------------------------------------------------------
     def _group(self, title: str, outer: QVBoxLayout):
@@ -313,7 +322,9 @@ class SettingsPanel(QScrollArea):
             "workload": self.workload.currentText(),
             "trace_path": self.trace_path,
             "num_requests": self.num_requests.value(),
-            "arrival_rate_per_s": None if self.arrival_rate.value() < 0 else self.arrival_rate.value(),
+            # only the box's special minimum means the preset's rate: a typed -0.5 goes on, to be refused
+            "arrival_rate_per_s": (None if self.arrival_rate.value() == self.arrival_rate.minimum()
+                                   else self.arrival_rate.value()),
             "trace_speedup": self.trace_speedup.value(),
             "prompt_median": self.prompt_median.value() or None,
             "output_median": self.output_median.value() or None,

@@ -146,6 +146,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
             edited = attempt("model", lambda: model.replace(**changes))
             model = edited.replace(name=f"{model.name} (edited)") if edited else None
     hardware = attempt("hardware", lambda: load_hardware(values["hardware"]))
+    memory_edited = False
     if hardware is not None and hardware_edits:
         flops = dict(hardware.peak_flops)
         flops16 = hardware_edits.get("flops_16bit")
@@ -157,21 +158,31 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                                                                       hardware.memory_bandwidth_bytes_per_s),
                    "peak_flops": flops, "gpu_count": hardware_edits.get("gpu_count", hardware.gpu_count)}
         if any(getattr(hardware, k) != v for k, v in changes.items()):
+            memory_edited = changes["memory_bytes"] != hardware.memory_bytes
             hardware = attempt("hardware", lambda: hardware.replace(name=f"{hardware.name} (edited)", **changes))
     args = attempt("general", lambda: EngineArgs(**{name: values[name] for name in FORM_ENGINE_FIELDS}, seed=seed))
     workload = attempt("workload", lambda: _workload(values))
     backend = values["backend"]
     if backend == "real":
         hardware = attempt("hardware", lambda: load_hardware(THIS_MACHINE))
+        memory_edited = False  # the edits are not this machine's
     if model is not None and hardware is not None and args is not None:
         def check():
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
             if not plan.fits:
-                raise ConfigError(f"no room for a KV cache: the weights ({format_bytes(plan.weights_bytes)}) fill the "
-                                  f"usable memory")
+                no_room = f"no room for a KV cache: the weights ({format_bytes(plan.weights_bytes)}) fill the usable memory"
+                if memory_edited:  # said at the memory the user typed, on the tab it was typed on
+                    errors["hardware"] = f"memory_bytes {format_bytes(hardware.memory_bytes)} per device: {no_room}"
+                    return
+                raise ConfigError(no_room)
             if plan.num_blocks < plan.blocks_per_sequence:
                 raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens needs {plan.blocks_per_sequence:,} "
                                   f"blocks but the pool holds {plan.num_blocks:,}: not one full-length request fits")
+            shortest = workload.shortest_request_tokens if workload is not None else None
+            if shortest is not None and shortest > plan.max_model_len:
+                raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens: every request of this workload is "
+                                  f"longer (the shortest asks for {shortest:,} tokens, prompt and output), so all "
+                                  f"would be rejected")
         attempt("general", check)
     if errors:
         raise SettingsError(errors)

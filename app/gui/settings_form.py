@@ -73,7 +73,7 @@ def bound_boxes(settings: SettingsPanel, editor: PresetEditor) -> None:
         box.setToolTip(f"{tip}{BOUND_NOTE}{shown_high}{f' {unit}s' if unit else box.suffix()}, as the command line checks")
 
 
-EDITOR_FIELDS = (*MODEL_EDIT_FIELDS, "gpu_count")
+EDITOR_FIELDS = (*MODEL_EDIT_FIELDS, "gpu_count", "memory_bytes")
 
 
 def editor_field(message: str) -> str | None:

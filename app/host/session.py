@@ -268,7 +268,10 @@ class EngineSession(Session):
             return self._advance_flat_out(budget_s)
         deadline = time.perf_counter() + budget_s
         while True:
-            if paced:
+            # With nothing left to arrive or run there is nothing to pace: the next step ends the
+            # workload now (a run whose every request was rejected on arrival jumped its clock over
+            # all the arrivals, and would otherwise wait that long before saying it was done).
+            if paced and engine.has_unfinished_requests():
                 ahead = engine.clock - self._pacing.target(engine.clock, self.speed, time.perf_counter())
                 if ahead > 0:
                     return min(ahead / self.speed, MAX_WAIT_S)
@@ -496,7 +499,7 @@ class EngineSession(Session):
         self._collect_finished()
         self._pending.done = True
         self._pending.summary = self.engine.summary()
-        self._pending.status = "workload complete"
+        self._pending.status = "workload complete" + _rejections_said(self.engine.metrics)
         self._stop_recording("the workload completed")
 
     def _add_point(self, result) -> None:
@@ -540,6 +543,14 @@ class EngineSession(Session):
             frame.first_tokens.append(_first_token_row(requests[request_id]))
         # Only requests still in the engine can finish later: the array stays as big as the batch.
         self._first_token_sent = ids
+
+
+def _rejections_said(metrics) -> str:
+    """The end of the run's last status line: how many requests the engine turned away, and why the first."""
+    if not metrics.rejected:
+        return ""
+    first = f" (the first, {metrics.first_rejection})" if metrics.first_rejection else ""
+    return f": {metrics.rejected:,} of {metrics.rejected + metrics.completed:,} requests rejected on arrival{first}"
 
 
 def _first_token_row(request) -> tuple:

@@ -59,6 +59,11 @@ class LengthDist:
             out = np.rint(rng.lognormal(math.log(self.median), self.sigma, size=n)).astype(np.int64)
         return np.clip(out, self.min, self.max)
 
+    @property
+    def smallest(self) -> int:
+        """The fewest tokens a sample can have."""
+        return int(np.clip(self.value, self.min, self.max)) if self.dist == "constant" else self.min
+
 
 
 def dist_from_dict(data, label: str) -> LengthDist:
@@ -122,6 +127,14 @@ class WorkloadSpec:
     @property
     def is_text(self) -> bool:
         return self.chat is not None
+
+    @property
+    def shortest_request_tokens(self) -> int | None:
+        """The fewest tokens (prompt + output cap) any of its requests can ask for; None where the
+        lengths come from a file (a trace, chat text)."""
+        if self.trace_path is not None or self.chat is not None:
+            return None
+        return self.prompt_tokens.smallest + self.output_tokens.smallest
 
     def with_overrides(self, **changes) -> "WorkloadSpec":
         import dataclasses

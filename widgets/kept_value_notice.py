@@ -1,0 +1,63 @@
+"""Says why a number box put back the value it had.
+
+A spin box takes, while it is typed in, text it cannot hold ("0" in a box whose smallest value is
+0.05: the start of 0.05 for all it knows); on Enter or when it loses focus Qt puts the previous value
+back without a word, so a user who typed 0 saw 0.90 again and could not tell why. The notice reads
+the typed text just before Qt does and hands one line to `show`, which the form puts under the field.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QValidator
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
+
+_COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+
+
+def shown_value(box: QAbstractSpinBox, value) -> str:
+    """value as the box writes it, with its unit (its special text at the minimum)."""
+    if box.specialValueText() and value == box.minimum():
+        return box.specialValueText()
+    return f"{box.textFromValue(value)}{box.suffix()}"
+
+
+def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
+    """The line for typed text the box cannot hold: its range, and the value it keeps."""
+    number, ok = (box.locale().toDouble(typed) if isinstance(box, QDoubleSpinBox)
+                  else box.locale().toLongLong(typed.replace(box.locale().groupSeparator(), "")))
+    if ok and number < box.minimum():
+        why = f"{typed} is below the smallest value this field takes, {shown_value(box, box.minimum())}"
+    elif ok and number > box.maximum():
+        why = f"{typed} is above the largest value this field takes, {shown_value(box, box.maximum())}"
+    else:
+        why = (f"{typed!r} is not a value this field takes ({shown_value(box, box.minimum())} to "
+               f"{shown_value(box, box.maximum())})")
+    return f"{why}: kept {shown_value(box, box.value())}"
+
+
+class KeptValueNotice(QObject):
+    """Event filter on one spin box: on Enter, or when the box loses focus, with text it cannot
+    hold in it, calls show(reason) before Qt puts the previous value back."""
+
+    def __init__(self, box: QAbstractSpinBox, show: Callable[[str], None]):
+        super().__init__(box)
+        self._show = show
+        box.installEventFilter(self)
+
+    def eventFilter(self, box, event) -> bool:  # noqa: N802 - Qt's name
+        kind = event.type()
+        committing = kind == QEvent.Type.FocusOut or (kind == QEvent.Type.KeyPress and event.key() in _COMMITTING_KEYS)
+        if committing:
+            typed = box.cleanText().strip()
+            if typed and box.validate(box.text(), 0)[0] != QValidator.State.Acceptable:
+                self._show(kept_value_reason(box, typed))
+        return False
+
+
+def notice_kept_values(boxes, show: Callable[[QAbstractSpinBox, str], None]) -> None:
+    """A KeptValueNotice on each box; show(box, reason) says where."""
+    for box in boxes:
+        KeptValueNotice(box, lambda reason, box=box: show(box, reason))
