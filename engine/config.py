@@ -471,6 +471,11 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         raise ConfigError(
             f"tensor_parallel_size {tp} cannot split num_key_value_heads {kv_heads} evenly over the devices"
         )
+    if model.num_attention_heads % tp:  # vLLM's check too: each device takes a whole share of the query heads
+        raise ConfigError(
+            f"tensor_parallel_size {tp} cannot split num_attention_heads {model.num_attention_heads} evenly over "
+            "the devices"
+        )
     if args.max_num_batched_tokens is not None:
         budget = args.max_num_batched_tokens
         if not args.enable_chunked_prefill and budget < max_model_len:

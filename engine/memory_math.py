@@ -338,6 +338,10 @@ def no_room_reason(plan: MemoryPlan) -> str:
         return (f"no room for a KV cache: the budget kv_cache_memory_bytes ({format_bytes(plan.kv_pool_bytes)}) is "
                 f"smaller than one block of {plan.model} ({format_bytes(plan.block_bytes)}: {plan.block_size} tokens); "
                 f"give at least {plan.block_bytes:,} bytes")
+    if plan.kv_pool_bytes > 0:  # memory is left for KV, but not one block's worth: the block is the cause
+        return (f"no room for one KV block: a block of {plan.block_size:,} tokens of {plan.model} is "
+                f"{format_bytes(plan.block_bytes)}, more than the {format_bytes(plan.kv_pool_bytes)} KV pool: "
+                f"give a smaller block_size")
     usable = plan.memory_bytes * plan.gpu_memory_utilization
     where = f"of the {usable / GiB:.2f} GiB usable on {plan.hardware} at gpu_memory_utilization {plan.gpu_memory_utilization:g}"
     parts = (("activation peak", plan.activation_bytes), ("non-torch memory", plan.non_torch_bytes),

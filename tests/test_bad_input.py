@@ -687,3 +687,101 @@ def test_a_model_folder_chosen_in_the_window_whose_weights_disagree_is_one_messa
     window.speed.setCurrentText("max")
     assert window.apply_settings(play=True)
     qtbot.waitUntil(lambda: window.latest_snapshot is not None and window.latest_snapshot.step > 10, timeout=60_000)
+
+
+# -- a second hostile pass (2026-11-27): paths the OS cannot look up, pipes, procfs, and nonsense
+# that used to be accepted --------------------------------------------------------------------
+
+LONG_NAME = "a" * 300  # past the 255 bytes a file name may have
+
+
+@pytest.mark.parametrize("argv", [
+    ["math", "--model", LONG_NAME],
+    ["run", "--quiet", "--trace", LONG_NAME],
+    ["export", LONG_NAME],
+    ["run", "--quiet", "--requests", "2", "--json", LONG_NAME],
+])
+def test_a_name_too_long_for_the_file_system_is_one_line(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    refused(*cli(capsys, *argv)[::2], "File name too long", "characters)")
+
+
+def test_a_symlink_loop_as_output_or_config_folder_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("loopA").symlink_to("loopB")
+    Path("loopB").symlink_to("loopA")
+    refused(*cli(capsys, "run", "--quiet", "--requests", "2", "--json", "loopA")[::2], "--json loopA",
+            "symbolic links")
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", "loopA")
+    refused(*cli(capsys, "presets")[::2], "loopA", "symbolic links")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_is_refused_at_once_as_input_or_output(capsys, tmp_path, monkeypatch):
+    """Opening a FIFO waits for the other end: as a trace, a recording or an output the command
+    used to hang for ever."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("pipe")
+    refused(*cli(capsys, "run", "--quiet", "--trace", "pipe")[::2], "not a regular file")
+    refused(*cli(capsys, "export", "pipe")[::2], "not a regular file")
+    refused(*cli(capsys, "run", "--quiet", "--requests", "2", "--json", "pipe")[::2], "a pipe that nothing reads")
+
+
+def test_a_procfs_file_given_as_a_recording_is_refused(capsys):
+    refused(*cli(capsys, "export", "/proc/self/status")[::2], "cannot read /proc/self/status")
+
+
+def test_the_real_backend_refuses_a_device_it_does_not_run_on(capsys):
+    refused(*cli(capsys, "run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--device", "meta",
+                 "--requests", "2")[::2], "runs on cpu or cuda", "not meta")
+
+
+def test_tensor_parallelism_must_split_the_attention_heads_too(capsys):
+    # llama-3-8b: 32 attention heads, 8 KV heads; 24 devices replicate the KV heads evenly but not the queries
+    refused(*cli(capsys, "math", "--tensor-parallel-size", "24")[::2], "cannot split num_attention_heads 32")
+
+
+def test_a_block_larger_than_the_pool_is_named_as_the_cause(capsys):
+    rc, out, _ = cli(capsys, "math", "--block-size", "100000")
+    assert rc == 0 and "no room for one KV block: a block of 100,000 tokens" in out and "weights take" not in out
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["run", "--quiet", "--arrival-rate", "1e-300", "--requests", "3"], "or at least 1e-06"),
+])
+def test_rates_too_small_to_mean_anything_are_refused(capsys, argv, fragment):
+    refused(*cli(capsys, *argv)[::2], fragment)
+
+
+@pytest.mark.parametrize("field,fragment", [
+    ('"num_key_value_heads": 0', "num_key_value_heads must be greater than 0"),
+    ('"max_position_embeddings": 0', "max_position_embeddings must be greater than 0"),
+    ('"quantization_config": {"quant_method": "gptq", "bits": 3}', "gptq with bits 3"),
+    ('"quantization_config": {"quant_method": "banana"}', "quant_method 'banana' is not one kvscope sizes"),
+])
+def test_a_config_json_value_is_refused_not_replaced_by_a_default(capsys, tmp_path, field, fragment):
+    path = tmp_path / "config.json"
+    path.write_text('{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "vocab_size": 100, '
+                    + field + "}")
+    refused(*cli(capsys, "math", "--config", path)[::2], fragment)
+
+
+def test_no_file_a_run_reads_can_be_its_output(capsys, tmp_path, monkeypatch):
+    """The trace a workload file names, a --config folder's config.json and the preset files the
+    run reads (named or by default) are inputs too."""
+    monkeypatch.chdir(tmp_path)
+    Path("mine.csv").write_text(TRACE_HEADER + "2023-11-16 18:15:46.6805900,100,10\n")
+    Path("mine.toml").write_text('name = "mine"\ntrace = "mine.csv"\n')
+    Path("shape").mkdir()
+    Path("shape/config.json").write_text(json.dumps(LLAMA))
+    protected = {p: Path(p).read_bytes() for p in ("mine.csv", "shape/config.json")}
+    refused(*cli(capsys, "run", "--quiet", "--workload", "mine.toml", "--json", "mine.csv")[::2],
+            "the trace the workload file names")
+    refused(*cli(capsys, "run", "--quiet", "--config", "shape", "--requests", "2", "--record",
+                 "shape/config.json")[::2], "the model config")
+    default_preset = presets.presets_root() / "models" / "llama-3-8b.toml"
+    protected[str(default_preset)] = default_preset.read_bytes()
+    refused(*cli(capsys, "run", "--quiet", "--requests", "2", "--json", default_preset)[::2], "the model preset")
+    assert all(Path(p).read_bytes() == data for p, data in protected.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def check_flags(args) -> dict:
         if args.quit_after is None:
             raise ConfigError(f"--screenshot {args.screenshot}: needs --quit-after SECONDS (the window is saved "
                               "just before it closes)")
-        if not Path(args.screenshot).resolve().parent.is_dir():
+        if not Path(os.path.realpath(args.screenshot)).parent.is_dir():
             raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
         check_output_path("--screenshot", args.screenshot, {"recording": replay} if replay else None)
         check_screenshot_target(args.screenshot)

@@ -8,6 +8,7 @@ Bad input of any kind ends in one line on stderr and exit code 2, never a traceb
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
@@ -106,6 +107,10 @@ def add_bench_parser(sub) -> None:
     p_bench.set_defaults(func=_run_bench)
 
 
+# The lookup errors a path given as input can cause anywhere it is read: too long a name, a symlink loop.
+PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
+
+
 def _lazy(module: str, name: str):
     return getattr(importlib.import_module(f"kvscope.app.{module}"), name)
 
@@ -133,11 +138,24 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `kvscope presets | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail too
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in PATH_ERRNOS:
+            raise
+        # A path the OS cannot even look up (a name over 255 bytes, a symlink loop): each reading
+        # of a path would need its own check for these, and every one of them means the same thing.
+        print(f"kvscope: error: {_short_path(exc.filename)}: {exc.strerror}: give a path the system can open",
+              file=sys.stderr)
+        return EXIT_USAGE
     except (MemoryError, RecursionError) as exc:  # the last resort: every input is bounded before use
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deep"
         print(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def _short_path(filename) -> str:
+    text = one_line(os.fsdecode(filename)) if filename is not None else "a path"
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-30:]} ({len(text):,} characters)"
 
 
 def one_line(text: str) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 from kvscope.engine import Engine
-from kvscope.engine.config import DEFAULT_REAL_MODEL, ConfigError, EngineArgs
-from kvscope.app.lab.presets import load_workload, load_workload_file
+from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_REAL_MODEL, ConfigError, EngineArgs
+from kvscope.app.lab.presets import load_workload, load_workload_file, preset_file
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
 from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
@@ -48,12 +49,26 @@ def add_parser(subparsers) -> None:
 
 
 def input_files(args) -> dict:
-    """The files a run reads, by what they are: an output flag naming one of them is refused."""
-    given = {"trace": args.trace, "model config": args.config,
+    """The files a run reads, by what they are: an output flag naming one of them is refused.
+    That is every file: the config.json of a --config folder, the trace a workload file names, and
+    the preset files (built-in or the user's) that --model, --hardware and --workload name."""
+    config = args.config
+    if config and Path(config).is_dir():
+        config = str(Path(config) / "config.json")
+    given = {"trace": args.trace, "model config": config,
              "workload file": args.workload if args.workload.endswith(".toml") else None}
     if args.model_path:
         given["model config"] = str(Path(args.model_path) / "config.json")
-    return {what: path for what, path in given.items() if path}
+    if given["workload file"]:
+        with contextlib.suppress(ConfigError):  # a broken file is refused, with its reason, when it is read
+            given["trace the workload file names"] = load_workload_file(args.workload).trace_path
+    model = args.model or (DEFAULT_REAL_MODEL if args.backend == "real" else DEFAULT_MODEL)
+    for what, kind, name in (("model preset", "models", None if config or args.model_path else model),
+                             ("hardware preset", "hardware", args.hardware or DEFAULT_HARDWARE),
+                             ("workload preset", "workloads", None if given["workload file"] else args.workload)):
+        if name:
+            given[what] = preset_file(kind, name)
+    return {what: str(path) for what, path in given.items() if path}
 
 
 def workload_from_args(args) -> WorkloadSpec:
@@ -98,8 +113,10 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     if args.config:
         raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
                           "or a --model preset (random weights of its shape)")
+    from kvscope.app.lab.models.loader import resolve_device
     from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 
+    resolve_device(args.device)  # a device it cannot run on is refused before minutes of loading
     edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
     architecture = options.model_from_args(args, default_model=DEFAULT_REAL_MODEL) if edited else None
     if not args.model_path:

@@ -3,6 +3,7 @@ weight quantisation; and, on a model with a tokenizer, what each costs on real E
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kvscope.engine.config import (
@@ -96,7 +97,7 @@ def run(args) -> int:
         if dtype not in KV_CACHE_DTYPE_BYTES:
             raise ConfigError(f"unknown kv_cache_dtype {dtype!r}; choose all or one of: {', '.join(KV_CACHE_DTYPE_BYTES)}")
     quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
-    if args.json and args.json != "-" and not Path(args.json).resolve().parent.is_dir():
+    if args.json and args.json != "-" and not Path(os.path.realpath(args.json)).parent.is_dir():
         raise ConfigError(f"--json {args.json}: the folder does not exist")
     check_output_path("--json", args.json,
                       {"model config": str(Path(args.model_path) / "config.json")} if args.model_path else None)

@@ -62,7 +62,9 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
     for its kind is refused before anything is allocated for it."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes; opened this
+        # way it returns at once and fstat refuses it. A regular file reads as usual.
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
             info = os.fstat(handle.fileno())
             if stat.S_ISDIR(info.st_mode):
                 raise ConfigError(f"{label}: is a folder, not a {what}")

@@ -11,6 +11,7 @@ once it is complete, so a failed or interrupted write leaves an existing file as
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -27,7 +28,7 @@ def same_file(a, b) -> bool:
             return os.path.samefile(a, b)
     except OSError:
         pass
-    return a.resolve() == b.resolve()
+    return os.path.realpath(a) == os.path.realpath(b)  # not Path.resolve(): it raises on a symlink loop
 
 
 def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -> None:
@@ -43,14 +44,16 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
                               "it: give another file name")
     if out.is_dir():
         raise ConfigError(f"{flag} {path}: is a folder; give a file name")
-    folder = out.resolve().parent
+    folder = Path(os.path.realpath(out)).parent
     if not folder.is_dir():
         raise ConfigError(f"{flag} {path}: the folder does not exist ({folder})")
     existed = out.exists()
     try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
-        with open(out, "ab"):
-            pass
+        # O_NONBLOCK: a FIFO no one reads would keep open() waiting forever; it fails at once (ENXIO)
+        os.close(os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666))
     except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise ConfigError(f"{flag} {path}: a pipe that nothing reads; give a file name") from None
         raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
     if not existed:
         out.unlink()
@@ -79,7 +82,7 @@ def replaces_in_place(path) -> bool:
 def partial_path(path) -> Path:
     """A new, empty temporary file beside `path`, to be renamed over it when complete."""
     target = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.resolve().parent)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=Path(os.path.realpath(target)).parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)

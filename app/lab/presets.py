@@ -117,6 +117,14 @@ def _preset_file(kind: str, name: str):
     return path
 
 
+def preset_file(kind: str, name: str) -> Path | None:
+    """The file a preset name is read from (built-in or the user's); None where the name names none."""
+    try:
+        return _preset_file(kind, name)
+    except ConfigError:
+        return None
+
+
 def _check_keys(data: dict, allowed: set, label: str) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:

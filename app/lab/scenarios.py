@@ -28,7 +28,7 @@ from kvscope.app.lab.compare import (
     ComparisonWorkload,
     Variant,
 )
-from kvscope.engine.checks import MAX_SEED, shown
+from kvscope.engine.checks import MAX_BYTES, MAX_SEED, shown
 from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
@@ -61,6 +61,7 @@ _TOP_KEYS = {"name", "order", "title", "seed_lesson", "claim", "caption", "quest
 PLAYBACK_SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 _ANSWER_KEYS = {"kind", "unit", "choices"}
 _REVEAL_KEYS = {"metric", "ratio", "memory", "best", "config", "numerator", "denominator", "highest"}
+MAX_MEMORY_GIB = MAX_BYTES / GiB  # 1 EiB, the engine's ceiling on any size in bytes
 _BASE_KEYS = {"backend", "model", "hardware", "memory_gib", "quantization", "seed", "num_requests", "min_requests",
               "workload", "engine"}
 _CONFIG_KEYS = {"label", "model", "hardware", "memory_gib", "quantization", "engine", "output_tokens"}
@@ -295,12 +296,14 @@ class _Fields:
             raise self.error(f"must be at most {MAX_SEED:,}, got {shown(value)}", key)
         return value
 
-    def number(self, key: str, default=None):
+    def number(self, key: str, default=None, maximum: float = math.inf):
         if key not in self.data:
             return default
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise self.error(f"must be a number greater than 0, got {value!r}", key)
+        if value > maximum:
+            raise self.error(f"must be at most {maximum:,.0f}, got {value!r}", key)
         return float(value)
 
 
@@ -476,7 +479,7 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Varian
     if not isinstance(model_name, str):
         raise fields.error("missing: set model in [base] or in the configuration", "model")
     hardware_name = pick("hardware")
-    memory_gib = fields.number("memory_gib", base.number("memory_gib"))
+    memory_gib = fields.number("memory_gib", base.number("memory_gib", maximum=MAX_MEMORY_GIB), maximum=MAX_MEMORY_GIB)
     if backend == "real" and hardware_name is not None:
         raise fields.error("the real backend runs on this machine: size its KV pool with memory_gib (a device "
                            "budget) or engine.kv_cache_memory_bytes, not hardware", "hardware")

@@ -37,6 +37,9 @@ MAX_SHARED_PREFIX_TOKENS = 1 << 24  # all shared prefixes together: they are bui
 MAX_TRACE_SPAN_S = 366 * 86400.0  # a trace's last arrival, seconds after its first: a year
 MAX_TRACE_BYTES = 1 << 30
 MAX_SPEEDUP = 1e9
+# Below these a run's clock reaches astronomical times (1e-300 req/s: 1e300 s) that say nothing.
+MIN_SPEEDUP = 1e-6
+MIN_ARRIVAL_RATE = 1e-6  # requests per second: one in 11.6 days
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,9 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
         raise ConfigError(f"{label}: arrival_rate_per_s must be 0 (all at once) or more, got {spec.arrival_rate_per_s}")
     real_number(spec.arrival_rate_per_s, f"{label}: arrival_rate_per_s", 0.0, MAX_ARRIVAL_RATE)
+    if 0 < spec.arrival_rate_per_s < MIN_ARRIVAL_RATE:
+        raise ConfigError(f"{label}: arrival_rate_per_s must be 0 (all at once) or at least {MIN_ARRIVAL_RATE:g} "
+                          f"(one request in {1 / MIN_ARRIVAL_RATE / 86400:.1f} days), got {spec.arrival_rate_per_s:g}")
     if not 0 <= spec.shared_prefix_fraction <= 1:
         raise ConfigError(f"{label}: shared_prefix_fraction must be between 0 and 1")
     if spec.shared_prefix_fraction > 0 and spec.shared_prefix_tokens < 1:
@@ -166,7 +172,7 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
                           f"{MAX_SHARED_PREFIX_TOKENS:,} tokens, got {spec.num_shared_prefixes * spec.shared_prefix_tokens:,}")
     if spec.trace_speedup <= 0 or not math.isfinite(spec.trace_speedup):
         raise ConfigError(f"{label}: trace_speedup must be greater than 0, got {spec.trace_speedup}")
-    real_number(spec.trace_speedup, f"{label}: trace_speedup", 0.0, MAX_SPEEDUP, low_open=True)
+    real_number(spec.trace_speedup, f"{label}: trace_speedup", MIN_SPEEDUP, MAX_SPEEDUP)
     if spec.chat is not None and spec.trace_path is not None:
         raise ConfigError(f"{label}: a workload replays a trace or sends chat text, not both")
 

@@ -32,8 +32,11 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
         if quant.get("load_in_4bit"):
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
         return "int8"
-    if method in ("gptq", "awq") and quant.get("bits") == 4:
-        return "int4"
+    if method in ("gptq", "awq"):
+        bits = quant.get("bits")
+        if bits in (4, 8) and not isinstance(bits, bool):
+            return "int4" if bits == 4 else "int8"
+        raise ConfigError(f"quantization_config: {method} with bits {bits!r}: kvscope sizes 4- and 8-bit weights")
     if method == "compressed-tensors":  # llm-compressor checkpoints: the weights' bits and kind
         weights = next((g.get("weights") or {} for g in (quant.get("config_groups") or {}).values()
                         if isinstance(g, dict)), {})
@@ -42,6 +45,9 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
             return "fp8" if kind == "float" else "int8"
         if bits == 4:
             return "int4"
+    if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
+        raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
+                          "(fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     return normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
 
@@ -106,6 +112,10 @@ def _experts(cfg: dict, model_type: str) -> dict:
             "shared_expert_intermediate_size": shared, "num_dense_layers": dense}
 
 
+def _given_or(cfg: dict, key: str, default):
+    return default if cfg.get(key) is None else cfg[key]
+
+
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
@@ -123,12 +133,13 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
         "num_attention_heads": heads,
-        "num_key_value_heads": cfg.get("num_key_value_heads") or heads,
+        # absent (or null): as many as the attention heads; a 0 given is refused, not read as "absent"
+        "num_key_value_heads": _given_or(cfg, "num_key_value_heads", heads),
         "head_dim": head_dim,
         "hidden_size": hidden,
         "intermediate_size": cfg.get("intermediate_size") or 4 * hidden,
         "vocab_size": cfg["vocab_size"],
-        "max_position_embeddings": cfg.get("max_position_embeddings") or 4096,
+        "max_position_embeddings": _given_or(cfg, "max_position_embeddings", 4096),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),

@@ -136,8 +136,13 @@ def resolve_device(requested: str | None):
             device = torch.device(requested)
         except RuntimeError as exc:
             raise ConfigError(f"unknown device {requested!r}: {exc}") from None
+        if device.type not in ("cpu", "cuda"):  # the paged runner is written and tested for these two
+            raise ConfigError(f"device {requested!r}: the real backend runs on cpu or cuda (cuda:N), not {device.type}")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError(f"device {requested!r} asked for, but this machine has no CUDA device")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {requested!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                              f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

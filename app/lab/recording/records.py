@@ -7,6 +7,8 @@ attached vLLM server) read what these find.
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 import threading
 import zlib
 from pathlib import Path
@@ -77,14 +79,20 @@ def open_records(path, allow_truncated: bool = False) -> OpenedFile:
     if path.is_dir():
         raise RecordingError(f"{path} is a folder, not a recording")
     try:
-        handle = open(path, "rb")
+        # not blocking: opening a FIFO to read would wait for a writer, forever if none comes
+        handle = os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb")
     except FileNotFoundError:
         raise RecordingError(f"{path}: no such file") from None
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        size = handle.seek(0, 2)
-        handle.seek(0)
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise RecordingError(f"{path}: not a regular file (a device or a pipe); give a .kvrec recording")
+        try:
+            size = handle.seek(0, 2)
+            handle.seek(0)
+        except OSError as exc:  # a file that cannot seek (procfs) is no recording
+            raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
         start = handle.read(FILE_HEADER.size)
         if len(start) < len(SIGNATURE) or not start.startswith(SIGNATURE):
             if SIGNATURE.startswith(start):
