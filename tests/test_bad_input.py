@@ -10,6 +10,7 @@ real command; tests/test_fuzz_parsers.py generates them.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -785,3 +786,41 @@ def test_no_file_a_run_reads_can_be_its_output(capsys, tmp_path, monkeypatch):
     protected[str(default_preset)] = default_preset.read_bytes()
     refused(*cli(capsys, "run", "--quiet", "--requests", "2", "--json", default_preset)[::2], "the model preset")
     assert all(Path(p).read_bytes() == data for p, data in protected.items())
+
+
+def test_flags_that_would_be_dropped_without_a_word_are_refused(capsys, tmp_path):
+    refused(*cli(capsys, "run", "--quiet", "--quantization", "nf4", "--requests", "2")[::2],
+            "--quantization: the real backend's", "--weight-dtype")
+    refused(*cli(capsys, "calibrate", "--model", "tiny-llama", "--model-path", tmp_path)[::2],
+            "--model and --model-path both")
+    refused(*cli(capsys, "gui", "--replay", tmp_path / "run.kvrec", "--model", "llama-3-8b")[::2],
+            "--model would not apply")
+    refused(*cli(capsys, "export", tmp_path / "run.kvrec", "--csv", "-")[::2], "--csv -: export writes a file")
+    rc, out, err = cli(capsys)
+    assert rc == 2 and "usage:" in out and "give a command" in err
+
+
+def test_odd_but_valid_spellings_are_read(capsys, tmp_path):
+    """A TOML file with a byte-order mark and ISO timestamps with a zone after the fraction."""
+    workload = tmp_path / "bom.toml"
+    workload.write_bytes(b'\xef\xbb\xbfname = "bom"\nnum_requests = 3\n')
+    rc, _, err = cli(capsys, "run", "--quiet", "--workload", workload)
+    assert rc == 0, err
+    trace = tmp_path / "zoned.csv"
+    trace.write_text(TRACE_HEADER + "2023-11-16 18:15:46.6805900+00:00,100,10\n2023-11-16 18:15:48.1805900+00:00,50,5\n")
+    rows = read_trace(trace)
+    assert [round(r.arrival_time_s, 6) for r in rows] == [0.0, 1.5]
+
+
+def test_a_json_number_too_long_for_python_is_named_plainly():
+    with pytest.raises(ConfigError, match="a whole number of more than 4,300 digits") as caught:
+        load_json('{"vocab_size": ' + "9" * 5000 + "}", "config x")
+    assert "set_int_max_str_digits" not in str(caught.value)
+
+
+def test_a_scenario_field_error_names_its_file_once(capsys, tmp_path):
+    text = (presets.presets_root() / "scenarios" / "cache-ceiling.toml").read_text()
+    path = tmp_path / "bad-seed.toml"
+    path.write_text(re.sub(r"(?m)^seed = \d+$", "seed = -1", text, count=1))
+    last = refused(*cli(capsys, "compare", "--scenario", path)[::2], "base.seed: must be a whole number >= 0")
+    assert last.count("scenario file") == 1

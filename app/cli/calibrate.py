@@ -12,7 +12,7 @@ import sys
 
 from kvscope.app.cli import options
 from kvscope.app.cli.output import table
-from kvscope.engine.config import COMPUTE_DTYPES
+from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.engine.cost_model import MAX_EFFICIENCY, calibration_note
 from kvscope.engine.units import format_seconds
 
@@ -58,6 +58,8 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.model and args.model_path:  # as `math` and `run` say: one source of weights
+        raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
     model = args.model or calibration.default_calibration_model()
     status(f"loading {args.model_path or model} ...")
     loaded = load_for_real_backend(model, args.model_path, args.device, args.dtype, progress=status)

@@ -77,6 +77,8 @@ def _count(value, default: int) -> int:
 def run(args) -> int:
     outputs = [(flag, path) for flag, path in (("--perfetto", args.perfetto), ("--csv", args.csv)) if path]
     for flag, path in outputs:
+        if path == "-":  # elsewhere "-" is stdout; here it would have made a file named "-"
+            raise ConfigError(f"{flag} -: export writes a file (it reports on stdout); give a file name")
         check_output_path(flag, path, {"recording": args.file})
     check_distinct_outputs(dict(outputs))
     from kvscope.app.lab.recording.records import is_attached, read_header

@@ -135,6 +135,12 @@ def check_flags(args) -> dict:
         check_output_path("--screenshot", args.screenshot, {"recording": replay} if replay else None)
         check_screenshot_target(args.screenshot)
     if replay:
+        ignored = [flag for flag, value in (("--scenario", scenario), ("--model", args.model), ("--model-path", args.model_path),
+                                            ("--hardware", args.hardware), ("--workload", args.workload),
+                                            ("--backend", args.backend)) if value]
+        if ignored:  # a replay shows the recorded run as it was; these would be dropped without a word
+            raise ConfigError(f"--replay {replay} shows the run it recorded; {', '.join(ignored)} would not apply: "
+                              "give either --replay or a run to start")
         check_replay(replay)
     if scenario:
         from kvscope.app.lab.scenarios import load_scenario

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
+        print("kvscope: error: give a command (above); `kvscope COMMAND --help` says what each takes", file=sys.stderr)
         return EXIT_USAGE
     try:
         refuse_blank_values(args)

@@ -91,6 +91,12 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
     else:
         if args.model_path:
             raise ConfigError("--model-path loads real weights: use it with --backend real")
+        real_only = [flag for flag, value in (("--device", args.device), ("--dtype", args.dtype),
+                                              ("--quantization", args.quantization),
+                                              ("--allow-pickle", args.allow_pickle or None)) if value is not None]
+        if real_only:  # the simulated backend would run without them, silently
+            raise ConfigError(f"{', '.join(real_only)}: the real backend's (it loads and runs the weights); use "
+                              "them with --backend real, or size simulated weights with --weight-dtype")
         engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
     engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine)))
     return engine, spec

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 from kvscope.engine.checks import ConfigError
@@ -51,6 +52,9 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
     except RecursionError:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None
     except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
+        if "int_max_str_digits" in str(exc) or "digits" in str(exc):  # Python's advice is not the user's to take
+            raise ConfigError(f"{label}: a whole number of more than {sys.get_int_max_str_digits():,} digits; "
+                              "no field of it is that large") from None
         raise ConfigError(f"{label}: {exc}") from None
     if nesting_depth(value) > max_depth:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels")

@@ -82,7 +82,7 @@ def read_toml(path, label: str) -> dict:
         except OSError as exc:
             raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
     try:
-        table = tomllib.loads(data.decode("utf-8"))
+        table = tomllib.loads(data.decode("utf-8-sig"))  # a byte-order mark (Windows editors) is not TOML
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: malformed TOML: {exc}") from None
     except UnicodeDecodeError:

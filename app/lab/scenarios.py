@@ -453,8 +453,9 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
             prompt_scale=shape.number("prompt_scale", 1.0), output_scale=shape.number("output_scale", 1.0),
             max_output_tokens=max_output, all_at_once=all_at_once,
         )
-    except ConfigError as exc:
-        raise ConfigError(f"{base.label}: base.{exc}") from None
+    except ConfigError as exc:  # the fields' own errors carry the file and field already
+        message = str(exc)
+        raise ConfigError(message if message.startswith(base.label) else f"{base.label}: base.{message}") from None
 
 
 def _engine_overrides(table, where: str, label: str) -> dict:

@@ -250,8 +250,9 @@ def _parse_timestamp(text: str) -> float:
     except ValueError:
         pass
     whole, _, fraction = text.partition(".")
-    base = datetime.fromisoformat(whole)
-    return base.timestamp() + (float("0." + fraction) if fraction else 0.0)
+    digits = fraction[: len(fraction) - len(fraction.lstrip("0123456789"))]
+    base = datetime.fromisoformat(whole + fraction[len(digits):])  # a zone after the fraction (+00:00, Z) stays
+    return base.timestamp() + (float("0." + digits) if digits else 0.0)
 
 
 _COLUMN_NAMES = {
