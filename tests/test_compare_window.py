@@ -81,9 +81,14 @@ def test_each_scenario_asks_takes_a_guess_runs_and_reveals(window, qtbot, monkey
         assert backend.startswith(f"real backend ({scenario.configs[0].model} on this ")
     else:
         assert backend.startswith("simulated backend (")
+    # until its process has built every configuration the page says so, and the status bar keeps saying it
+    assert view.building_note.isVisibleTo(view) and not view.columns
+    assert ("real model" in view.building_note.text()) == (scenario.backend == "real")
+    assert window.statusBar().currentMessage() == "building the configurations ..."
     # nothing runs before the guess is committed, and nothing on screen gives the answer away
     qtbot.waitUntil(lambda: len(view.columns) == len(scenario.configs), timeout=120000)  # a real model loads first
     qtbot.wait(150)
+    assert view.building_note.isHidden()
     assert not view.playing and view.results is None
     assert all(c.veiled and not c.block_map.isVisible() for c in view.columns)
     assert not any(" blocks" in c.numbers.text() for c in view.columns)  # no pool size

@@ -140,6 +140,13 @@ class CompareView(QWidget):
         self.columns_grid.setContentsMargins(0, 0, 0, 0)
         self.columns_grid.setSpacing(6)
         columns_layout.addWidget(grid_box, 1)
+        # Until the comparison's process has built every configuration (a real model each: a
+        # minute or more on a loaded CPU) there are no columns to show: this says what is going on.
+        self.building_note = QLabel()
+        self.building_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.building_note.setWordWrap(True)
+        self.building_note.hide()
+        columns_layout.addWidget(self.building_note)
         columns_layout.addWidget(self.block_legend)
         self.columns: list[ConfigColumn] = []
         self.plots = ComparePlots(theme=theme)
@@ -283,6 +290,12 @@ class CompareView(QWidget):
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
+        real = sum(variant.backend == "real" for variant in spec.variants)
+        self.building_note.setText(
+            f"Building {len(spec.variants)} configurations"
+            + (f": {real} of them run a real model on this machine, loaded in the comparison's own process "
+               "(the first time up to a minute or two); the columns appear when they are ready." if real else " ..."))
+        self.building_note.show()
         if self.host is None:
             self.host = SessionHost(ComparisonSession, name="comparison")
         self.host.set_speed(self.speed)
@@ -399,6 +412,8 @@ class CompareView(QWidget):
             self.render_frame(frame)
 
     def render_frame(self, frame) -> None:
+        if frame.info is not None or frame.error:
+            self.building_note.hide()  # built, or it never will be: the error says why
         if frame.info is not None:
             self._new_comparison(frame.info)
         if frame.error:

@@ -140,8 +140,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.bottom_dock], [200], Qt.Vertical)
 
         self.status = ThrottledLabel()  # 10 times a second at most: see widgets/throttled_label.py
-        # A normal widget, not a permanent one: Qt hides it while a message (a refusal's reason, a
-        # file saved) is shown, which a permanent widget stretched over the bar would leave no room for.
+        # not a permanent widget: Qt hides it while a message shows, which it would leave no room for
         self.statusBar().addWidget(self.status, 1)
         self.panels.connect_selection(self.select_request)
         self.prompt.prompt_submitted.connect(self.submit_prompt)
@@ -362,7 +361,9 @@ class MainWindow(QMainWindow):
             self.compare = CompareView(theme=self.theme)
             self.compare.play_state_changed.connect(self._compare_play_state)
             self.compare.columns_rebuilt.connect(self._rescale_new_views)
-            self.compare.status_changed.connect(lambda text: self.statusBar().showMessage(text, 8000))
+            # work in progress ("building the configurations ...") stays until the next status replaces it
+            self.compare.status_changed.connect(
+                lambda text: self.statusBar().showMessage(text, 0 if text.endswith("...") else 8000))
             index = self.pages.addTab(self.compare, "Compare")
             self.pages.setTabToolTip(index, "configurations side by side on the identical workload")
             for key, action in self.export_actions.items():
