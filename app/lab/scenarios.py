@@ -99,7 +99,8 @@ class Reveal:
         if self.kind == "memory":
             return f"{words} of \"{self.config}\", computed by the memory math (no run needed)"
         if self.kind == "best":
-            return f"the configuration with the {'highest' if self.highest else 'lowest'} {words}, measured"
+            extreme = "highest" if self.highest else "lowest"  # among the choices offered, not every configuration
+            return f"of the choices offered, the one whose configuration has the {extreme} {words}, measured"
         return f"{words} of \"{self.config}\", measured"
 
 
