@@ -213,3 +213,27 @@ def test_the_command_line_refuses_a_missing_recording_in_one_line(capsys, tmp_pa
     assert main(["gui", "--replay", str(tmp_path / "nope.kvrec")]) == 2
     err = capsys.readouterr().err
     assert "no such file" in err and "Traceback" not in err
+
+
+def test_a_recording_started_mid_run_says_the_engine_step_beside_the_count(qtbot, tmp_path):
+    """The status bar shows the engine's own step number; a run recorded from its 10th step showed
+    '142 of 215 steps replayed' beside 'step 158' with nothing to tell the two apart."""
+    from kvscope.app.host.replay import read_replay_info
+    from kvscope.widgets.replay_scrubber import ReplayScrubber
+
+    path = tmp_path / "late.kvrec"
+    engine = Engine(load_model("llama-3-8b"), load_hardware("l4-24gb"), EngineArgs(num_gpu_blocks_override=300))
+    engine.add_workload(generate_requests(load_workload("chat").with_overrides(num_requests=20), 128256, seed=1))
+    for _ in range(10):
+        engine.step()
+    recorder = RunRecorder(engine, path, {"label": "late start"})
+    while (result := engine.step()) is not None:
+        recorder.record_step(result)
+    recorder.close(engine.summary())
+    info = read_replay_info(path)
+    assert info.steps_before == 10
+    scrubber = ReplayScrubber()
+    qtbot.addWidget(scrubber)
+    scrubber.set_recording(info.num_steps, info.end_times, info.steps_before)
+    scrubber.set_position(5)
+    assert scrubber.label.text().startswith(f"5 of {info.num_steps:,} steps replayed (engine step 15) \u00b7 ")

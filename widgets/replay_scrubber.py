@@ -37,6 +37,7 @@ class ReplayScrubber(QWidget):
         super().__init__(parent)
         self.num_steps = 0
         self._end_times = np.zeros(0)
+        self._steps_before = 0
         self.slider = JumpSlider(Qt.Horizontal)
         self.slider.setToolTip("click or drag to any step of the recording; the block map, timeline and plots show the "
                                "run as it was right after that step")
@@ -67,10 +68,12 @@ class ReplayScrubber(QWidget):
             f"QSlider::sub-page:horizontal {{ height: 6px; border-radius: 3px; background: {done}; }}"
             f"QSlider::handle:horizontal {{ width: 12px; margin: -5px 0; border-radius: 6px; background: {handle}; }}")
 
-    def set_recording(self, num_steps: int, end_times_s) -> None:
-        """num_steps: steps in the recording; end_times_s: the engine clock at the end of each."""
+    def set_recording(self, num_steps: int, end_times_s, steps_before: int = 0) -> None:
+        """num_steps: steps in the recording; end_times_s: the engine clock at the end of each;
+        steps_before: the engine steps taken before the recording started (the status bar counts them)."""
         self.num_steps = int(num_steps)
         self._end_times = np.asarray(end_times_s, dtype=np.float64)
+        self._steps_before = int(steps_before)
         self.slider.blockSignals(True)
         self.slider.setRange(0, self.num_steps)
         self.slider.setPageStep(max(1, self.num_steps // 20))
@@ -92,7 +95,9 @@ class ReplayScrubber(QWidget):
 
     def _show(self, position: int) -> None:
         total = self._end_times[-1] if len(self._end_times) else 0.0
-        self.label.setText(f"{position:,} of {self.num_steps:,} steps replayed \u00b7 engine clock "
+        # a recording started mid-run: the engine's own step number (the status bar's) beside the count
+        engine_step = f" (engine step {position + self._steps_before:,})" if self._steps_before else ""
+        self.label.setText(f"{position:,} of {self.num_steps:,} steps replayed{engine_step} \u00b7 engine clock "
                            f"{self.clock_at(position):,.2f} s of {total:,.2f} s")
 
     def _moved(self, value: int) -> None:

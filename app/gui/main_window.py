@@ -186,7 +186,7 @@ class MainWindow(QMainWindow):
         self.worker.start()
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(info.path, play=False)
-        self.scrubber.set_recording(info.num_steps, info.end_times)
+        self.scrubber.set_recording(info.num_steps, info.end_times, info.steps_before)
         self._set_replay_mode(True)
         # opened where the pool holds something: at step 0 it is empty (a scripted screenshot was too)
         self._seek(info.opening_position)

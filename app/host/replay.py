@@ -137,6 +137,7 @@ class ReplayInfo:
     engine_info: EngineInfo
     warning: str | None  # set when the file was cut short: it replays up to its last whole record
     opening_position: int = 0  # where the window opens it: opening_position() of its steps
+    steps_before: int = 0  # engine steps taken before the recording started (a run recorded mid-way)
 
 
 def opening_position(kv_usage) -> int:
@@ -157,7 +158,8 @@ def read_replay_info(path, allow_truncated: bool = True) -> ReplayInfo:
         series = recording.series()
         return ReplayInfo(str(path), recording.num_steps, series["time_s"],
                           engine_info_from_header(recording.header, " (replay)"), recording.warning,
-                          opening_position(series["kv_usage"]))
+                          opening_position(series["kv_usage"]),
+                          int(series["step"][0]) if len(series["step"]) else 0)
 
 
 class ReplaySession(Session):
