@@ -530,6 +530,35 @@ def test_a_short_value_axis_labels_only_what_fits_a_tall_one_is_left_alone(qtbot
         assert axis.tickSpacing(low, high, 40 * line) == plain.tickSpacing(low, high, 40 * line)
 
 
+def test_large_values_are_labelled_in_thousands_so_the_labels_fit_the_axis(qtbot):
+    """pyqtgraph drops a tick label wider than its axis: the live plots' 58 px value axes showed
+    a throughput of 0 - 20,000 tokens/s labelled "0" and nothing else."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QImage, QPainter
+
+    from kvscope.widgets.fitting_axis import FittingAxis
+
+    axis = FittingAxis("left")
+    assert axis.tickStrings([0, 10_000, 20_000], 1, 10_000) == ["0", "10k", "20k"]
+    assert axis.tickStrings([0, 12_500, 25_000], 1, 2_500) == ["0", "12.5k", "25.0k"]
+    assert axis.tickStrings([0, 1e6, 1.5e6], 1, 5e5) == ["0", "1.0M", "1.5M"]
+    assert axis.tickStrings([0, 500, 1000], 1, 500) == ["0", "500", "1000"]  # small values as pyqtgraph writes them
+    widget = pg.PlotWidget(axisItems={"left": axis})
+    qtbot.addWidget(widget)
+    axis.setWidth(58)
+    widget.setLabel("left", "tokens/s")
+    widget.plot([0, 1, 2, 3], [0, 12_000, 19_000, 15_000])
+    widget.setYRange(0, 20_000, padding=0.05)
+    widget.resize(300, 120)
+    widget.show()
+    qtbot.waitExposed(widget)
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    drawn = [text for _, _, text in axis.generateDrawSpecs(painter)[2]]
+    painter.end()
+    assert "0" in drawn and any(text.endswith("k") for text in drawn), drawn
+
+
 def test_whole_number_axes_have_no_ticks_between_integers_and_x_labels_fit_side_by_side(qtbot):
     from PySide6.QtGui import QFontMetricsF
 

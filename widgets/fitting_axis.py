@@ -50,6 +50,17 @@ class FittingAxis(pg.AxisItem):
             return [level for level in levels if level[0] >= finest]
         return [(spacing, 0)] + [level for level in levels if finest <= level[0] < spacing]
 
+    def tickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph's name
+        """Thousands as "12k", millions as "3M": a value axis is about 58 px wide, and pyqtgraph drops
+        a label wider than its axis (a throughput axis of 0 - 20,000 tokens/s was labelled "0" alone)."""
+        largest = max((abs(v * scale) for v in values), default=0.0)
+        if largest < 10_000:
+            return super().tickStrings(values, scale, spacing)
+        unit, suffix = (1e6, "M") if largest >= 1_000_000 else (1e3, "k")
+        step = f"{spacing * scale / unit:.6f}".rstrip("0").rstrip(".")  # as many decimals as the spacing has
+        decimals = len(step.partition(".")[2])
+        return [f"{v * scale / unit:.{decimals}f}{suffix}" if v else "0" for v in values]
+
     def _labels_that_fit(self, low: float, high: float, spacing: float, size: float) -> int:
         metrics = QFontMetricsF(self.style["tickFont"] or self.font())
         if self.orientation in ("left", "right"):
