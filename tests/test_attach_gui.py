@@ -61,7 +61,7 @@ def test_the_attached_page_shows_the_servers_cache_events_and_metrics(attached, 
     # the live run's settings mean nothing to the server: disabled, saying why; its docks hidden
     assert not window.settings_dock.widget().isEnabled()
     assert window.settings_dock.widget().toolTip() == SETTINGS_TOOLTIP
-    assert window.plots_dock.isHidden() and window.bottom_dock.isHidden()
+    assert window.plots_dock.isHidden() and window.bottom_dock.isHidden() and window.inspector_dock.isHidden()
     window.pages.setCurrentIndex(0)
     assert window.settings_dock.widget().isEnabled() and not window.plots_dock.isHidden()
 

@@ -196,8 +196,8 @@ class AttachView(QWidget):
 
     # -- the window around it -------------------------------------------------------------------
     def hidden_docks(self, window) -> list:
-        """The live run's docks that show nothing of the server: its plots, requests and events."""
-        return [window.plots_dock, window.bottom_dock]
+        """The live run's docks that show nothing of the server: its plots, requests, events and request inspector."""
+        return [window.plots_dock, window.bottom_dock, window.inspector_dock]
 
     def set_theme(self, theme) -> None:
         self.theme = theme
