@@ -49,6 +49,20 @@ def test_the_window_keeps_the_latest_words_of_each_request():
     assert len(texts) == 0 and texts.shown_in_demo(-1) == -1
 
 
+def test_demo_mode_follows_a_request_that_is_writing_until_it_finishes():
+    """Not the newest request, which is often still waiting with no word written."""
+    texts = RequestTexts()
+    texts.take({1: RequestText(PROMPT, "Key", None), 2: RequestText(PROMPT, "Val", None),
+                3: RequestText(PROMPT, "", None)})  # 3 waits in the queue
+    assert texts.shown_in_demo(-1) == 2
+    texts.take({4: RequestText(PROMPT, "A", None), 2: RequestText(None, "Value", None)})
+    assert texts.shown_in_demo(-1) == 2  # kept while it writes: the pane does not jump to each newcomer
+    texts.take({2: RequestText(None, "Value.", "stop")})
+    assert texts.shown_in_demo(-1) == 4  # then the newest writing one
+    texts.take({4: RequestText(None, "A.", "stop"), 1: RequestText(None, "Key.", "stop")})
+    assert texts.shown_in_demo(-1) == 3  # nothing writes: the one still waiting
+
+
 def test_blocks_reused_from_a_prefix_another_request_still_holds():
     # request 1 filled blocks 0-3; request 2 reused 0-2 (48 cached tokens) and filled 4-5
     snap = snapshot_of(owner=[1, 1, 1, 1, 2, 2, -1], ref=[2, 2, 2, 1, 1, 1, 0], requests=[(1, 4, 0), (2, 5, 48)])

@@ -42,6 +42,7 @@ class RequestTexts:
         self.version = 0  # counts the frames that changed any text
         self._records: dict[int, TextRecord] = {}
         self.newest_typed = -1  # the newest request sent from the prompt box, -1 before any
+        self._followed = -1  # the workload's request demo mode shows while it writes
 
     def __len__(self) -> int:
         return len(self._records)
@@ -83,14 +84,22 @@ class RequestTexts:
             del self._records[request_id]
 
     def newest_streaming(self) -> int:
-        """The newest request still answering, -1 if none: what demo mode follows before anything is typed."""
-        return max((rid for rid, record in self._records.items() if not record.finished), default=-1)
+        """The newest request writing its answer (else the newest not finished, still waiting), -1 if
+        none: what demo mode follows before anything is typed."""
+        unfinished = [rid for rid, record in self._records.items() if not record.finished]
+        writing = [rid for rid in unfinished if self._records[rid].output]
+        return max(writing or unfinished, default=-1)
 
     def shown_in_demo(self, selected: int) -> int:
         """The request whose answer demo mode shows: the one chosen (selected, if it has text), else the
-        newest typed, else the newest still answering; -1 if there is no text at all."""
+        newest typed, else the one it followed while that one is still writing, else the newest
+        writing. (The newest unfinished one was often still waiting: half the screen showed an empty
+        answer while others streamed; and following each newcomer made the pane jump.)"""
         if selected >= 0 and selected in self._records:
             return selected
         if self.newest_typed >= 0:
             return self.newest_typed
-        return self.newest_streaming()
+        followed = self._records.get(self._followed)
+        if followed is None or followed.finished or not followed.output:
+            self._followed = self.newest_streaming()
+        return self._followed
