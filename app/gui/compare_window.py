@@ -290,9 +290,10 @@ class CompareView(QWidget):
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
-        real = sum(variant.backend == "real" for variant in spec.variants)
+        variants = getattr(spec, "variants", ())
+        real = sum(variant.backend == "real" for variant in variants)
         self.building_note.setText(
-            f"Building {len(spec.variants)} configurations"
+            f"Building {len(variants) or 'the'} configurations"
             + (f": {real} of them run a real model on this machine, loaded in the comparison's own process "
                "(the first time up to a minute or two); the columns appear when they are ready." if real else " ..."))
         self.building_note.show()
@@ -502,7 +503,7 @@ class CompareView(QWidget):
                 column.set_veiled(False)
                 column.block_map.update_snapshot(snap)
                 column.set_numbers(snap, finished, total, moment_s=clock_s,
-                                   moment=self.asked.moment if self.asked and self.asked.moment else "fullest")
+                                   moment=self.asked.moment if self.asked and self.asked.moment else "fullest frame drawn")
         labels = [c.label for c in self.columns]
         reveal = self.scenario.reveal_from if self.scenario is not None else None
         named = (reveal.config or reveal.numerator) if reveal is not None else ""

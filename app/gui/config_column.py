@@ -35,7 +35,8 @@ class ConfigColumn(QWidget):
 
     NUMBERS_TIP = ("this configuration at the shared clock (or, after a scenario's reveal, at its decisive moment): "
                    "the share of its KV blocks requests hold, requests running and waiting, requests finished of "
-                   "the workload's")
+                   "the workload's.\nThe decisive moment is the fullest frame the window drew; the results table's "
+                   "peaks count every step, so they can be a little higher.")
 
     def __init__(self, parent=None):
         super().__init__(parent)
