@@ -214,3 +214,109 @@ def test_a_forced_block_count_has_no_error_and_no_model_no_prediction():
     assert blocks.error is None and "forced" in blocks.note
     assert concurrency.predicted == pytest.approx(1.5) and concurrency.error == pytest.approx(0)
     assert all(f.predicted is None and "--model" in f.note for f in predict(config, "0.32.0", None))
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["http://[::1:8000", "--kv-events", "tcp://127.0.0.1:1"], "not a valid address (Invalid IPv6 URL)"),
+    (["http://127.0.0.1:99999", "--kv-events", "tcp://127.0.0.1:1"], "port '99999' is not a valid port"),
+    (["http://127.0.0.1:０", "--kv-events", "tcp://127.0.0.1:1"], "(not ASCII digits) is not a valid port"),
+    (["http://u:p@127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:1"], "holds credentials"),
+    (["http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:0"], "KV event endpoint 'tcp://127.0.0.1:0': port '0'"),
+    (["http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:1", "--replay", "tcp://127.0.0.1:-1"],
+     "replay endpoint 'tcp://127.0.0.1:-1': port '-1' is not a valid port"),
+    (["http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:65500", "--data-parallel-size", "64"],
+     "DP rank 36 would use port 65536, past 65535"),
+])
+def test_addresses_and_ports_that_cannot_be_are_refused_before_anything_is_sent(flags, words, capsys):
+    # refused as what they are, not as "connection refused" or "no such host" after trying
+    assert attach(*flags, "--duration", 1) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "cannot reach" not in err
+
+
+@pytest.mark.parametrize("flags", [["--screenshot", "s.png"], ["--quit-after", "1"], ["--theme", "light"]])
+def test_window_flags_are_refused_when_headless(flags, tmp_path, capsys):
+    assert attach("http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:1", "--duration", 1, *flags) == 2
+    err = capsys.readouterr().err
+    assert f"{flags[0]} is the window's, and --duration attaches headless" in err and err.count("\n") == 1
+
+
+def test_a_screenshot_without_quit_after_is_refused_for_the_window(capsys):
+    assert attach("http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:1", "--screenshot", "s.png") == 2
+    assert "--screenshot s.png: needs --quit-after SECONDS" in capsys.readouterr().err
+
+
+def pressure_metrics_with(value: str) -> bytes:
+    from attach_fixtures import PRESSURE_METRICS
+
+    return PRESSURE_METRICS.replace(b'num_gpu_blocks="12"', f'num_gpu_blocks="{value}"'.encode())
+
+
+@pytest.mark.parametrize("value, words", [
+    ("²", "num_gpu_blocks='²', which is not valid; kvscope reads a whole number from 1 to 4,194,304"),
+    ("0", "num_gpu_blocks='0', which is not valid"),
+    ("-12", "num_gpu_blocks='-12', which is not valid"),
+    ("12.5", "num_gpu_blocks='12.5', which is not valid"),
+    ("NaN", "num_gpu_blocks='NaN', which is not valid"),
+    ("4194305", "num_gpu_blocks='4194305', more than 4,194,304, the most blocks kvscope draws"),
+])
+def test_a_block_count_that_is_not_one_or_past_the_pool_ceiling_exits_2(value, words, server, capsys):
+    http = server(vllm_routes(metrics=pressure_metrics_with(value)))
+    assert attach(http.url, "--kv-events", f"tcp://127.0.0.1:{free_port()}", "--duration", 0.3) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "has no vllm:cache_config_info" not in err
+
+
+def test_out_of_range_metrics_are_ignored_with_a_warning_and_the_json_holds_no_nan(server, publisher, tmp_path,
+                                                                                      capsys):
+    from test_vllm_metrics import replace_samples
+
+    from attach_fixtures import PRESSURE_METRICS
+
+    metrics = replace_samples(PRESSURE_METRICS.decode(), {
+        "vllm:kv_cache_usage_perc": "-1e308", "vllm:num_requests_running": "+Inf",
+        "vllm:prefix_cache_queries_total": "-1e308", "vllm:time_to_first_token_seconds_sum": "NaN"})
+    http, pub = server(vllm_routes(metrics=metrics.encode())), publisher()
+    play_script(pub)
+    out = tmp_path / "attach.json"
+    assert attach(http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint, "--duration", 1,
+                  "--json", out) == 0
+
+    def no_constant(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    report = json.loads(out.read_text(), parse_constant=no_constant)
+    m = report["metrics"]
+    assert m["kv_usage"] is None and m["peak_kv_usage"] is None and m["num_running"] is None
+    assert m["prefix_cache_hit_rate"] is None  # not 1.0 from -1e308 / -1e308
+    err = capsys.readouterr().err
+    warning, = [line for line in err.splitlines() if line.startswith("kvscope: warning:")]
+    assert "out of range, ignored" in warning and "vllm:kv_cache_usage_perc -1e+308" in warning
+    assert report["warnings"] == [warning.removeprefix("kvscope: warning: ")]
+
+
+def test_more_blocks_than_the_server_has_are_flagged_not_reported_as_true(server, publisher, tmp_path, capsys):
+    import msgspec
+
+    http, pub = server(), publisher()  # the server reports 12 blocks
+
+    def script():
+        assert pub.subscribed.wait(WAIT_S)
+        for seq in range(3):
+            hashes = list(range(1000 * seq + 1, 1000 * seq + 11))  # 10 new blocks each: 30 on 12
+            event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+                     "token_ids": [1] * 320, "block_size": 32}
+            pub.publish(seq, msgspec.msgpack.encode([1.0 + seq, [event], 0]))
+
+    threading.Thread(target=script, daemon=True).start()
+    out = tmp_path / "attach.json"
+    assert attach(http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint, "--duration", 1,
+                  "--json", out) == 0
+    report = json.loads(out.read_text())
+    assert report["blocks_unplaced"] == 18
+    warning, = report["warnings"]
+    assert "more distinct blocks than the server's num_gpu_blocks (12 per engine)" in warning
+    assert "18 block(s) beyond the pool" in warning
+    captured = capsys.readouterr()
+    assert captured.err.count("kvscope: warning:") == 1
+    assert "(inconsistent: 18 beyond the server's 12-block pool)" in captured.out

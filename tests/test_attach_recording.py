@@ -240,3 +240,45 @@ def test_latency_rows_predict_beside_observed_with_units_and_an_error():
     assert busier.predicted > itl.predicted
     none = LatencyModel.for_server(server, load_model("llama-3.1-8b"), None).predict(load)
     assert all(row.predicted is None and "--hardware" in row.note for row in none)
+
+
+def test_a_refused_attach_leaves_an_existing_recording_as_it_was_and_makes_no_new_one(recorded, tmp_path, capsys):
+    import shutil
+    import threading
+
+    existing = tmp_path / "existing.kvrec"
+    shutil.copyfile(recorded[0], existing)
+    before = existing.read_bytes()
+    for target in (existing, tmp_path / "new.kvrec"):
+        http, pub = FixtureServer(vllm_routes()), LoopbackPublisher()
+
+        def garbage():
+            assert pub.subscribed.wait(WAIT_S)
+            pub.send_raw([b"kv", (0).to_bytes(8, "big"), b"\xc1 not msgpack"])
+
+        threading.Thread(target=garbage, daemon=True).start()
+        try:
+            assert main(["attach", http.url, "--kv-events", pub.endpoint, "--duration", "1", "--record",
+                         str(target)]) == 2
+        finally:
+            pub.stop()
+            http.stop()
+        assert "not a vLLM KV event publisher" in capsys.readouterr().err
+    assert existing.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.kvrec"]  # no new file, no temporary one
+
+
+def test_a_recording_over_an_existing_file_replaces_it_whole_at_the_end(tmp_path, capsys):
+    path = tmp_path / "over.kvrec"
+    path.write_bytes(b"an older file")
+    http, pub = FixtureServer(vllm_routes()), LoopbackPublisher()
+    try:
+        play_script(pub)
+        assert main(["attach", http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint,
+                     "--duration", "1", "--record", str(path)]) == 0
+    finally:
+        pub.stop()
+        http.stop()
+    assert f"recording written to {path}" in capsys.readouterr().out
+    assert AttachedRecording.open(path).num_steps > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["over.kvrec"]

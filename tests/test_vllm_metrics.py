@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import re
 import socket
 import threading
 from pathlib import Path
@@ -283,3 +284,76 @@ def test_a_port_that_does_not_speak_http_is_named():
 def test_server_url_accepts_a_bare_host_and_port():
     assert server_url("gpu-host:8000") == "http://gpu-host:8000"
     assert server_url(" https://gpu-host:8000/ ") == "https://gpu-host:8000"
+
+
+@pytest.mark.parametrize("address, words", [
+    ("http://[::1:8000", "not a valid address (Invalid IPv6 URL)"),
+    ("http://127.0.0.1:0", "port '0' is not a valid port; give a whole number from 1 to 65535"),
+    ("http://127.0.0.1:99999", "port '99999' is not a valid port"),
+    ("http://127.0.0.1:-1", "port '-1' is not a valid port"),
+    ("127.0.0.1:８０８０", "port '８０８０' (not ASCII digits) is not a valid port"),
+    ("http://user:secret@127.0.0.1:8000", "holds credentials (user:password@), which kvscope does not send"),
+])
+def test_an_address_that_cannot_be_one_is_refused_in_one_line(address, words):
+    # before anything is sent: a malformed host, a port no server listens on, credentials kvscope would drop
+    with pytest.raises(ServerUnreachable) as caught:
+        server_url(address)
+    message = str(caught.value)
+    assert words in message and "\n" not in message
+    assert "secret" not in message  # a password is not repeated on the screen
+
+
+def test_server_url_keeps_ipv6_hosts_and_encodes_a_path_in_another_script():
+    assert server_url("[::1]:8000") == "http://[::1]:8000"
+    assert server_url("http://gpu-host:8000/é") == "http://gpu-host:8000/%C3%A9"
+
+
+def with_cache_config(exposition: str, **labels) -> str:
+    out = []
+    for line in exposition.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            for name, value in labels.items():
+                line = re.sub(rf'\b{name}="[^"]*"', f'{name}="{value}"', line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "-12", "12.5", "NaN", "0x10"])
+def test_num_gpu_blocks_is_read_from_ascii_digits_only(value):
+    # str.isdigit() holds for "²" and "١٢", and int("²") raises: neither may pass for a block count
+    metrics = parse_metrics(with_cache_config(PRESSURE, num_gpu_blocks=value))
+    assert metrics.num_gpu_blocks is None and metrics.cache_config_label("num_gpu_blocks") == value
+    assert metrics.block_size == 32
+    assert "²" in parse_metrics(PRESSURE.replace('engine="0"', 'engine="²"')).engines  # an engine label too
+
+
+def replace_samples(exposition: str, values: dict) -> str:
+    """The exposition with each named sample line's value replaced."""
+    lines = []
+    for line in exposition.splitlines():
+        name = line.split("{", 1)[0]
+        lines.append(line.rsplit(" ", 1)[0] + f" {values[name]}" if name in values and not line.startswith("#")
+                     else line)
+    return "\n".join(lines) + "\n"
+
+
+def test_out_of_range_samples_are_ignored_and_named():
+    text = replace_samples(PRESSURE, {
+        "vllm:kv_cache_usage_perc": "-1e308", "vllm:num_requests_running": "+Inf", "vllm:num_preemptions_total": "NaN",
+        "vllm:prefix_cache_hits_total": "500.0",  # more hit tokens than the 400 queried
+        "vllm:time_to_first_token_seconds_count": "-4.0", "vllm:prompt_tokens_created": "NaN"})
+    metrics = parse_metrics(text)
+    total = metrics.total
+    assert total.kv_cache_usage is None and total.num_requests_running is None
+    assert total.num_preemptions_total is None and total.time_to_first_token is None
+    assert total.prefix_cache_hits_total is None and prefix_cache_hit_rate(None, total) is None
+    assert total.num_requests_waiting == 0.0 and total.generation_tokens_total is not None  # the rest is read
+    rejected = " | ".join(metrics.rejected)
+    for words in ("vllm:kv_cache_usage_perc -1e+308 (a fraction from 0 to 1)", "vllm:num_requests_running inf",
+                  "vllm:num_preemptions_total nan", "more than the 400 tokens queried",
+                  "vllm:time_to_first_token_seconds_count -4", "vllm:prompt_tokens_created nan"):
+        assert words in rejected
+    assert not parse_metrics(PRESSURE).rejected
+    # a usage a rounding past 1 is read as full, not refused
+    rounded = parse_metrics(replace_samples(PRESSURE, {"vllm:kv_cache_usage_perc": "1.0000000001"}))
+    assert rounded.total.kv_cache_usage == 1 and not rounded.rejected

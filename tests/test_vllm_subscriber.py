@@ -400,3 +400,47 @@ def test_dp_ranks_publish_on_consecutive_ports_and_wildcards_dial_localhost():
     assert dialable("tcp://*:5557") == "tcp://127.0.0.1:5557"
     assert dialable("tcp://10.0.0.7:5557") == "tcp://10.0.0.7:5557"
 
+
+
+def test_a_seq_jump_too_far_to_be_lost_batches_is_a_restart_not_a_loss(publisher, subscriber):
+    pub = publisher()
+    sub = subscriber([PublisherEndpoint(pub.endpoint, pub.replay_endpoint)])
+    connected(pub)
+    for seq, payload in ((0, PRESSURE[0]), (1, PRESSURE[1]), (10**15, PRESSURE[2]), (10**15 + 1, PRESSURE[3])):
+        pub.publish(seq, payload)
+    records = collect(sub, lambda rs: 10**15 + 1 in seqs(rs))
+    assert seqs(records) == [0, 1, 10**15, 10**15 + 1]
+    jump, = records_of_kind(records, NoticeKind.RESTART)
+    assert "seq jumped from 1 to 1,000,000,000,000,000" in jump.message and "restarted or jumped" in jump.message
+    assert not records_of_kind(records, NoticeKind.GAP) and pub.replay_requests == []
+    assert (sub.counts.missed, sub.counts.gaps, sub.counts.restarts) == (0, 0, 1)
+
+
+def test_a_first_batch_with_an_implausible_seq_is_not_caught_up_and_a_negative_seq_is_skipped(publisher, subscriber):
+    pub = publisher()
+    sub = subscriber([PublisherEndpoint(pub.endpoint, pub.replay_endpoint)])
+    connected(pub)
+    pub.send_raw([pub.topic, (-5).to_bytes(8, "big", signed=True), PRESSURE[0]])
+    pub.publish(2**63 - 1, PRESSURE[1])
+    records = collect(sub, lambda rs: 2**63 - 1 in seqs(rs))
+    error, = records_of_kind(records, NoticeKind.DECODE_ERROR)
+    assert "seq -5" in error.message and "negative" in error.message
+    jump, = records_of_kind(records, NoticeKind.RESTART)
+    assert "the first batch has seq 9,223,372,036,854,775,807" in jump.message
+    assert sub.counts.missed == 0 and pub.replay_requests == []
+
+
+@pytest.mark.parametrize("endpoint, replay, size, words", [
+    ("tcp://127.0.0.1:0", None, 1, "KV event endpoint 'tcp://127.0.0.1:0': port '0' is not a valid port"),
+    ("tcp://127.0.0.1:99999", None, 1, "port '99999' is not a valid port; give a whole number from 1 to 65535"),
+    ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:-1", 1, "replay endpoint 'tcp://127.0.0.1:-1': port '-1'"),
+    ("tcp://127.0.0.1:５５５７", None, 1, "(not ASCII digits)"),
+    ("tcp://127.0.0.1", None, 1, "has no port"),
+    ("tcp://127.0.0.1:65530", None, 8, "DP rank 6 would use port 65536, past 65535"),
+    ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:65535", 2, "replay endpoint 'tcp://127.0.0.1:65535': DP rank 1"),
+])
+def test_ports_that_are_not_ports_are_refused_before_any_socket(endpoint, replay, size, words):
+    with pytest.raises(SubscriberError) as caught:
+        data_parallel_endpoints(endpoint, replay, size)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+    assert data_parallel_endpoints("tcp://*:*", None, 1, listen=True)[0].endpoint == "tcp://*:*"  # bind any port

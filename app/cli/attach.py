@@ -10,6 +10,7 @@ host); --replay names the server's replay socket, so missed batches are fetched 
 
 from __future__ import annotations
 
+import sys
 import time
 
 from kvscope.engine.config import ConfigError
@@ -17,7 +18,7 @@ from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
 from kvscope.app.cli import options
 from kvscope.app.cli.output import table
-from kvscope.app.lab.output_path import check_output_path, write_json_output
+from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
 
 MAX_DURATION_S = 7 * 86400.0
 POLL_MS = 100
@@ -50,10 +51,13 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--json", metavar="OUT", help="with --duration: write the observations as JSON ('-': stdout)")
     parser.add_argument("--record", metavar="FILE",
                         help="record what arrives to a .kvrec, for `kvscope gui --replay FILE` and `kvscope export`")
-    parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark", help="the window's colours")
+    parser.add_argument("--theme", choices=("dark", "light", "contrast"), default=None,
+                        help="the window's colours (default dark)")
     parser.add_argument("--quit-after", type=options.bounded(0.0, MAX_DURATION_S), metavar="SECONDS",
                         help="the window: close after this many seconds")
     parser.add_argument("--screenshot", metavar="PNG", help="the window, with --quit-after: save it as a PNG first")
+    parser.epilog = ("--theme, --quit-after and --screenshot are the window's: with --duration (headless) there is "
+                     "none, and they are refused")
     parser.set_defaults(func=run)
 
 
@@ -88,6 +92,8 @@ def follow(target, duration_s: float, record: str | None = None) -> dict:
         attachment.scrape()
         report = attachment.report()
         error = publisher_error(attachment)
+        if error is not None:
+            attachment.discard_recording()  # a refused attach keeps nothing, and replaces no recording
         recorder = attachment.stop_recording()
         if recorder is not None:
             report["recording"] = {"path": str(recorder.path), "bytes": recorder.size, "ticks": recorder.num_ticks}
@@ -112,7 +118,9 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
                    f"{report['blocks_removed']:,} removed)"),
         ("gaps / replayed / lost", f"{report['gaps']:,} / {report['batches_replayed']:,} / {report['batches_lost']:,}"),
         ("restarts / decode errors", f"{report['restarts']:,} / {report['decode_errors']:,}"),
-        ("blocks cached at the end", f"{report['blocks_cached']:,} in {report['chains']:,} chains"),
+        ("blocks cached at the end", f"{report['blocks_cached']:,} in {report['chains']:,} chains" + (
+            f" (inconsistent: {report['blocks_unplaced']:,} beyond the server's {report['num_gpu_blocks']:,}-block "
+            "pool)" if report["blocks_unplaced"] else "")),
         ("KV cache usage (now / peak)", f"{_percent(m['kv_usage'])} / {_percent(m['peak_kv_usage'])}"),
         ("running / waiting", f"{_count(m['num_running'])} / {_count(m['num_waiting'])}"),
         ("preemptions (server total)", _count(m["preemptions"])),
@@ -139,7 +147,6 @@ def figure_value(value, unit: str) -> str:
 def run_window(target, args) -> int:
     """The explorer window with the server's page showing; the live engine is built only if played."""
     import argparse
-    import sys
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
@@ -151,7 +158,7 @@ def run_window(target, args) -> int:
                                                model_path=None))
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
-    window = MainWindow(values, theme=args.theme, autoplay=False, attach=target)
+    window = MainWindow(values, theme=args.theme or "dark", autoplay=False, attach=target)
     if args.record:
         window.attached.host.start_recording(args.record)
     window.resize(1600, 960)
@@ -176,14 +183,33 @@ def _count(value) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
 
-def run(args) -> int:
+def check_mode_flags(args) -> None:
+    """Each flag does something in the mode chosen: the window's (--theme, --quit-after,
+    --screenshot) are refused with --duration, --json without it."""
     if args.json and args.duration is None:
         raise ConfigError("--json writes what a headless attach observed: give --duration SECONDS too")
+    if args.duration is not None:
+        for flag, value in (("--screenshot", args.screenshot), ("--quit-after", args.quit_after),
+                            ("--theme", args.theme)):
+            if value is not None:
+                raise ConfigError(f"{flag} is the window's, and --duration attaches headless, with no window: "
+                                  f"drop {flag}, or drop --duration to open the window")
+    if args.screenshot and args.quit_after is None:
+        raise ConfigError(f"--screenshot {args.screenshot}: needs --quit-after SECONDS (the window is saved just "
+                          "before it closes)")
+
+
+def run(args) -> int:
+    check_mode_flags(args)
+    check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})
     check_output_path("--json", args.json)
     if args.record:
         check_output_path("--record", args.record)
     if args.screenshot:
+        from kvscope.app.cli.gui import check_screenshot_target
+
         check_output_path("--screenshot", args.screenshot)
+        check_screenshot_target(args.screenshot)
     target = target_from_args(args)
     if args.duration is None:
         return run_window(target, args)
@@ -193,6 +219,8 @@ def run(args) -> int:
         if args.json and getattr(exc, "report", None) is not None:
             write_json_output("--json", args.json, exc.report)
         raise
+    for warning in report["warnings"]:
+        print(f"kvscope: warning: {warning}", file=sys.stderr)
     if args.json:
         write_json_output("--json", args.json, report)
     if args.json != "-":

@@ -16,9 +16,11 @@ What it holds:
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kvscope.app.lab.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, UnknownEvent, block_hash_u64
 from kvscope.app.lab.vllm.metrics import (
@@ -31,6 +33,7 @@ from kvscope.app.lab.vllm.metrics import (
     latency_percentiles,
     prefix_cache_hit_rate,
     restarted_between,
+    server_url,
 )
 from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, ObservedLoad, PredictedFigure, predict
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
@@ -60,6 +63,7 @@ UNAVAILABLE = {
     "compute utilisation": "vLLM's metrics have no roofline figure",
 }
 QUANTILES = (0.5, 0.99)
+REJECTED_SHOWN = 3  # out-of-range metric samples named in the warning; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,9 @@ class Attachment:
         self._now = 0.0  # the clock when the current poll began: rows and scrapes are stamped with it
         self.replay_checked = False
         self.recorder = None  # an AttachRecorder (app/lab/recording/attached_writer.py) while one records
+        self._recording_to = None  # (the target, the file written beside it or None, made new) while one records
+        self.warnings: dict[str, str] = {}  # what is inconsistent, one line each, by topic ("metrics", "pool")
+        self._rejected: dict[str, None] = {}  # the out-of-range metric samples seen, in order
         self.latency = None  # a LatencyModel (prediction.py) once attached
 
     # -- opening --------------------------------------------------------------------------------
@@ -173,10 +180,11 @@ class Attachment:
         """Reach the server, read its cache configuration, subscribe. ConfigError with one line
         (ServerUnreachable, MetricsError, NotAPublisher, SubscriberError) when any part fails."""
         target = self.target
-        self.server, metrics = probe_server(target.url, target.timeout_s)
+        server_url(target.url)  # every address is checked before anything is sent
         endpoint = target.kv_events or target.kv_listen
         publishers = data_parallel_endpoints(endpoint, target.replay, target.data_parallel_size,
                                              listen=target.kv_listen is not None)
+        self.server, metrics = probe_server(target.url, target.timeout_s)
         for publisher in publishers:
             if publisher.replay_endpoint is not None:
                 check_replay_endpoint(publisher.replay_endpoint, target.timeout_s)
@@ -253,6 +261,7 @@ class Attachment:
         self._row("scrape", f"scrape failed: {message}")
 
     def _take_scrape(self, metrics: ServerMetrics, now: float) -> ObservedPoint:
+        self._note_rejected(metrics)
         total, before = metrics.total, self._previous
         restarted = before is not None and restarted_between(before, total)
         if self.first_metrics is None or restarted:
@@ -281,6 +290,34 @@ class Attachment:
         self._previous, self._previous_at, self.last_metrics = total, now, metrics
         self.add_point(point, restarted)
         return point
+
+    def _note_rejected(self, metrics: ServerMetrics) -> None:
+        """Out-of-range samples (NaN, +Inf, a negative count, a usage past 1) were left out of the
+        scrape: a log row for each new one, and one warning line naming them."""
+        new = [sample for sample in metrics.rejected if sample not in self._rejected]
+        if not new:
+            return
+        for sample in new:
+            self._rejected[sample] = None
+            self._row("scrape", f"ignored an out-of-range /metrics sample: {sample}")
+        seen = list(self._rejected)
+        more = f" and {len(seen) - REJECTED_SHOWN} more" if len(seen) > REJECTED_SHOWN else ""
+        self.warnings["metrics"] = (f"{self.server.url}/metrics served {len(seen)} value(s) out of range, ignored "
+                                    f"(shown as n/a): {'; '.join(seen[:REJECTED_SHOWN])}{more}")
+
+    def _check_pool(self) -> None:
+        """Blocks stored beyond the server's pool: the events do not fit its num_gpu_blocks (a log
+        row the first time, and a warning line that says how many)."""
+        unplaced = self.prefix_map.num_unplaced
+        if not unplaced:
+            return
+        first = "pool" not in self.warnings
+        self.warnings["pool"] = (f"the KV events hold more distinct blocks than the server's num_gpu_blocks "
+                                 f"({self.server.num_gpu_blocks:,} per engine): they are inconsistent with the "
+                                 f"server (batches lost, or events from another server); {unplaced:,} block(s) "
+                                 "beyond the pool are not drawn")
+        if first:
+            self._row("gap", self.warnings["pool"])
 
     def add_point(self, point: ObservedPoint, restarted: bool = False) -> None:
         """A scrape taken (live: just now; a replay: as recorded)."""
@@ -317,6 +354,7 @@ class Attachment:
                 self._row("cleared", f"{where}: the prefix cache was reset (all blocks cleared)")
             else:
                 self._row("unknown", f"{where}: an event of type {event.type_name!r} this kvscope does not know")
+        self._check_pool()
 
     def _notice(self, notice: StreamNotice) -> None:
         if notice.kind is NoticeKind.RESTART and notice.stream is not None:
@@ -335,18 +373,67 @@ class Attachment:
 
     # -- recording ------------------------------------------------------------------------------
     def start_recording(self, path) -> None:
-        """Record from now to path (.kvrec) until stop_recording(); RecordingError if it cannot be written."""
+        """Record from now to path (.kvrec) until stop_recording(); RecordingError if it cannot be
+        written. An existing file is written beside and replaced only by stop_recording(), never by
+        discard_recording(); a new one is written in place (a recorder that is killed leaves it
+        readable) and removed by discard_recording()."""
+        from kvscope.app.lab.output_path import partial_path, replaces_in_place
         from kvscope.app.lab.recording.attached_writer import AttachRecorder
+        from kvscope.app.lab.recording.format import RecordingError
 
         self.stop_recording()
-        self.recorder = AttachRecorder(path, self)
+        target = Path(path)
+        beside, created = None, not os.path.lexists(target)  # a dangling symlink is not made here
+        if not created and replaces_in_place(target):
+            try:
+                beside = partial_path(target)
+            except OSError as exc:
+                raise RecordingError(f"cannot write the recording {target}: {exc.strerror or exc}") from None
+        try:
+            self.recorder = AttachRecorder(beside or target, self)
+        except BaseException:
+            if beside is not None:
+                beside.unlink(missing_ok=True)
+            raise
+        self._recording_to = (target, beside, created)
 
     def stop_recording(self, note: str | None = None):
-        """Finish the recording, if one runs; returns the recorder (its path, size and ticks)."""
+        """Finish the recording, if one runs (replacing the file it was asked to write); returns the
+        recorder (its path, size and ticks)."""
+        from kvscope.app.lab.output_path import commit_partial
+        from kvscope.app.lab.recording.format import RecordingError
+
         recorder, self.recorder = self.recorder, None
-        if recorder is not None:
+        if recorder is None:
+            return None
+        target, beside, _ = self._recording_to
+        self._recording_to = None
+        try:
             recorder.close(self.report(), note)
+            if beside is not None:
+                commit_partial(beside, target)
+        except OSError as exc:
+            raise RecordingError(f"cannot write the recording {target}: {exc.strerror or exc}") from None
+        finally:
+            if beside is not None:
+                beside.unlink(missing_ok=True)  # gone once committed
+        recorder.path = target
         return recorder
+
+    def discard_recording(self) -> None:
+        """End the recording with nothing kept: an existing file stays as it was, a new one is removed
+        (the attach was refused: an empty recording of it would be kept as if it were one)."""
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return
+        target, beside, created = self._recording_to
+        self._recording_to = None
+        try:
+            recorder.close(None, "discarded")
+        except (OSError, ConfigError):
+            pass  # nothing of it is kept
+        if beside is not None or created:  # never a device or a pipe it wrote to, nor a file it did not make
+            (beside or target).unlink(missing_ok=True)
 
     # -- reading --------------------------------------------------------------------------------
     def latency_prediction(self, window_s: float = LATENCY_WINDOW_S) -> list[PredictedFigure]:
@@ -378,7 +465,9 @@ class Attachment:
                  "e2e_request_latency": "e2e_latency"}
         values = {
             "num_running": last.num_requests_running, "num_waiting": last.num_requests_waiting,
-            "kv_usage": last.kv_cache_usage, "peak_kv_usage": self.peak_kv_usage, "peak_running": self.peak_running,
+            "kv_usage": last.kv_cache_usage, "peak_running": self.peak_running,
+            # no peak when no scrape had a usage (the server served none, or none in range)
+            "peak_kv_usage": self.peak_kv_usage if any(not math.isnan(p.kv_usage) for p in self.points) else None,
             "preemptions": last.num_preemptions_total, "prompt_tokens": last.prompt_tokens_total,
             "output_tokens": last.generation_tokens_total,
             "prefix_cache_queries_tokens": last.prefix_cache_queries_total,
@@ -394,7 +483,7 @@ class Attachment:
         """What `kvscope attach --json` writes."""
         server, subscriber, counts = self.server, self.subscriber.counts if self.subscriber else None, self.counts
         map_counts = self.prefix_map.counts()
-        return {
+        report = {
             "server": server.url,
             "server_version": server.version,
             "model_names": list(server.model_names),
@@ -430,7 +519,9 @@ class Attachment:
             "prediction": [figure.as_dict() for figure in self.prediction + self.latency_prediction(math.inf)],
             "unavailable": UNAVAILABLE,
             "warning": self.no_events_reason,
+            "warnings": list(self.warnings.values()),
         }
+        return _finite(report)
 
 
 def attach_info(attachment: Attachment) -> dict:
@@ -441,6 +532,17 @@ def attach_info(attachment: Attachment) -> dict:
             "engines": list(server.engines), "sources": attachment.subscriber.sources,
             "replay": attachment.target.replay, "cache_config": dict(server.cache_config),
             "prediction": [figure.as_dict() for figure in attachment.prediction], "unavailable": dict(UNAVAILABLE)}
+
+
+def _finite(value):
+    """A report with each NaN or infinity as None: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _hashes(hashes) -> str:

@@ -50,6 +50,11 @@ HISTOGRAM_SOURCES = {  # all in seconds
 }
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 _AVERAGED = {"kv_cache_usage"}
+# What a sample may hold; one outside is ignored (the figure is then not served) and named in
+# ServerMetrics.rejected: a fraction is 0 - 1, counts and counters are finite and never negative.
+_FRACTION_SLACK = 1e-9  # float rounding of 1 - free / total
+_RANGES = {"kv_cache_usage": (0.0, 1.0, "a fraction from 0 to 1")}
+_COUNT_RANGE = (0.0, math.inf, "a finite count, 0 or more")
 
 
 class MetricsError(ConfigError):
@@ -97,6 +102,7 @@ class ServerMetrics:
     engines: dict[str, EngineMetrics]  # by the `engine` label (the DP index)
     cache_config: dict[str, dict[str, str]] = field(default_factory=dict)  # engine -> cache_config_info labels
     model_names: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()  # samples ignored as out of range: "vllm:kv_cache_usage_perc -1e+308 (...)"
 
     @property
     def block_size(self) -> int | None:
@@ -109,11 +115,20 @@ class ServerMetrics:
         return self._cache_config_int("num_gpu_blocks")
 
     def _cache_config_int(self, name: str) -> int | None:
+        value = self.cache_config_label(name)
+        return int(value) if value is not None and is_ascii_whole(value) else None
+
+    def cache_config_label(self, name: str) -> str | None:
+        """A cache_config_info label as served (the first engine that has it), None when none has."""
         for labels in self.cache_config.values():
-            value = labels.get(name)
-            if value is not None and value.isdigit():
-                return int(value)
+            if labels.get(name) is not None:
+                return labels[name]
         return None
+
+
+def is_ascii_whole(text: str) -> bool:
+    """ASCII decimal digits only: "12", not "²", "١٢", "-12", "12.5" or "NaN" (str.isdigit takes the first two)."""
+    return bool(text) and text.isascii() and text.isdigit()
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -133,38 +148,81 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
 
     engine_names = sorted({s.labels.get("engine", "0") for name, group in by_name.items()
                            if name.startswith("vllm:") for s in group}, key=_engine_order)
-    engines = {engine: _engine_metrics(by_name, engine) for engine in engine_names}
+    rejected: list[str] = []
+    engines = {engine: _engine_metrics(by_name, engine, rejected) for engine in engine_names}
     cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
                     for s in by_name.get(CACHE_CONFIG_INFO, [])}
     model_names = tuple(sorted({s.labels["model_name"] for name, group in by_name.items()
                                 if name.startswith("vllm:") for s in group if "model_name" in s.labels}))
-    return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names)
+    return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names, tuple(rejected))
 
 
-def _engine_metrics(by_name: dict[str, list], engine: str) -> EngineMetrics:
+def _in_range(value: float, figure: str) -> bool:
+    low, high, _ = _RANGES.get(figure, _COUNT_RANGE)
+    slack = _FRACTION_SLACK if figure in _RANGES else 0.0
+    return math.isfinite(value) and low - slack <= value <= high + slack
+
+
+def _rejected(name: str, engine: str, value, why: str) -> str:
+    where = f"{{engine={engine}}}" if engine != "0" else ""
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{name}{where} {shown} ({why})"
+
+
+def _engine_metrics(by_name: dict[str, list], engine: str, rejected: list[str]) -> EngineMetrics:
     values = {}
     for figure, names in SCALAR_SOURCES.items():
         for name in names:
             matching = [s.value for s in by_name.get(name, []) if s.labels.get("engine", "0") == engine]
             if matching:
-                values[figure] = float(sum(matching))
+                bad = [v for v in matching if not _in_range(v, figure)]
+                if bad:
+                    rejected.append(_rejected(name, engine, bad[0], _RANGES.get(figure, _COUNT_RANGE)[2]))
+                else:
+                    total = float(sum(matching))
+                    values[figure] = min(max(total, 0.0), 1.0) if figure in _RANGES else total
                 break
+    queries, hits = values.get("prefix_cache_queries_total"), values.get("prefix_cache_hits_total")
+    if queries is not None and hits is not None and hits > queries:
+        rejected.append(_rejected("prefix cache hits", engine, hits, f"more than the {queries:g} tokens queried"))
+        del values["prefix_cache_queries_total"], values["prefix_cache_hits_total"]
     for figure, names in HISTOGRAM_SOURCES.items():
         for name in names:
-            histogram = _histogram(by_name, name, engine)
+            histogram = _histogram(by_name, name, engine, rejected)
             if histogram is not None:
                 values[figure] = histogram
                 break
-    created = [s.value for name, group in by_name.items() if name.startswith("vllm:") and name.endswith("_created")
-               for s in group if s.labels.get("engine", "0") == engine]
+    created = []
+    for name, group in by_name.items():
+        if name.startswith("vllm:") and name.endswith("_created"):
+            for s in group:
+                if s.labels.get("engine", "0") != engine:
+                    continue
+                if math.isfinite(s.value) and s.value >= 0:
+                    created.append(s.value)
+                else:
+                    rejected.append(_rejected(name, engine, s.value, "a creation time, finite and 0 or more"))
     return EngineMetrics(**values, created=min(created) if created else None)
 
 
-def _histogram(by_name: dict[str, list], name: str, engine: str) -> Histogram | None:
+def _histogram(by_name: dict[str, list], name: str, engine: str, rejected: list[str]) -> Histogram | None:
+    """One engine's histogram; None when it is not served, or (named in `rejected`) when a bucket
+    bound, a count or the sum is not a number one can hold."""
     buckets: dict[float, float] = {}
     for sample in by_name.get(f"{name}_bucket", []):
         if sample.labels.get("engine", "0") == engine:
-            bound = float(sample.labels["le"])
+            try:
+                bound = float(sample.labels["le"])
+            except (KeyError, ValueError):
+                rejected.append(_rejected(f"{name}_bucket", engine, sample.labels.get("le"), "its le is not a bound"))
+                return None
+            if not bound >= 0:  # NaN too: a latency bound is seconds
+                rejected.append(_rejected(f"{name}_bucket", engine, sample.labels["le"], "its le is not seconds"))
+                return None
+            if not (math.isfinite(sample.value) and sample.value >= 0):
+                rejected.append(_rejected(f"{name}_bucket{{le={sample.labels['le']}}}", engine, sample.value,
+                                          _COUNT_RANGE[2]))
+                return None
             buckets[bound] = buckets.get(bound, 0.0) + sample.value
     if not buckets:
         return None
@@ -172,10 +230,19 @@ def _histogram(by_name: dict[str, list], name: str, engine: str) -> Histogram | 
     def summed(suffix):
         return float(sum(s.value for s in by_name.get(f"{name}{suffix}", []) if s.labels.get("engine", "0") == engine))
 
-    created = [s.value for s in by_name.get(f"{name}_created", []) if s.labels.get("engine", "0") == engine]
+    count, total = summed("_count"), summed("_sum")
+    for suffix, value in (("_count", count), ("_sum", total)):
+        if not (math.isfinite(value) and value >= 0):
+            rejected.append(_rejected(f"{name}{suffix}", engine, value, "finite and 0 or more"))
+            return None
     bounds = sorted(buckets)
-    return Histogram(tuple(bounds), tuple(buckets[b] for b in bounds), summed("_count"), summed("_sum"),
-                     min(created) if created else None)
+    counts = tuple(buckets[b] for b in bounds)
+    if any(later < earlier for earlier, later in zip(counts, counts[1:])):
+        rejected.append(_rejected(f"{name}_bucket", engine, "counts", "they go down from one bound to the next"))
+        return None
+    created = [s.value for s in by_name.get(f"{name}_created", []) if s.labels.get("engine", "0") == engine
+               and math.isfinite(s.value) and s.value >= 0]
+    return Histogram(tuple(bounds), counts, count, total, min(created) if created else None)
 
 
 def _total(engines: list[EngineMetrics]) -> EngineMetrics:
@@ -207,7 +274,7 @@ def _sum_histograms(histograms: list[Histogram]) -> Histogram:
 
 
 def _engine_order(engine: str):
-    return (0, int(engine), "") if engine.isdigit() else (1, 0, engine)
+    return (0, int(engine), "") if is_ascii_whole(engine) else (1, 0, engine)
 
 
 # -- between two scrapes ------------------------------------------------------------------------------
@@ -293,19 +360,58 @@ def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) ->
 
 
 def server_url(address: str) -> str:
-    """"host:8000", "http://host:8000/" -> "http://host:8000"; an address in another protocol, or
-    with no host ("https://", "http:/x"), is refused with what to give instead."""
+    """"host:8000", "http://host:8000/" -> "http://host:8000"; an address in another protocol, with
+    no host ("https://", "http:/x"), a malformed host ("http://[::1:8000"), a port that is not one
+    (0, 99999, -1, "８０"), or credentials ("user:pass@host") is refused with what to give instead."""
     address = address.strip()
     if "://" not in address and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", address):
         address = f"http://{address}"  # "host:8000"
-    parts = urllib.parse.urlsplit(address)
     example = "e.g. http://127.0.0.1:8000"
+    try:
+        parts = urllib.parse.urlsplit(address)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        raise ServerUnreachable(f"{address}: not a valid address ({exc}); give the server's, {example}") from None
     if parts.scheme.lower() not in ("http", "https"):
         raise ServerUnreachable(f"{address}: vLLM's server speaks HTTP; give an http:// or https:// address "
                                 f"(not {parts.scheme}:), {example}")
+    if "@" in parts.netloc:
+        shown = f"{parts.scheme}://...@{parts.netloc.rpartition('@')[2]}"  # the credentials are not repeated
+        raise ServerUnreachable(f"{shown}: the address holds credentials (user:password@), which kvscope does not "
+                                f"send; give it without them, {example}")
     if not parts.hostname or "://" not in address:
         raise ServerUnreachable(f"{address}: no host in the address; give the server's, {example}")
+    port = _port_text(parts.netloc)
+    if port and not valid_port(port):
+        raise ServerUnreachable(f"{address}: {shown_port(port)} is not a valid port; give a whole number from 1 to "
+                                f"65535, {example}")
+    if any(not ch.isprintable() or ch.isspace() for ch in address):
+        raise ServerUnreachable(f"{address!r}: the address holds spaces or control characters; give the server's, "
+                                f"{example}")
+    if not parts.path.isascii():  # a path prefix in another script goes out percent-encoded, as a browser sends it
+        address = urllib.parse.urlunsplit(parts._replace(path=urllib.parse.quote(parts.path, safe="/%")))
     return address.rstrip("/")
+
+
+MAX_PORT = 65535
+
+
+def valid_port(text: str) -> bool:
+    """A TCP port as written in an address: ASCII digits (not "８０", "²"), 1 to 65535."""
+    return text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PORT
+
+
+def shown_port(text: str) -> str:
+    """A port as a message quotes it: short, and its non-ASCII digits named as such."""
+    quoted = repr(text) if len(text) <= 20 else repr(text[:17] + "...")
+    return f"port {quoted}" + ("" if text.isascii() else " (not ASCII digits)")
+
+
+def _port_text(netloc: str) -> str:
+    """What follows the host's ':' in "host:port" or "[v6]:port" ("" when there is none)."""
+    host_port = netloc.rpartition("@")[2]
+    if host_port.startswith("["):
+        return host_port.partition("]")[2].partition(":")[2]
+    return host_port.rpartition(":")[2] if ":" in host_port else ""
 
 
 def _why_unreachable(reason) -> str:

@@ -218,6 +218,12 @@ class PrefixCacheMap:
         return len(self.cell_state)
 
     @property
+    def num_unplaced(self) -> int:
+        """Blocks stored while their engine's num_gpu_blocks cells were all taken: more than the
+        server's pool holds, so the events are not consistent with it."""
+        return sum(len(keys) for keys in self._unplaced.values())
+
+    @property
     def ranks(self) -> list[int]:
         """The DP ranks that have cells, in the order their segments were laid out."""
         return list(self._segments)

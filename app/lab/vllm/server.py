@@ -24,8 +24,10 @@ from kvscope.app.lab.vllm.metrics import (
     fetch_metrics,
     fetch_text,
     fetch_version,
+    is_ascii_whole,
     server_url,
 )
+from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
 REPLAY_PROBE_SEQ = 1 << 62  # beyond any batch a server has sent: its replay answers only the end marker
@@ -52,7 +54,7 @@ class ServerInfo:
 
     def cache_config_int(self, name: str) -> int | None:
         value = self.cache_config.get(name)
-        return int(value) if isinstance(value, str) and value.isdigit() else None
+        return int(value) if isinstance(value, str) and is_ascii_whole(value) else None
 
     def cache_config_float(self, name: str) -> float | None:
         try:
@@ -67,14 +69,30 @@ def probe_server(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Se
     url = server_url(address)
     version = fetch_version(url, timeout_s)
     metrics = fetch_metrics(url, timeout_s)
-    num_gpu_blocks, block_size = metrics.num_gpu_blocks, metrics.block_size
-    if not num_gpu_blocks or not block_size:
+    labels = {name: metrics.cache_config_label(name) for name in ("num_gpu_blocks", "block_size")}
+    if None in labels.values():
         raise MetricsError(f"{url}/metrics has no vllm:cache_config_info with num_gpu_blocks and block_size; "
                            "kvscope needs them to draw the server's cache (vLLM serves it from 0.9)")
+    num_gpu_blocks = _cache_count(url, "num_gpu_blocks", labels["num_gpu_blocks"], MAX_NUM_BLOCKS,
+                                  "the most blocks kvscope draws (the engine's pool ceiling)")
+    block_size = _cache_count(url, "block_size", labels["block_size"], MAX_BLOCK_SIZE,
+                              "the most tokens a block holds in kvscope")
     cache_config = next(iter(metrics.cache_config.values()), {})
     models = served_models(url, timeout_s) or metrics.model_names
     return ServerInfo(url, version, num_gpu_blocks, block_size, dict(cache_config), tuple(models),
                       tuple(metrics.engines) or ("0",)), metrics
+
+
+def _cache_count(url: str, name: str, text: str, most: int, why: str) -> int:
+    """A cache_config_info label that must be a whole number from 1 to `most`; MetricsError otherwise."""
+    shown = text if len(text) <= 24 else text[:21] + "..."
+    if not is_ascii_whole(text) or int(text) < 1:
+        raise MetricsError(f"{url}/metrics: vllm:cache_config_info has {name}={shown!r}, which is not valid; "
+                           f"kvscope reads a whole number from 1 to {most:,} (ASCII digits)")
+    if int(text) > most:
+        raise MetricsError(f"{url}/metrics: vllm:cache_config_info has {name}={shown!r}, more than {most:,}, "
+                           f"{why}; kvscope cannot attach to this server")
+    return int(text)
 
 
 def served_models(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, ...]:

@@ -38,10 +38,15 @@ from kvscope.app.lab.vllm.events import (
     decode_seq,
     split_message,
 )
+from kvscope.app.lab.vllm.metrics import MAX_PORT, shown_port, valid_port
 from kvscope.engine.config import ConfigError
 
 DEFAULT_REPLAY_TIMEOUT_S = 2.0
 REPLAY_TOTAL_LIMIT_S = 30.0  # a whole replay of vLLM's 10,000-batch buffer takes well under this
+# A seq further ahead than this is no run of lost batches -- at 1,000 engine steps a second it is
+# 50 days of them -- but a publisher whose sequence jumped (restarted elsewhere, or not vLLM's
+# counter): it is followed as a restart, and nothing is counted as lost or asked of the replay.
+MAX_PLAUSIBLE_GAP = 1 << 32
 
 
 class SubscriberError(ConfigError):
@@ -109,10 +114,33 @@ class _StreamState:
 
 def data_parallel_endpoints(endpoint: str, replay_endpoint: str | None = None, data_parallel_size: int = 1,
                             listen: bool = False) -> list[PublisherEndpoint]:
-    """One endpoint per DP engine: vLLM's rank r publishes on the endpoint's port + r (replay too)."""
-    return [PublisherEndpoint(_offset_port(endpoint, rank),
-                              None if replay_endpoint is None else _offset_port(replay_endpoint, rank), listen)
+    """One endpoint per DP engine: vLLM's rank r publishes on the endpoint's port + r (replay too).
+    SubscriberError when a tcp:// endpoint's port is not one (0, 99999, -1, "５５５７"), or a rank's
+    would pass 65535."""
+    check_endpoint("KV event endpoint", endpoint, listen)
+    if replay_endpoint is not None:
+        check_endpoint("replay endpoint", replay_endpoint)
+    return [PublisherEndpoint(_offset_port(endpoint, rank, "KV event endpoint"),
+                              None if replay_endpoint is None else
+                              _offset_port(replay_endpoint, rank, "replay endpoint"), listen)
             for rank in range(data_parallel_size)]
+
+
+def check_endpoint(what: str, endpoint: str, listen: bool = False) -> None:
+    """A tcp:// endpoint names a port from 1 to 65535 ("*" too, to bind any); other transports
+    (ipc://, inproc://) have none, and ZMQ judges the rest when it connects."""
+    if not endpoint.lower().startswith("tcp://"):
+        return
+    address = endpoint[len("tcp://"):]
+    host, colon, port = address.rpartition(":")
+    example = "tcp://*:5557" if listen else "tcp://127.0.0.1:5557"
+    if not colon or not host or address.endswith("]"):  # "tcp://host", "tcp://[::1]"
+        raise SubscriberError(f"{what} {endpoint!r} has no port; give HOST:PORT, e.g. {example}")
+    if listen and port == "*":
+        return
+    if not valid_port(port):
+        raise SubscriberError(f"{what} {endpoint!r}: {shown_port(port)} is not a valid port; give a whole number "
+                              f"from 1 to {MAX_PORT}, e.g. {example}")
 
 
 def dialable(endpoint: str) -> str:
@@ -206,6 +234,9 @@ class KvEventSubscriber:
         except KvEventDecodeError as exc:
             self._decode_error(records, None, None, f"from {source}: {exc}")
             return
+        if seq < 0:  # -1 ends a replay; a live batch never has one
+            self._decode_error(records, None, seq, f"seq {seq} from {source}: a negative seq (vLLM counts from 0)")
+            return
         try:
             batch = decode_batch(payload)
         except KvEventDecodeError as exc:
@@ -217,11 +248,18 @@ class KvEventSubscriber:
             state = self._streams[key] = _StreamState()
             if not self.catch_up:
                 state.last_delivered_seq = seq - 1
+            elif seq > MAX_PLAUSIBLE_GAP:
+                self._jumped(key, None, seq, records)
+                state.last_delivered_seq = seq - 1
         elif seq <= state.last_live_seq:
             self.counts.restarts += 1
             records.append(StreamNotice(NoticeKind.RESTART, key, state.last_live_seq, seq, 1,
                                         f"{_name(key)} restarted: seq went from {state.last_live_seq} to {seq}"))
             state = self._streams[key] = _StreamState()
+        elif seq - state.last_delivered_seq - 1 > MAX_PLAUSIBLE_GAP:
+            self._jumped(key, state.last_live_seq, seq, records)
+            state = self._streams[key] = _StreamState()
+            state.last_delivered_seq = seq - 1
         state.last_live_seq = seq
         if seq <= state.last_delivered_seq:
             self.counts.duplicates += 1
@@ -232,6 +270,15 @@ class KvEventSubscriber:
                 self.counts.duplicates += 1
                 return
         self._deliver(key, state, seq, batch, False, records)
+
+    def _jumped(self, key: StreamKey, last_seq: int | None, seq: int, records: list[SubscriberRecord]) -> None:
+        """A seq too far ahead to be batches lost: the publisher's sequence restarted or jumped."""
+        self.counts.restarts += 1
+        came = f"seq jumped from {last_seq:,} to {seq:,}" if last_seq is not None else \
+            f"the first batch has seq {seq:,}"
+        records.append(StreamNotice(NoticeKind.RESTART, key, last_seq, seq, 1,
+                                    f"{_name(key)}: {came}, more than {MAX_PLAUSIBLE_GAP:,} ahead: the publisher's "
+                                    "sequence restarted or jumped; no batches are counted as lost"))
 
     def _skip_undecodable(self, source: str, topic: str, seq: int, exc: Exception,
                           records: list[SubscriberRecord]) -> None:
@@ -330,14 +377,17 @@ def _name(key: StreamKey) -> str:
     return f"{key.source}{topic}{rank}"
 
 
-def _offset_port(endpoint: str, offset: int) -> str:
+def _offset_port(endpoint: str, offset: int, what: str = "KV event endpoint") -> str:
     if offset == 0:
         return endpoint
     if endpoint.startswith(("inproc://", "ipc://")):
         return f"{endpoint}_dp{offset}"
     base, _, port = endpoint.rpartition(":")
-    if not port.isdigit():
-        raise SubscriberError(f"KV event endpoint {endpoint!r} has no port to offset by the DP rank")
+    if not valid_port(port):
+        raise SubscriberError(f"{what} {endpoint!r} has no port to offset by the DP rank")
+    if int(port) + offset > MAX_PORT:
+        raise SubscriberError(f"{what} {endpoint!r}: DP rank {offset} would use port {int(port) + offset}, past "
+                              f"{MAX_PORT}; give a lower port or a smaller --data-parallel-size")
     return f"{base}:{int(port) + offset}"
 
 
