@@ -668,7 +668,65 @@ def file_cases(d: Path) -> list:
              expect="ok", slow=True, protected=[recording]),
         Case("math --config /dev/urandom", "files", ["math", "--config", "/dev/urandom"]),
     ]
-    return cases
+    return cases + lookup_cases(f)
+
+
+def lookup_cases(f: Path) -> list:
+    """Paths the system cannot look up or that would block, and outputs that are inputs the run
+    reads indirectly (the second hostile pass, 2026-11-27)."""
+    long_name = str(f / ("a" * 300))
+    (f / "loopA").unlink(missing_ok=True)
+    (f / "loopB").unlink(missing_ok=True)
+    os.symlink(f / "loopB", f / "loopA")
+    os.symlink(f / "loopA", f / "loopB")
+    pipe = f / "pipe"
+    if not pipe.exists():
+        os.mkfifo(pipe)
+    shape = f / "shape"
+    shape.mkdir(exist_ok=True)
+    config = write(shape / "config.json", json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                                       "hidden_size": 64, "vocab_size": 100}))
+    trace = write(f / "named.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,10\n1,100,10\n")
+    workload = write(f / "named.toml", 'name = "named"\ntrace = "named.csv"\n')
+    return [
+        Case("math --model a 300-character name", "files", ["math", "--model", "a" * 300], must_say=("too long",)),
+        Case("run --trace a 300-character name", "files", ["run", "--quiet", "--trace", long_name]),
+        Case("run --json a 300-character name", "files", ["run", "--quiet", "--requests", "2", "--json", long_name]),
+        Case("export a 300-character name", "files", ["export", long_name]),
+        Case("run --json a symlink loop", "files", ["run", "--quiet", "--requests", "2", "--json", str(f / "loopA")]),
+        Case("gui --screenshot a symlink loop", "files",
+             ["gui", "--screenshot", str(f / "loopA"), "--quit-after", "1"]),
+        Case("presets with KVSCOPE_CONFIG_DIR a symlink loop", "files", ["presets"],
+             env={"KVSCOPE_CONFIG_DIR": str(f / "loopA")}),
+        Case("run --trace a named pipe", "files", ["run", "--quiet", "--trace", str(pipe)],
+             must_say=("not a regular file",)),
+        Case("export a named pipe", "files", ["export", str(pipe)], must_say=("not a regular file",)),
+        Case("math --config a named pipe", "files", ["math", "--config", str(pipe)]),
+        Case("run --json a named pipe", "files", ["run", "--quiet", "--requests", "2", "--json", str(pipe)],
+             must_say=("nothing reads",)),
+        Case("export /proc/self/status", "files", ["export", "/proc/self/status"]),
+        Case("gui --replay /proc/self/status", "files", ["gui", "--replay", "/proc/self/status", "--quit-after", "1"]),
+        Case("run --json the trace a workload file names", "files",
+             ["run", "--quiet", "--workload", str(workload), "--json", str(trace)], protected=[trace]),
+        Case("run --record a --config folder's config.json", "files",
+             ["run", "--quiet", "--config", str(shape), "--requests", "2", "--record", str(config)], protected=[config]),
+        Case("run --json the default model preset", "files",
+             ["run", "--quiet", "--requests", "2", "--json", str(ROOT / "presets" / "models" / "llama-3-8b.toml")],
+             protected=[ROOT / "presets" / "models" / "llama-3-8b.toml"]),
+        Case("run --device meta on the real backend", "files",
+             ["run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--device", "meta", "--requests", "2"],
+             must_say=("cpu or cuda",)),
+        Case("run --quantization on the simulated backend", "files",
+             ["run", "--quiet", "--quantization", "nf4", "--requests", "2"], must_say=("--weight-dtype",)),
+        Case("math --tensor-parallel-size 24 on 32 query heads", "files", ["math", "--tensor-parallel-size", "24"],
+             must_say=("num_attention_heads",)),
+        Case("run --arrival-rate 1e-300", "files", ["run", "--quiet", "--arrival-rate", "1e-300", "--requests", "3"]),
+        Case("gui --replay with --model", "files",
+             ["gui", "--replay", str(f / "run.kvrec"), "--model", "llama-3-8b", "--quit-after", "1"],
+             must_say=("would not apply",)),
+        Case("export --csv -", "files", ["export", str(f / "run.kvrec"), "--csv", "-"]),
+        Case("kvscope with no command", "files", [], must_say=("give a command",)),
+    ]
 
 
 # -- running -----------------------------------------------------------------------------------
