@@ -53,7 +53,7 @@ def test_new_configurations_rebuild_the_table_and_fit_its_columns(qtbot):
 def test_the_emphasised_answer_row_is_not_cut(qtbot):
     table = ResultsTable()
     qtbot.addWidget(table)
-    name = "Max concurrency (memory math)"
+    name = "Full-length requests that fit (memory math)"
     table.set_results(LABELS, [ResultRow(name, "sequences", (33.7, 67.4), "higher", 1)] + _rows(1.0, 2.0))
     table.emphasize_row(name)
     font = table.item(0, 0).font()
@@ -69,7 +69,7 @@ def test_a_table_too_narrow_for_its_columns_wraps_the_names_instead_of_cutting_a
     table = ResultsTable()
     qtbot.addWidget(table)
     labels = ["max_num_seqs 64", "max_num_seqs 256", "fp8 KV, max_num_seqs 256", "fp8 KV, max_num_seqs 512"]
-    name = "Max concurrency (memory math)"
+    name = "Full-length requests that fit (memory math)"
     table.set_results(labels, [ResultRow(name, "sequences", (33.7, 33.7, 67.4, 67.4), "higher", 1)]
                       + [ResultRow("Fragmentation", "% of slots", (0.1, 0.1, 0.2, 0.2), "lower", 1)])
     table.emphasize_row(name)

@@ -89,8 +89,9 @@ METRIC_ROWS = (
     ("itl_max_s", "Longest pause between tokens", "ms", 1e3, "lower", 1,
      "the longest a request mid-answer waited for its next token: a whole prompt prefilled in one step stalls it"),
     ("peak_running", "Peak concurrency", "requests", 1.0, "higher", 0, "most requests running in one step"),
-    ("max_concurrent_sequences", "Max concurrency (memory math)", "sequences", 1.0, "higher", 1,
-     "KV pool / KV per sequence at max_model_len: how many full-length requests fit"),
+    ("max_concurrent_sequences", "Full-length requests that fit (memory math)", "sequences", 1.0, "higher", 1,
+     "KV pool / KV per sequence at max_model_len: how many requests of max_model_len tokens fit at once; "
+     "shorter requests fit more of them (compare Peak concurrency, measured)"),
     ("peak_kv_usage", "Peak KV cache usage", "%", 100.0, "", 1, "largest share of KV blocks held by requests"),
     ("mean_fragmentation", "Fragmentation", "% of slots", 100.0, "lower", 1,
      "allocated KV token slots holding no token, averaged over busy time"),
