@@ -203,6 +203,21 @@ def test_throttled_label_and_memory_bar_end_on_the_newest(qtbot):
     assert len(painted) < 3  # not a paint per call
 
 
+def test_a_status_line_wider_than_the_window_ends_in_an_ellipsis_and_says_all_in_its_tooltip(qtbot):
+    label = ThrottledLabel(interval_s=0.0)
+    qtbot.addWidget(label)
+    label.resize(200, 20)
+    label.show()
+    whole = "engine clock 12.00 s   step 3,400   running 25   simulated times: datasheet peaks, uncalibrated"
+    label.setText(whole)
+    qtbot.waitUntil(lambda: text_on_show(label).endswith("\u2026"), timeout=2000)
+    assert label.text() == whole and label.toolTip() == whole
+    assert label.minimumSizeHint().width() == 0  # it does not hold the window wider than the screen
+    label.resize(2000, 20)
+    qtbot.waitUntil(lambda: text_on_show(label) == whole, timeout=2000)
+    assert label.toolTip() == ""
+
+
 def text_on_show(label: ThrottledLabel) -> str:
     """The text the label shows now (its text() is the newest given)."""
     return super(ThrottledLabel, label).text()
