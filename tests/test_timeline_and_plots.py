@@ -530,6 +530,19 @@ def test_a_short_value_axis_labels_only_what_fits_a_tall_one_is_left_alone(qtbot
         assert axis.tickSpacing(low, high, 40 * line) == plain.tickSpacing(low, high, 40 * line)
 
 
+def test_a_short_axis_whose_1_2_5_steps_leave_one_label_takes_two_at_2_5(qtbot):
+    """0 - 410 output tokens/s on a short plot: 200 gives three labels (too many), 500 gives "0"
+    alone (no scale to read); 250 gives two."""
+    from kvscope.widgets.fitting_axis import FittingAxis
+
+    axis = FittingAxis("left")
+    short = 3 * axis.label_height()  # room for two labels
+    assert axis.tickSpacing(0.0, 410.0, short)[0][0] == 250.0
+    assert axis.tickSpacing(0.0, 118.0, short)[0][0] == 100.0  # two labels already: left as it was
+    counts = FittingAxis("left", whole_numbers=True)
+    assert counts.tickSpacing(0.0, 4.1, short)[0][0] != 2.5  # never a count between whole numbers
+
+
 def test_large_values_are_labelled_in_thousands_so_the_labels_fit_the_axis(qtbot):
     """pyqtgraph drops a tick label wider than its axis: the live plots' 58 px value axes showed
     a throughput of 0 - 20,000 tokens/s labelled "0" and nothing else."""

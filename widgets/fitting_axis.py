@@ -45,6 +45,13 @@ class FittingAxis(pg.AxisItem):
         spacing = max(levels[0][0], 1.0) if self.whole_numbers else levels[0][0]
         while _labels(low, high, spacing) > self._labels_that_fit(low, high, spacing, size):
             spacing = nice_step_at_least(spacing * 1.5)  # the next step of 1, 2, 5, 10, ...
+        # From 2 to 5 the labels can fall from three to one (0 - 440 on a 40 px plot: 0 alone, no
+        # scale to read); 2.5 then gives two
+        quarter = spacing / 2
+        if (_labels(low, high, spacing) < 2 and str(spacing / 10 ** math.floor(math.log10(spacing))).startswith("5")
+                and (not self.whole_numbers or quarter >= 10)
+                and 2 <= _labels(low, high, quarter) <= self._labels_that_fit(low, high, quarter, size)):
+            spacing = quarter
         finest = 1.0 if self.whole_numbers else 0.0
         if spacing == levels[0][0]:
             return [level for level in levels if level[0] >= finest]
