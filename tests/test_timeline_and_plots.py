@@ -543,6 +543,27 @@ def test_a_short_axis_whose_1_2_5_steps_leave_one_label_takes_two_at_2_5(qtbot):
     assert counts.tickSpacing(0.0, 4.1, short)[0][0] != 2.5  # never a count between whole numbers
 
 
+def test_an_x_axis_labels_one_level_only(qtbot):
+    """Demo mode's large font: pyqtgraph labelled a finer level too where its crowding rule let it,
+    and "0.5" landed between the labels 0.4 and 0.6 ("0.40.50.6")."""
+    from PySide6.QtGui import QFont, QFontMetricsF
+
+    from kvscope.widgets.fitting_axis import FittingAxis
+
+    axis = FittingAxis("bottom")
+    axis.setStyle(tickFont=QFont("DejaVu Sans", 16))
+    width = 6 * QFontMetricsF(axis.style["tickFont"]).horizontalAdvance("0.5")
+    levels = axis.tickSpacing(-0.02, 0.99, width)
+    labelled, finer = levels[0][0], [spacing for spacing, _ in levels[1:]]
+    assert finer and all(spacing < labelled for spacing in finer)
+    for spacing in finer:  # their ticks stay, unlabelled
+        assert axis.tickStrings([0.1, 0.3], 1.0, spacing) == ["", ""]
+    assert axis.tickStrings([0.0, labelled], 1.0, labelled) != ["", ""]
+    values = FittingAxis("left")  # a value axis keeps pyqtgraph's finer labels where they fit
+    values.tickSpacing(0.0, 2000.0, 400.0)
+    assert values.tickStrings([500.0, 1500.0], 1.0, 500.0) == ["500", "1500"]
+
+
 def test_large_values_are_labelled_in_thousands_so_the_labels_fit_the_axis(qtbot):
     """pyqtgraph drops a tick label wider than its axis: the live plots' 58 px value axes showed
     a throughput of 0 - 20,000 tokens/s labelled "0" and nothing else."""

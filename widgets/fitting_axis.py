@@ -36,13 +36,19 @@ class FittingAxis(pg.AxisItem):
     def __init__(self, orientation: str, whole_numbers: bool = False, **kwargs):
         super().__init__(orientation, **kwargs)
         self.whole_numbers = whole_numbers
+        self._horizontal = orientation in ("bottom", "top")
+        self._labelled_spacing = 0.0  # the spacing of the labelled level, as tickSpacing chose it
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float):  # noqa: N802 - pyqtgraph's name
         levels = super().tickSpacing(minVal, maxVal, size)
         if not levels or self._tickSpacing is not None:
             return levels
         low, high = min(minVal, maxVal), max(minVal, maxVal)
-        spacing = max(levels[0][0], 1.0) if self.whole_numbers else levels[0][0]
+        # A horizontal axis labels one level only, its finest that fits: pyqtgraph also labels a finer
+        # level where its crowding rule lets it, and in demo mode's large font "0.5" landed between
+        # the labels 0.4 and 0.6 ("0.40.50.6")
+        spacing = levels[-1][0] if self._horizontal else levels[0][0]
+        spacing = max(spacing, 1.0) if self.whole_numbers else spacing
         while _labels(low, high, spacing) > self._labels_that_fit(low, high, spacing, size):
             spacing = nice_step_at_least(spacing * 1.5)  # the next step of 1, 2, 5, 10, ...
         # From 2 to 5 the labels can fall from three to one (0 - 440 on a 40 px plot: 0 alone, no
@@ -52,6 +58,7 @@ class FittingAxis(pg.AxisItem):
                 and (not self.whole_numbers or quarter >= 10)
                 and 2 <= _labels(low, high, quarter) <= self._labels_that_fit(low, high, quarter, size)):
             spacing = quarter
+        self._labelled_spacing = spacing
         finest = 1.0 if self.whole_numbers else 0.0
         if spacing == levels[0][0]:
             return [level for level in levels if level[0] >= finest]
@@ -60,6 +67,8 @@ class FittingAxis(pg.AxisItem):
     def tickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph's name
         """Thousands as "12k", millions as "3M": a value axis is about 58 px wide, and pyqtgraph drops
         a label wider than its axis (a throughput axis of 0 - 20,000 tokens/s was labelled "0" alone)."""
+        if self._horizontal and spacing < self._labelled_spacing * (1 - 1e-9):
+            return [""] * len(values)  # a finer level's ticks, unlabelled (see tickSpacing)
         largest = max((abs(v * scale) for v in values), default=0.0)
         if largest < 10_000:
             return super().tickStrings(values, scale, spacing)
