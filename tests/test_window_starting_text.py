@@ -4,7 +4,8 @@ window that hung."""
 
 from __future__ import annotations
 
-from kvscope.app.gui.main_window import STARTING_TEXT, MainWindow
+from kvscope.app.gui.main_window import MainWindow
+from kvscope.app.gui.window_state import STARTING_TEXT, starting_text
 from tests.test_window_behaviours import window_values
 
 
@@ -38,3 +39,17 @@ def test_a_window_opened_on_a_scenario_says_so_when_its_live_run_first_starts(qt
     assert win.status.text() == STARTING_TEXT
     qtbot.waitUntil(lambda: win.status.text() != STARTING_TEXT, timeout=30_000)
     win.close()
+
+
+def test_the_first_start_says_it_converts_the_trained_model(tmp_path, monkeypatch):
+    """The very first start converts the trained model once (~20 s on a slow machine): said, so the
+    window does not look stuck; once converted, the usual line."""
+    from types import SimpleNamespace
+
+    from kvscope.app.lab.trained_model import TRAINED_MODEL
+
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "empty-cache"))
+    trained = SimpleNamespace(backend="real", model_path=None, model=SimpleNamespace(name=TRAINED_MODEL.name))
+    assert "converts the trained model into kvscope's cache, once" in starting_text(trained)
+    assert starting_text(SimpleNamespace(backend="simulated", model_path=None, model=trained.model)) == STARTING_TEXT
+    assert starting_text(None) == STARTING_TEXT

@@ -28,13 +28,12 @@ from kvscope.app.gui.export_files import ExportError, writable
 from kvscope.app.gui.run_settings import settings_choices, weight_dtype_choices
 from kvscope.app.gui.scenario_texts import scenario_texts
 from kvscope.app.gui.settings_form import SettingsForm
-from kvscope.app.gui.window_state import WindowState, values_from_engine_info, window_title
+from kvscope.app.gui.window_state import WindowState, starting_text, values_from_engine_info, window_title
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.session import EngineSession, FrameDelta
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
 HIDDEN_FRAME_INTERVAL_MS = 250  # another page shows: 60 a second woke both processes, taking a comparison's cores
-STARTING_TEXT = "starting the engine: its own process loads torch and builds the run ..."
 SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
 # The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square cells
 # then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and some answer.
@@ -423,8 +422,7 @@ class MainWindow(QMainWindow):
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(config, play=play)
         if self.engine_info is None:
-            # until its first frame: a cold start takes seconds, and a blank line read as a hung window
-            self.status.setText(STARTING_TEXT)
+            self.status.setText(starting_text(config))  # until its first frame (see starting_text)
         return True
 
     # -- run controls ---------------------------------------------------------------------------

@@ -22,6 +22,21 @@ from kvscope.engine.events import EventKind
 from kvscope.engine.units import format_percent
 from kvscope.widgets.palette import THEMES
 
+STARTING_TEXT = "starting the engine: its own process loads torch and builds the run ..."
+
+
+def starting_text(config) -> str:
+    """The status line until the engine's first frame: a cold start takes seconds, and a blank line
+    read as a hung window. The very first start with the trained model also converts it, once
+    (~20 s on a slow 2-core machine), which the line says rather than look stuck."""
+    from kvscope.app.lab.trained_model import TRAINED_MODEL, is_converted
+
+    if (config is not None and config.backend == "real" and config.model_path is None
+            and config.model.name == TRAINED_MODEL.name and not is_converted()):
+        return ("starting the engine: the first start converts the trained model into kvscope's cache, once "
+                "(about 20 s), then loads it ...")
+    return STARTING_TEXT
+
 FRAME_TIMES_KEPT = 600  # ~10 s of frames: the median in the status line follows what the window does now
 WEIGHTS_COLOR = (120, 120, 140)
 RESERVE_COLOR = (150, 110, 160)  # the activation peak, or the whole reserve
