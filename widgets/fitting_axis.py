@@ -54,7 +54,7 @@ class FittingAxis(pg.AxisItem):
         # From 2 to 5 the labels can fall from three to one (0 - 440 on a 40 px plot: 0 alone, no
         # scale to read); 2.5 then gives two
         quarter = spacing / 2
-        if (_labels(low, high, spacing) < 2 and str(spacing / 10 ** math.floor(math.log10(spacing))).startswith("5")
+        if (_labels(low, high, spacing) < 2 and math.isclose(spacing / 10 ** math.floor(math.log10(spacing)), 5.0)
                 and (not self.whole_numbers or quarter >= 10)
                 and 2 <= _labels(low, high, quarter) <= self._labels_that_fit(low, high, quarter, size)):
             spacing = quarter

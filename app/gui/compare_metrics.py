@@ -77,6 +77,18 @@ def config_number(config, key: str, scale: float = 1.0) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def building_text(spec) -> str:
+    """What the comparison page says until its process has built every configuration: a real model
+    each takes a minute or more on a loaded CPU, and the page under the question stayed blank."""
+    variants = getattr(spec, "variants", ())
+    real = sum(variant.backend == "real" for variant in variants)
+    if not real:
+        return f"Building {len(variants) or 'the'} configurations ..."
+    return (f"Building {len(variants)} configurations: {real} of them run a real model on this machine, loaded in "
+            "the comparison's own process (the first time up to a minute or two); the columns appear when they "
+            "are ready.")
+
+
 # (result key, row name, unit, scale to the unit, better, decimals, tooltip)
 METRIC_ROWS = (
     ("throughput_tokens_per_s", "Output throughput", "tokens/s", 1.0, "higher", 0,

@@ -38,7 +38,7 @@ from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.lab.compare import QUALITY_FIELDS
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
-    METRIC_ROWS, asked_plot, asked_values, result_rows)
+    METRIC_ROWS, asked_plot, asked_values, building_text, result_rows)
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
@@ -140,9 +140,7 @@ class CompareView(QWidget):
         self.columns_grid.setContentsMargins(0, 0, 0, 0)
         self.columns_grid.setSpacing(6)
         columns_layout.addWidget(grid_box, 1)
-        # Until the comparison's process has built every configuration (a real model each: a
-        # minute or more on a loaded CPU) there are no columns to show: this says what is going on.
-        self.building_note = QLabel()
+        self.building_note = QLabel()  # until the comparison's process has built them: building_text
         self.building_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.building_note.setWordWrap(True)
         self.building_note.hide()
@@ -290,12 +288,7 @@ class CompareView(QWidget):
         self._set_columns([])
         self.status_text = "building the configurations ..."
         self.status_changed.emit(self.status_text)
-        variants = getattr(spec, "variants", ())
-        real = sum(variant.backend == "real" for variant in variants)
-        self.building_note.setText(
-            f"Building {len(variants) or 'the'} configurations"
-            + (f": {real} of them run a real model on this machine, loaded in the comparison's own process "
-               "(the first time up to a minute or two); the columns appear when they are ready." if real else " ..."))
+        self.building_note.setText(building_text(spec))
         self.building_note.show()
         if self.host is None:
             self.host = SessionHost(ComparisonSession, name="comparison")
@@ -502,8 +495,8 @@ class CompareView(QWidget):
                 _, snap, clock_s, finished = kept
                 column.set_veiled(False)
                 column.block_map.update_snapshot(snap)
-                column.set_numbers(snap, finished, total, moment_s=clock_s,
-                                   moment=self.asked.moment if self.asked and self.asked.moment else "fullest frame drawn")
+                moment = self.asked.moment if self.asked and self.asked.moment else "fullest frame drawn"
+                column.set_numbers(snap, finished, total, moment_s=clock_s, moment=moment)
         labels = [c.label for c in self.columns]
         reveal = self.scenario.reveal_from if self.scenario is not None else None
         named = (reveal.config or reveal.numerator) if reveal is not None else ""

@@ -139,8 +139,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.bottom_dock], [200], Qt.Vertical)
 
         self.status = ThrottledLabel()  # 10 times a second at most: see widgets/throttled_label.py
-        # not a permanent widget: Qt hides it while a message shows, which it would leave no room for
-        self.statusBar().addWidget(self.status, 1)
+        self.statusBar().addWidget(self.status, 1)  # not permanent: Qt hides it while a message shows
         self.panels.connect_selection(self.select_request)
         self.prompt.prompt_submitted.connect(self.submit_prompt)
         self.prompt.usable_changed.connect(self._prompt_usable_changed)
