@@ -38,6 +38,15 @@ def nesting_depth(value) -> int:
     return deepest
 
 
+def unholdable_number(label: str, exc: Exception) -> ConfigError:
+    """The error for a number a JSON or TOML file may spell but Python will not convert (a whole
+    number of more than 4,300 digits): Python's advice (set_int_max_str_digits) is not the user's to take."""
+    if "digits" in str(exc):
+        return ConfigError(f"{label}: a whole number of more than {sys.get_int_max_str_digits():,} digits; "
+                           "no field of it is that large")
+    return ConfigError(f"{label}: {exc}")
+
+
 def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
     """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
     is a ConfigError naming `label`."""
@@ -52,10 +61,7 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
     except RecursionError:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None
     except (ValueError, OverflowError) as exc:  # numbers JSON allows but Python cannot hold
-        if "int_max_str_digits" in str(exc) or "digits" in str(exc):  # Python's advice is not the user's to take
-            raise ConfigError(f"{label}: a whole number of more than {sys.get_int_max_str_digits():,} digits; "
-                              "no field of it is that large") from None
-        raise ConfigError(f"{label}: {exc}") from None
+        raise unholdable_number(label, exc) from None
     if nesting_depth(value) > max_depth:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels")
     return value

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped, unholdable_number
 from kvscope.app.lab.output_path import write_text_atomic
-from kvscope.app.lab.verify.tiny_model import cache_dir
+from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.checks import real_number, shown
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec
 from kvscope.engine.cost_model import MAX_EFFICIENCY, UNCALIBRATED, StepCostModel, check_calibration
@@ -297,7 +297,7 @@ def make_profile(machine: str, description: str, calibration: dict, fit: dict, m
 
 
 def save_profile(path: Path, profile: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(path.parent)
     write_text_atomic("calibration profile", path, json.dumps(profile, indent=2) + "\n")
 
 
@@ -310,6 +310,8 @@ def read_profile(path: Path) -> dict:
         profile = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{label}: not a JSON calibration profile ({str(exc)[:120]}){hint}") from None
+    except ValueError as exc:  # a number Python will not hold (more than 4,300 digits)
+        raise ConfigError(f"{unholdable_number(label, exc)}{hint}") from None
     if not isinstance(profile, dict) or nesting_depth(profile) > MAX_JSON_DEPTH:
         raise ConfigError(f"{label}: not a JSON object{hint}")
     if profile.get("format") != PROFILE_FORMAT:

@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped, unholdable_number
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
@@ -89,6 +89,8 @@ def read_toml(path, label: str) -> dict:
         raise ConfigError(f"{label}: not UTF-8 text") from None
     except RecursionError:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # TOMLDecodeError is one too, caught above: a number Python will not hold
+        raise unholdable_number(label, exc) from None
     if nesting_depth(table) > MAX_JSON_DEPTH:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels")
     return table
