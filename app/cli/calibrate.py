@@ -64,6 +64,10 @@ def run(args) -> int:
     status(f"loading {args.model_path or model} ...")
     loaded = load_for_real_backend(model, args.model_path, args.device, args.dtype, progress=status)
     machine = this_machine_key(use_cuda=loaded.device.type == "cuda")
+    if not args.no_save:  # a cache that cannot hold the profile is said now, not after the run
+        from kvscope.app.lab.verify.tiny_model import make_cache_folder
+
+        make_cache_folder(calibration.profile_path(machine).parent)
     threads = torch.get_num_threads()
     details = f"{loaded.label}" + (f", {threads} torch threads" if loaded.device.type == "cpu" else "")
     status(f"measuring {details} on {machine}: {len(calibration.calibration_phases(1000, 10**6))} groups of "

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvscope.app.lab.verify.tiny_model import cache_dir
+from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.config import ConfigError
 
 Progress = Callable[[str], None]
@@ -109,7 +109,7 @@ def ensure_trained_model(progress: Progress | None = None, root: Path | None = N
         return target
     report = progress or (lambda message: None)
     gguf = find_gguf()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(target.parent)
     _remove_abandoned_staging(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{os.getpid()}-", dir=target.parent))
     started = time.perf_counter()

@@ -23,6 +23,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KVSCOPE_CACHE_DIR") or Path.home() / ".cache" / "kvscope")
 
 
+def make_cache_folder(folder: Path) -> Path:
+    """A folder inside kvscope's cache, made if missing; a cache that cannot hold one (KVSCOPE_CACHE_DIR
+    a file, /dev/null, a read-only place) is a ConfigError naming it, not a traceback from mkdir."""
+    from kvscope.engine.config import ConfigError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        given = os.environ.get("KVSCOPE_CACHE_DIR")
+        where = f"KVSCOPE_CACHE_DIR={given}" if given else f"the kvscope cache {cache_dir()}"
+        raise ConfigError(f"cannot make the folder {folder} ({exc.strerror or exc}): {where} must be a folder "
+                          "kvscope can write, or unset") from None
+    return folder
+
+
 def hf_config_for(model: ModelConfig):
     """A transformers config of the model's family with the preset's fields."""
     from transformers import AutoConfig
@@ -76,7 +91,7 @@ def ensure_random_model(model: ModelConfig, seed: int = 0, root: Path | None = N
     target = root / f"{model.name}-{_fingerprint(model, seed)}"
     if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(root)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         build_random_model(model, staging, seed)
