@@ -308,6 +308,9 @@ class _Fields:
         return float(value)
 
 
+MAX_LABEL_CHARS = 80  # a column heading; the longest built-in label has 34 characters
+
+
 def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scenario:
     top = _Fields(data, "", label, _TOP_KEYS)
     name = top.text("name")
@@ -471,6 +474,8 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Varian
     where = f"configs[{index + 1}]"
     fields = _Fields(data, where, label, _CONFIG_KEYS)
     name = fields.text("label")
+    if len(name) > MAX_LABEL_CHARS or not name.isprintable():  # a column heading and a table cell: one line
+        raise fields.error(f"must be one line of at most {MAX_LABEL_CHARS} characters, got {name!r:.80}", "label")
     where = f"configs[{index + 1}] ({name})"
     fields.where = where
 
@@ -511,11 +516,12 @@ def _config(base: _Fields, backend: str, data, index: int, label: str) -> Varian
             require_fit(plan)
     except (ConfigError, TypeError) as exc:
         raise fields.error(str(exc)) from None
+    output_tokens = fields.whole("output_tokens", required=False)  # its own error names it, outside the try
     try:
         return Variant(
             label=name, backend=backend, model=model_name, hardware=hardware_name if backend == "simulated" else None,
             memory_bytes=int(memory_gib * GiB) if memory_gib is not None else None, engine_args=args,
-            output_tokens=fields.whole("output_tokens", required=False), quantization=quantization,
+            output_tokens=output_tokens, quantization=quantization,
         )
     except ConfigError as exc:
         raise fields.error(str(exc), "quantization") from None
