@@ -795,7 +795,7 @@ def test_flags_that_would_be_dropped_without_a_word_are_refused(capsys, tmp_path
             "--model and --model-path both")
     refused(*cli(capsys, "gui", "--replay", tmp_path / "run.kvrec", "--model", "llama-3-8b")[::2],
             "--model would not apply")
-    refused(*cli(capsys, "export", tmp_path / "run.kvrec", "--csv", "-")[::2], "--csv -: export writes a file")
+    refused(*cli(capsys, "export", tmp_path / "run.kvrec", "--csv", "-")[::2], "--csv -: an export is written to a file")
     rc, out, err = cli(capsys)
     assert rc == 2 and "usage:" in out and "give a command" in err
 

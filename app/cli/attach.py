@@ -18,7 +18,8 @@ from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
 from kvscope.app.cli import options
 from kvscope.app.cli.output import table
-from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
+from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
+                                         write_json_output)
 
 MAX_DURATION_S = 7 * 86400.0
 POLL_MS = 100
@@ -204,11 +205,11 @@ def run(args) -> int:
     check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})
     check_output_path("--json", args.json)
     if args.record:
-        check_output_path("--record", args.record)
+        check_file_output("--record", args.record, "a recording")
     if args.screenshot:
         from kvscope.app.cli.gui import check_screenshot_target
 
-        check_output_path("--screenshot", args.screenshot)
+        check_file_output("--screenshot", args.screenshot, "a screenshot")
         check_screenshot_target(args.screenshot)
     target = target_from_args(args)
     if args.duration is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from kvscope.engine.config import ConfigError
 from kvscope.app.lab.recording import Recording
 from kvscope.app.lab.export import write_series_csv
-from kvscope.app.lab.output_path import atomic_output, check_distinct_outputs, check_output_path
+from kvscope.app.lab.output_path import atomic_output, check_distinct_outputs, check_file_output
 from kvscope.app.lab.workload import ALL_ROWS
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
@@ -77,9 +77,7 @@ def _count(value, default: int) -> int:
 def run(args) -> int:
     outputs = [(flag, path) for flag, path in (("--perfetto", args.perfetto), ("--csv", args.csv)) if path]
     for flag, path in outputs:
-        if path == "-":  # elsewhere "-" is stdout; here it would have made a file named "-"
-            raise ConfigError(f"{flag} -: export writes a file (it reports on stdout); give a file name")
-        check_output_path(flag, path, {"recording": args.file})
+        check_file_output(flag, path, "an export", {"recording": args.file})
     check_distinct_outputs(dict(outputs))
     from kvscope.app.lab.recording.records import is_attached, read_header
 

@@ -26,7 +26,7 @@ from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, loa
 from kvscope.app.gui.run_settings import engine_defaults
 
 from kvscope.app.cli import options
-from kvscope.app.lab.output_path import check_output_path
+from kvscope.app.lab.output_path import check_file_output
 
 # A window larger than any screen (8K is 7680 x 4320) would need a backing store of gigabytes.
 MIN_SIZE, MAX_SIDE = (320, 240), 8192
@@ -132,7 +132,7 @@ def check_flags(args) -> dict:
                               "just before it closes)")
         if not Path(os.path.realpath(args.screenshot)).parent.is_dir():
             raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
-        check_output_path("--screenshot", args.screenshot, {"recording": replay} if replay else None)
+        check_file_output("--screenshot", args.screenshot, "a screenshot", {"recording": replay} if replay else None)
         check_screenshot_target(args.screenshot)
     if replay:
         ignored = [flag for flag, value in (("--scenario", scenario), ("--model", args.model), ("--model-path", args.model_path),

@@ -10,7 +10,8 @@ from pathlib import Path
 from kvscope.engine import Engine
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_REAL_MODEL, ConfigError, EngineArgs
 from kvscope.app.lab.presets import load_workload, load_workload_file, preset_file
-from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_json_output
+from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
+                                         write_json_output)
 from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
 from kvscope.engine.checks import MAX_SEED, whole_number
@@ -309,7 +310,7 @@ def run(args) -> int:
     # Say what is wrong with an output path before a long run, not after it.
     inputs = input_files(args)
     check_output_path("--json", args.json, inputs)
-    check_output_path("--record", args.record, inputs)
+    check_file_output("--record", args.record, "a recording", inputs)
     check_distinct_outputs({"--json": args.json, "--record": args.record})
     whole_number(args.seed, "--seed", 0, MAX_SEED)
     engine, spec = build_engine(args)

@@ -59,6 +59,14 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
         out.unlink()
 
 
+def check_file_output(flag: str, path: str | None, what: str, inputs: dict | None = None) -> None:
+    """check_output_path for an output that only a file can take (a recording, an image): '-',
+    stdout for --json, would otherwise make a file named '-' in the current folder."""
+    if path == "-":
+        raise ConfigError(f"{flag} -: {what} is written to a file, not to stdout; give a file name")
+    check_output_path(flag, path, inputs)
+
+
 def check_distinct_outputs(outputs: dict) -> None:
     """No two output flags ({flag: path}) may name the same file: the second would overwrite the first."""
     given = [(flag, path) for flag, path in outputs.items() if path and path != "-"]
