@@ -13,7 +13,7 @@ from kvscope.app.lab.presets import load_workload, load_workload_file, preset_fi
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 from kvscope.app.lab.trained_model import TRAINED_MODEL
-from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests
+from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
 from kvscope.engine.cost_model import calibration_note
 from kvscope.engine.events import EventKind
@@ -24,6 +24,8 @@ from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 from kvscope.app.cli.output import table
 
+DEFAULT_WORKLOAD = "chat"
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("run", help="run a workload through the engine headlessly and summarise it")
@@ -33,8 +35,8 @@ def add_parser(subparsers) -> None:
     options.add_scheduler_options(parser)
     options.add_backend_options(parser)
     group = parser.add_argument_group("workload")
-    group.add_argument("--workload", metavar="PRESET", default="chat",
-                       help="workload preset, or a workload .toml file (default chat)")
+    group.add_argument("--workload", metavar="PRESET",
+                       help=f"workload preset, or a workload .toml file (default {DEFAULT_WORKLOAD})")
     group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
     group.add_argument("--requests", type=options.whole, help="number of requests (default: the workload's)")
     group.add_argument("--arrival-rate", type=options.number, help="Poisson arrivals per second (0: all at once)")
@@ -57,7 +59,7 @@ def input_files(args) -> dict:
     if config and Path(config).is_dir():
         config = str(Path(config) / "config.json")
     given = {"trace": args.trace, "model config": config,
-             "workload file": args.workload if args.workload.endswith(".toml") else None}
+             "workload file": args.workload if (args.workload or "").endswith(".toml") else None}
     if args.model_path:
         given["model config"] = str(Path(args.model_path) / "config.json")
     if given["workload file"]:
@@ -66,22 +68,28 @@ def input_files(args) -> dict:
     model = args.model or (DEFAULT_REAL_MODEL if args.backend == "real" else DEFAULT_MODEL)
     for what, kind, name in (("model preset", "models", None if config or args.model_path else model),
                              ("hardware preset", "hardware", args.hardware or DEFAULT_HARDWARE),
-                             ("workload preset", "workloads", None if given["workload file"] else args.workload)):
+                             ("workload preset", "workloads",
+                              None if given["workload file"] or args.trace else args.workload or DEFAULT_WORKLOAD)):
         if name:
             given[what] = preset_file(kind, name)
     return {what: str(path) for what, path in given.items() if path}
 
 
 def workload_from_args(args) -> WorkloadSpec:
+    if args.trace and args.workload:
+        raise ConfigError(f"--trace {args.trace} and --workload {args.workload} both say what requests to send; "
+                          "give one")
     if args.trace:
         if not Path(args.trace).exists():
             raise ConfigError(f"trace {args.trace}: no such file")
         spec = WorkloadSpec(name=Path(args.trace).stem, description=f"trace replay of {args.trace}",
                             trace_path=args.trace, num_requests=ALL_ROWS)
-    elif args.workload.endswith(".toml"):
+    elif (args.workload or "").endswith(".toml"):
         spec = load_workload_file(args.workload)
     else:
-        spec = load_workload(args.workload)
+        spec = load_workload(args.workload or DEFAULT_WORKLOAD)
+    if spec.trace_path is not None and args.arrival_rate is not None:
+        refuse_ignored_by_trace(["--arrival-rate"], f"workload {spec.name}")
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
 
 

@@ -33,7 +33,7 @@ from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload, presets_root, read_toml
-from kvscope.app.lab.workload import workload_from_dict
+from kvscope.app.lab.workload import TRACE_SETS, refuse_ignored_by_trace, workload_from_dict
 from kvscope.engine.units import GiB
 
 ANSWER_KINDS = ("number", "choice")
@@ -432,6 +432,8 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
             if not isinstance(preset, str):
                 raise ConfigError(f"preset must be a workload preset name, got {preset!r}")
             spec = load_workload(preset)
+            if spec.trace_path is not None:
+                refuse_ignored_by_trace([k for k in TRACE_SETS if k in fields], f"preset {preset!r}")
             if fields:
                 override = workload_from_dict({"name": spec.name, **fields}, where,
                                               trace_dir=path.parent if path else None)

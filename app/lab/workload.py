@@ -177,6 +177,18 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
         raise ConfigError(f"{label}: a workload replays a trace or sends chat text, not both")
 
 
+def refuse_ignored_by_trace(given: list[str], label: str) -> None:
+    """A trace's rows give each request's arrival and token counts: a rate or a length given beside
+    it would be dropped without a word, so it is refused instead."""
+    if given:
+        raise ConfigError(f"{label} replays a trace, whose rows give each request's arrival time and token counts; "
+                          f"{', '.join(given)} would be ignored: leave {'it' if len(given) == 1 else 'them'} out "
+                          "(a workload file's trace_speedup replays it faster)")
+
+
+# What a trace's rows set: given beside a trace, these are refused (refuse_ignored_by_trace).
+TRACE_SETS = ("arrival_rate_per_s", "prompt_tokens", "output_tokens")
+
 _WORKLOAD_KEYS = {
     "name", "description", "source", "num_requests", "arrival_rate_per_s", "prompt_tokens", "output_tokens",
     "shared_prefix_fraction", "shared_prefix_tokens", "num_shared_prefixes", "trace", "trace_speedup", "chat",
@@ -214,6 +226,7 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
         if key in data:
             kwargs[key] = dist_from_dict(data[key], f"{label}: {key}")
     if "trace" in data:
+        refuse_ignored_by_trace([k for k in TRACE_SETS if k in data], label)
         trace = Path(require_text(data["trace"], f"{label}: trace"))
         if trace_dir is not None and not trace.is_absolute():
             found = Path(trace_dir) / trace
