@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_self_test(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()
         print("kvscope: error: give a command (above); `kvscope COMMAND --help` says what each takes", file=sys.stderr)
@@ -152,6 +153,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> None:
+    """A flag given twice with different values (--model a ... --model b, --x ... --no-x) is refused:
+    argparse would keep the last without a word. The same value twice is harmless and passes."""
+    subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if subparsers is None or command not in subparsers.choices:
+        return
+    sub = subparsers.choices[command]
+    flags = {option: action for action in sub._actions for option in action.option_strings}
+    seen: dict[str, tuple[str, str]] = {}
+    i = argv.index(command) + 1 if command in argv else len(argv)
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            break
+        if not token.startswith("--"):
+            continue
+        name, has_value, value = token.partition("=")
+        matches = [o for o in flags if o == name] or [o for o in flags if o.startswith(name)]  # argparse's abbreviations
+        if len(matches) != 1:
+            continue
+        action = flags[matches[0]]
+        if action.nargs == 0:
+            value = matches[0]  # --x and --no-x differ by their spelling
+        elif not has_value:
+            value = argv[i] if i < len(argv) else ""
+            i += 1
+        said = f"{matches[0]} {value}" if action.nargs != 0 else matches[0]
+        if action.dest in seen and seen[action.dest][0] != value:
+            earlier = seen[action.dest][1]
+            sub.error(f"argument {matches[0]}: contradicts {earlier}; give one of them" if action.nargs == 0 else
+                      f"argument {matches[0]}: given twice ({earlier}, then {said}); give it once")
+        seen.setdefault(action.dest, (value, said))
 
 
 def _short_path(filename) -> str:
