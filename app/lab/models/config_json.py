@@ -45,6 +45,9 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
             return "fp8" if kind == "float" else "int8"
         if bits == 4:
             return "int4"
+        if bits not in (None, 16):  # 2- or 3-bit weights sized as 16-bit ones would be 5 - 8x off
+            raise ConfigError(f"quantization_config: compressed-tensors weights of {bits!r:.20} bits: kvscope sizes "
+                              "4-, 8- and 16-bit weights")
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
                           "(fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
@@ -128,7 +131,9 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
     model_type = str(cfg.get("model_type", "llama"))
-    head_dim = cfg.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
+    # absent (or null): hidden_size / heads, as transformers derives it; a 0 given is refused, not read as absent
+    head_dim = _given_or(cfg, "head_dim",
+                         hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
