@@ -9,6 +9,7 @@ its axis shows the engine step number). Plain numpy and text, no Qt: batch_timel
 
 from __future__ import annotations
 
+import heapq
 from itertools import chain
 from typing import NamedTuple
 
@@ -82,9 +83,13 @@ class BatchLanes:
         self._seq_end = 0  # sequence number of the next step
         self._last_step: int | None = None  # engine step number of the newest step added
         self._count = 0  # valid columns, <= capacity
-        self._lane_owner = np.full(self.max_lanes, -1, dtype=np.int64)  # lane -> request id
-        self._lane_by_id = np.full(1024, -1, dtype=np.int64)  # request id -> lane
-        self._lacked_lane = np.zeros(1024, dtype=bool)  # request id -> ever drawn without a lane
+        # Who holds which lane, in plain Python: a batch is a few to a few hundred requests, and
+        # a frame at maximum speed brings 400 steps; numpy's per-call cost on such small arrays
+        # made assigning lanes ~25 us a step, 10 ms of a frame.
+        self._lane_of: dict[int, int] = {}  # request id -> lane
+        self._lane_owner = [-1] * self.max_lanes  # lane -> request id
+        self._free_lanes = list(range(self.max_lanes))  # a heap: the lowest free lane first
+        self._lacked_lane: set[int] = set()  # request ids ever drawn without a lane
         self.overflow_requests_total = 0  # distinct requests that ran without a lane since clear()
 
     def clear(self) -> None:
@@ -99,35 +104,13 @@ class BatchLanes:
             self._marks[k] = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._init_state()
 
-    def _ensure_ids(self, max_id: int) -> None:
-        n = len(self._lane_by_id)
-        if max_id < n:
-            return
-        size = max(max_id + 1, 2 * n)
-        grown = np.full(size, -1, dtype=np.int64)
-        grown[:n] = self._lane_by_id
-        self._lane_by_id = grown
-        lacked = np.zeros(size, dtype=bool)
-        lacked[:n] = self._lacked_lane
-        self._lacked_lane = lacked
-
-    def _lanes_of(self, ids: np.ndarray) -> np.ndarray:
-        if ids.size and ids.min() < 0:
-            out = np.full(ids.shape, -1, dtype=np.int64)
-            ok = ids >= 0
-            out[ok] = self._lane_by_id[ids[ok]]
-            return out
-        return self._lane_by_id[ids]
-
     @property
     def lanes_in_use(self) -> int:
-        return int((self._lane_owner >= 0).sum())
+        return self.max_lanes - len(self._free_lanes)
 
     def lane_of(self, request_id: int) -> int:
         """The lane a request holds now, or -1."""
-        if 0 <= request_id < len(self._lane_by_id):
-            return int(self._lane_by_id[request_id])
-        return -1
+        return self._lane_of.get(request_id, -1)
 
     # ------------------------------------------------------------------ data in
 
@@ -140,21 +123,19 @@ class BatchLanes:
             return
         cap = self.capacity
         first_drawn = len(steps) - cap  # steps before this index scroll out at once: lanes only
-        new_marks = {k: [] for k in MARK_KINDS}
+        new_marks = {k: [] for k in MARK_KINDS}  # kind -> [(sequence, lane, request id)]
         drawn = []  # (slot, lanes, ids, tokens, is_prefill) of every step drawn
+        lane_of, owner, free = self._lane_of, self._lane_owner, self._free_lanes
         for i, st in enumerate(steps):
-            ids = np.asarray(st.request_ids, dtype=np.int64)
+            ids = st.request_ids
             last = self._last_step  # a step retried after running out of memory repeats its number
             if last is not None and (st.step > last + 1 or st.step < last):
                 self._release_lanes_after_gap(ids)
             self._last_step = st.step
-            hi = max(int(ids.max()) if ids.size else -1, max(st.joined, default=-1), max(st.finished, default=-1),
-                     max(st.preempted, default=-1))
-            self._ensure_ids(hi)
-            lanes = self._lanes_of(ids)
+            lanes = [lane_of.get(r, -1) for r in ids]
             n_over = 0
-            if ids.size and (lanes < 0).any():
-                lanes, n_over = self._give_lanes(ids, lanes)
+            if -1 in lanes:
+                n_over = self._give_lanes(ids, lanes)
 
             seq = self._seq_end
             draw = i >= first_drawn
@@ -163,64 +144,66 @@ class BatchLanes:
                 drawn.append((slot, lanes, ids, st.num_new_tokens, st.is_prefill))
                 self._step_no[slot] = st.step
                 self._duration[slot] = st.duration_s
-                self._batch_size[slot] = ids.size
+                self._batch_size[slot] = len(ids)
                 self._overflow[slot] = n_over
 
             # Marks, then give back the lanes of finished and preempted requests.
-            for kind, lst in ((JOINED, st.joined), (FINISHED, st.finished), (PREEMPTED, st.preempted)):
-                if not lst:
-                    continue
-                mid = np.asarray(lst, dtype=np.int64)
-                ml = self._lanes_of(mid)
-                ok = ml >= 0
-                if draw and ok.any():
-                    new_marks[kind].append((np.full(int(ok.sum()), seq, np.int64), ml[ok], mid[ok]))
-                if kind != JOINED and ok.any():
-                    self._lane_owner[ml[ok]] = -1
-                    self._lane_by_id[mid[ok]] = -1
+            for kind, listed in ((JOINED, st.joined), (FINISHED, st.finished), (PREEMPTED, st.preempted)):
+                for rid in listed:
+                    lane = lane_of.get(rid, -1)
+                    if lane < 0:
+                        continue
+                    if draw:
+                        new_marks[kind].append((seq, lane, rid))
+                    if kind != JOINED:
+                        del lane_of[rid]
+                        owner[lane] = -1
+                        heapq.heappush(free, lane)
             self._seq_end += 1
         self._count = min(cap, self._count + len(steps))
         self._draw_columns(drawn)
 
         first = self._seq_end - self._count
         for kind in MARK_KINDS:
-            parts = [self._marks[kind]] + new_marks[kind]
-            s = np.concatenate([p[0] for p in parts])
+            s, lanes, rid = self._marks[kind]
+            if new_marks[kind]:
+                added = np.array(new_marks[kind], dtype=np.int64).reshape(-1, 3)
+                s, lanes, rid = (np.concatenate((s, added[:, 0])), np.concatenate((lanes, added[:, 1])),
+                                 np.concatenate((rid, added[:, 2])))
             keep = s >= first
-            self._marks[kind] = (s[keep], np.concatenate([p[1] for p in parts])[keep],
-                                 np.concatenate([p[2] for p in parts])[keep])
+            self._marks[kind] = (s[keep], lanes[keep], rid[keep])
 
-    def _release_lanes_after_gap(self, batch_ids: np.ndarray) -> None:
+    def _release_lanes_after_gap(self, batch_ids) -> None:
         """Steps were skipped (a fast run sends only the newest of them): whoever finished or was
         preempted meanwhile never gave back a lane, so every request not in this batch does now.
         Without this, lanes ran out after a minute at maximum speed with 4 requests running."""
-        owners = self._lane_owner
-        held = np.flatnonzero(owners >= 0)
-        gone = held[~np.isin(owners[held], batch_ids)]
-        self._lane_by_id[owners[gone]] = -1
-        owners[gone] = -1
+        running = set(batch_ids)
+        for rid in [rid for rid in self._lane_of if rid not in running]:
+            lane = self._lane_of.pop(rid)
+            self._lane_owner[lane] = -1
+            heapq.heappush(self._free_lanes, lane)
 
-    def _give_lanes(self, ids: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, int]:
-        """The batch's newcomers take the lowest free lanes, in batch order; those left without
-        one are counted. Returns the lanes of the batch and how many entries have none."""
-        need = (lanes < 0) & (ids >= 0)
-        if need.any():
-            new_ids = ids[need]
-            free = np.flatnonzero(self._lane_owner < 0)
-            k = min(len(new_ids), len(free))
-            if k:
-                got = free[:k]
-                self._lane_by_id[new_ids[:k]] = got
-                self._lane_owner[got] = new_ids[:k]
-                lanes = self._lanes_of(ids)
-        no_lane = lanes < 0
-        n_over = int(no_lane.sum())
-        if n_over:
-            over_ids = ids[no_lane & (ids >= 0)]
-            fresh = over_ids[~self._lacked_lane[over_ids]]
-            self._lacked_lane[fresh] = True
-            self.overflow_requests_total += int(np.unique(fresh).size)
-        return lanes, n_over
+    def _give_lanes(self, ids, lanes: list) -> int:
+        """The batch's newcomers take the lowest free lanes, in batch order (lanes: the batch's,
+        -1 where none, filled in place); those left without one are counted. Returns how many
+        entries have none."""
+        lane_of, owner, free = self._lane_of, self._lane_owner, self._free_lanes
+        n_over = 0
+        for j, rid in enumerate(ids):
+            if lanes[j] >= 0:
+                continue
+            if rid >= 0 and rid in lane_of:  # the same request twice in one batch
+                lanes[j] = lane_of[rid]
+                continue
+            if rid >= 0 and free:
+                lane = heapq.heappop(free)
+                lane_of[rid], owner[lane], lanes[j] = lane, rid, lane
+                continue
+            n_over += 1
+            if rid >= 0 and rid not in self._lacked_lane:
+                self._lacked_lane.add(rid)
+                self.overflow_requests_total += 1
+        return n_over
 
     def _draw_columns(self, drawn: list) -> None:
         """Writes the columns of the drawn steps (distinct slots) in one go."""
@@ -236,10 +219,11 @@ class BatchLanes:
             self._decode_tok[slots] = 0
             return
         column = np.repeat(np.arange(len(drawn)), sizes)
-        lanes = np.concatenate([d[1] for d in drawn])
-        ids = np.concatenate([d[2] for d in drawn])
-        tok = np.fromiter(chain.from_iterable(d[3] for d in drawn), dtype=np.int64, count=len(ids))
-        pre = np.fromiter(chain.from_iterable(d[4] for d in drawn), dtype=bool, count=len(ids))
+        n = int(sizes.sum())
+        lanes = np.fromiter(chain.from_iterable(d[1] for d in drawn), dtype=np.int64, count=n)
+        ids = np.fromiter(chain.from_iterable(d[2] for d in drawn), dtype=np.int64, count=n)
+        tok = np.fromiter(chain.from_iterable(d[3] for d in drawn), dtype=np.int64, count=n)
+        pre = np.fromiter(chain.from_iterable(d[4] for d in drawn), dtype=bool, count=n)
         has = lanes >= 0
         cells = (lanes[has], slots[column[has]])
         self._codes[cells] = np.where(pre[has], prefill_codes(tok[has]), DECODE)

@@ -30,6 +30,7 @@ from kvscope.widgets.batch_lanes import (
 )
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.image_item import ImageItem
+from kvscope.widgets.live_plots import RANGE_SLACK, sticky_range
 from kvscope.widgets.palette import DARK, Theme, hex_color, request_color
 from kvscope.widgets.throttle import Throttle
 
@@ -40,6 +41,7 @@ _MARK_GLYPH = {JOINED: "\u25b6", FINISHED: "\u25cf", PREEMPTED: "\u25bc"}
 _MARK_X_OFFSET = {JOINED: 0.15, FINISHED: 0.85, PREEMPTED: 0.5}  # within the step's cell
 _MARK_SIZE = 8
 MIN_STEPS_SHOWN = 24
+LANE_ROWS_STEP = 8  # the lanes shown are a multiple of this
 SCROLL_DIVISIONS = 100
 # The token bars are an image of this many rows (about the bar plot's height in pixels): two
 # filled step curves cost ~1.5 ms a paint (pyqtgraph fills them in 50-point pieces), the image
@@ -223,6 +225,8 @@ class BatchTimelineView(QWidget):
         self._bar_image = ImageItem(axisOrder="row-major")
         self._bars.addItem(self._bar_image)
         self._token_bars = (np.zeros(0), np.zeros(0), np.zeros(0))
+        self._bar_range: tuple | None = None  # the token bars' shown height (live_plots.sticky_range)
+        self._lanes_shown: int | None = None  # ... and the lanes', a multiple of LANE_ROWS_STEP
 
         scene = self._view.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
@@ -318,6 +322,7 @@ class BatchTimelineView(QWidget):
                 self._set_marks(kind, np.zeros(0), np.zeros(0))
             self._bar_image.clear()
             self._token_bars = (np.zeros(0), np.zeros(0), np.zeros(0))
+            self._bar_range = self._lanes_shown = None
             self._overflow_label.hide()
             self._plot.setXRange(0, cap, padding=0)
             self._plot.setYRange(0, 8, padding=0)
@@ -334,7 +339,12 @@ class BatchTimelineView(QWidget):
             if ln.size:
                 top = max(top, int(ln.max()) + 1)
             self._set_marks(kind, s, ln)
-        top = max(top, 8)
+        # The lanes and the bars keep their height until the data leaves it: a height that moved
+        # with every frame laid out both value axes again each time (~1 ms a frame at maximum speed).
+        needed = -(-max(top, 1) // LANE_ROWS_STEP) * LANE_ROWS_STEP
+        if self._lanes_shown is None or not needed <= self._lanes_shown < needed * RANGE_SLACK:
+            self._lanes_shown = needed
+        top = self._lanes_shown
         # The steps held use the whole width: a slow engine (the real backend makes ~5 steps a
         # second) filled 27 of 400 columns after a while, the rest blank. The range grows with
         # the steps up to the ring's capacity, from MIN_STEPS_SHOWN so that one step is no full-width bar.
@@ -352,7 +362,8 @@ class BatchTimelineView(QWidget):
         dec = decode.astype(np.float64)
         tot = dec + prefill
         self._token_bars = (edges, tot, dec)
-        bar_top = max(1.0, float(tot.max())) * 1.05
+        self._bar_range = sticky_range(self._bar_range, 0.0, max(1.0, float(tot.max())) * 1.05)
+        bar_top = self._bar_range[1]
         self._bar_image.setImage(token_bar_image(prefill, dec, bar_top), autoLevels=False,
                                  levels=(0, len(self._bar_lut)), lut=self._bar_lut)  # index i -> lut[i]
         self._bar_image.setRect(QRectF(first, 0, n, bar_top))

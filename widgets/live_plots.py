@@ -320,7 +320,10 @@ class LivePlots(QWidget):
         for key, (plot_name, legend, _, style) in CURVES.items():
             plot = self.plots[plot_name]
             if style in ("line", "fill"):
-                item = plot.plot([], [], connect="finite")
+                # About one min/max pair per pixel: pyqtgraph's default of five samples per pixel
+                # drew every one of 3,000 points on a 350-pixel plot, ~1 ms of line drawing per
+                # curve and repaint; a pair per pixel draws the same envelope.
+                item = plot.plot([], [], connect="finite", autoDownsampleFactor=1.0)
                 item.setClipToView(True)
                 item.setDownsampling(auto=True, method="peak")
                 if style == "fill":
