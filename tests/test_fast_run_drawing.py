@@ -9,6 +9,7 @@ import pytest
 from kvscope.widgets.batch_lanes import FINISHED, JOINED, PREEMPTED, BatchLanes, TimelineStep
 from kvscope.widgets.batch_timeline import LANE_ROWS_STEP, BatchTimelineView
 from kvscope.widgets.live_plots import LivePlots
+from kvscope.widgets.trailing_mean import TrailingMean, windowed_mean
 
 
 def _frames_of_a_fast_run(seed: int, frames: int, steps_per_frame: int, batch: int):
@@ -98,3 +99,24 @@ def test_a_long_curve_is_drawn_as_about_one_min_max_pair_per_pixel(qtbot):
     assert len(drawn.x) <= 2.5 * width_px < n
     # the envelope survives: the curve's drawn peaks are the data's
     assert drawn.y.max() == pytest.approx(100 * y.max()) and drawn.y.min() == pytest.approx(100 * y.min())
+
+
+def test_the_compute_line_s_mean_computed_for_new_points_only_equals_the_mean_over_the_whole_run():
+    rng = np.random.default_rng(7)
+    t = np.cumsum(rng.exponential(0.01, 5000))
+    t[2000:] += 3.0  # an idle stretch: its gap must not weigh as busy time either way
+    y = rng.random(5000) * 100
+    whole = windowed_mean(t, y, 1.0)
+    mean = TrailingMean(1.0)
+    first = mean.of(t[:40], y[:40])
+    assert np.allclose(first, windowed_mean(t[:40], y[:40], 1.0))
+    for end in (41, 300, 1999, 2000, 2001, 2500, 5000):  # frames of 1 to ~1,700 new points
+        grown = mean.of(t[:end], y[:end])
+        assert len(grown) == end
+        # past the first window the means are the whole run's; in it, the first point's weight is
+        # the median spacing of the points seen when it was first computed
+        late = t[:end] > t[0] + 1.0
+        assert np.allclose(grown[late], whole[:end][late])
+    # a series that is not the one computed (a new run, or a replay's seek) is computed again
+    other = mean.of(t[:100] + 50.0, y[:100])
+    assert np.allclose(other, windowed_mean(t[:100] + 50.0, y[:100], 1.0))

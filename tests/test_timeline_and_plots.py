@@ -14,9 +14,10 @@ from kvscope.widgets.batch_lanes import (
 )
 from kvscope.widgets.batch_timeline import BatchTimelineView
 from kvscope.widgets.live_plots import (
-    BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax, windowed_mean,
+    BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax,
 )
 from kvscope.widgets.palette import DARK, LIGHT, request_color
+from kvscope.widgets.trailing_mean import windowed_mean
 
 
 def step(n, ids, tokens, prefill, joined=(), finished=(), preempted=(), duration_s=0.0125):

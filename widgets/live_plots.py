@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.throttle import Throttle
+from kvscope.widgets.trailing_mean import GAP_MIN_S, TrailingMean
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
 
 TIME_LABEL = "engine clock (s)"
@@ -45,9 +46,8 @@ PERCENT = ("kv_usage", "compute_utilization")
 STEP_SERIES = ("kv_usage", "compute_utilization", "num_running", "num_waiting",
                "throughput_tokens_per_s", "preemptions")
 REQUEST_SERIES = ("ttft_s", "queue_time_s")
-# Two step points further apart than this (and than GAP_FACTOR x the usual spacing) have the
+# Two step points further apart than GAP_MIN_S (and than GAP_FACTOR x the usual spacing) have the
 # engine idle between them -- no request to run until the next arrival: the line breaks there.
-GAP_MIN_S = 0.5
 GAP_FACTOR = 20
 # A latency scatter of more than this many requests is redrawn at most every
 # BIG_SCATTER_INTERVAL_S: rebuilding 2 x 3,000 spots took ~10 ms of every frame at maximum speed.
@@ -188,21 +188,6 @@ def let_title_shrink(label: pg.LabelItem) -> None:
     update_min()
 
 
-def windowed_mean(t: np.ndarray, y: np.ndarray, window_s: float, max_dt: float = GAP_MIN_S) -> np.ndarray:
-    """At each point, the mean of y over the preceding window_s of time, each point weighted by the
-    time since the previous one (capped at max_dt, so an idle gap does not weigh as busy time)."""
-    if len(t) < 2:
-        return y.astype(np.float64)
-    dt = np.minimum(np.diff(t, prepend=t[0]), max_dt)
-    dt[0] = min(max_dt, float(np.median(dt[1:]))) if len(dt) > 1 else 1.0
-    weighted = np.concatenate(([0.0], np.cumsum(y * dt)))
-    weights = np.concatenate(([0.0], np.cumsum(dt)))
-    start = np.searchsorted(t, t - window_s, side="right")
-    end = np.arange(1, len(t) + 1)
-    total = weights[end] - weights[start]
-    return np.where(total > 0, (weighted[end] - weighted[start]) / np.where(total > 0, total, 1.0), y)
-
-
 def idle_gaps(t: np.ndarray) -> np.ndarray:
     """Midpoints of the stretches where the engine stood idle between two step points: apart by
     more than GAP_MIN_S and GAP_FACTOR x the usual spacing (no request to run until the next arrival)."""
@@ -257,6 +242,7 @@ class LivePlots(QWidget):
         self.max_points = int(max_points)
         self._steps_pending: dict | None = None  # the series the step curves are to show
         self._steps_throttle = Throttle(self, step_interval_s, self._draw_pending_steps)  # 0: every call
+        self._compute_mean = TrailingMean(COMPUTE_WINDOW_S)  # the compute line, smoothed
         self._theme = theme
         self.latency_log_y = False
         self.latency_shown = 0  # requests drawn on the latency plot
@@ -464,6 +450,7 @@ class LivePlots(QWidget):
         self._latency_pending = None
         self._latency_throttle.cancel()
         self._steps_pending = None
+        self._compute_mean.clear()
         self._steps_throttle.cancel()
         self._x_bounds = None
         self._follow_x = True
@@ -512,7 +499,7 @@ class LivePlots(QWidget):
                 # (a CPU's FLOP/s are guessed) would plot over 100 % of the time it took.
                 y = np.minimum(y, 1.0) * 100.0
             if key == "compute_utilization":
-                y = windowed_mean(x, y, COMPUTE_WINDOW_S)
+                y = self._compute_mean.of(x, y)
             x, y = decimate_minmax(x, y, self.max_points)
             self.curves[key].setData(*break_at_gaps(x, y, gaps))
 
