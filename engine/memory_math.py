@@ -269,7 +269,8 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         else:
             activation = activation_peak_bytes(model, tp, tokens, resolved.max_num_seqs)
             non_torch = non_torch_bytes(hardware, tp)
-            graphs = cuda_graph_bytes(model) if version >= CUDA_GRAPHS_SUBTRACTED_FROM else 0
+            # --enforce-eager captures no CUDA graphs: vLLM then holds nothing back for them
+            graphs = cuda_graph_bytes(model) if version >= CUDA_GRAPHS_SUBTRACTED_FROM and not args.enforce_eager else 0
             pool_source = (f"memory x gpu_memory_utilization - weights - activation peak - non-torch"
                            f"{' - CUDA graphs' if graphs else ''} - reserve (vLLM {args.vllm_version})")
         pool_per_device = lesson_pool - activation - non_torch - graphs

@@ -198,6 +198,15 @@ def test_vllm_pool_is_the_usable_memory_less_weights_activation_non_torch_and_fr
     assert new.lesson_kv_pool_bytes == lesson.kv_pool_bytes  # shown beside what vLLM allocates
 
 
+def test_an_eager_vllm_holds_nothing_back_for_cuda_graphs_it_never_captures():
+    model = hf(LLAMA_31_8B)
+    graphs = vllm_plan(model, gpu_memory_utilization=0.95, vllm_version="0.21")
+    eager = vllm_plan(model, gpu_memory_utilization=0.95, vllm_version="0.21", enforce_eager=True)
+    assert graphs.cudagraph_bytes > 0 and eager.cudagraph_bytes == 0
+    assert eager.kv_pool_bytes - graphs.kv_pool_bytes == graphs.cudagraph_bytes
+    assert "CUDA graphs" not in eager.kv_pool_source and "CUDA graphs" in graphs.kv_pool_source
+
+
 def test_non_torch_memory_is_2_gib_a_gpu_with_tensor_parallelism_over_nvlink_only():
     assert non_torch_bytes(load_hardware("8x-h100-80gb"), 1) == int(0.25 * GiB)
     assert non_torch_bytes(load_hardware("8x-h100-80gb"), 2) / GiB == pytest.approx(2.1)  # logged 2.06 - 2.21
