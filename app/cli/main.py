@@ -109,6 +109,8 @@ def add_bench_parser(sub) -> None:
 
 # The lookup errors a path given as input can cause anywhere it is read: too long a name, a symlink loop.
 PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
+# What writing the standard output (redirected to a file) can meet: a full disk or quota, a too-large file, a failing device.
+STDOUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 def _lazy(module: str, name: str):
@@ -130,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         refuse_blank_values(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
+        return code
     except ConfigError as exc:
         print(f"kvscope: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -141,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail too
         return EXIT_BROKEN_PIPE
     except OSError as exc:
+        if exc.errno in STDOUT_ERRNOS and exc.filename is None:  # `kvscope math > /dev/full`, a full disk
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+            print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
+                  file=sys.stderr)
+            return EXIT_USAGE
         if exc.errno not in PATH_ERRNOS:
             raise
         # A path the OS cannot even look up (a name over 255 bytes, a symlink loop): each reading
