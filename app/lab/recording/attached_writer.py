@@ -98,15 +98,16 @@ class AttachRecorder:
         self._streams: dict = {}  # StreamKey -> its index in the header's stream table
         self._metric_restarts = attachment.counts.metric_restarts
         self._writer = _RecordWriter(self.path)
-        self._writer.append(None, FILE_HEADER.pack(SIGNATURE, FORMAT_MAJOR, FORMAT_MINOR))
-        self._writer.append(HEADER, encode_payload(self._header(attachment), {}), False, 0, 0)
-        blob, cells = map_state(attachment.prefix_map)
-        counts = attachment.counts
-        start = {"time_s": attachment._now - attachment._started, "events": dict(counts.events),
-                 "counts": {name: getattr(counts, name) for name in ATTACH_COUNTS},
-                 "subscriber": {name: getattr(attachment.subscriber.counts, name) for name in SUBSCRIBER_COUNTS}}
-        arrays = {"map.state": np.frombuffer(blob, dtype=np.uint8), **{f"map.{k}": v for k, v in cells.items()}}
-        self._writer.append(ATTACH_START, encode_payload(start, arrays), True, 0, 0)
+        with self._writer.opening():
+            self._writer.append(None, FILE_HEADER.pack(SIGNATURE, FORMAT_MAJOR, FORMAT_MINOR))
+            self._writer.append(HEADER, encode_payload(self._header(attachment), {}), False, 0, 0)
+            blob, cells = map_state(attachment.prefix_map)
+            counts = attachment.counts
+            start = {"time_s": attachment._now - attachment._started, "events": dict(counts.events),
+                     "counts": {name: getattr(counts, name) for name in ATTACH_COUNTS},
+                     "subscriber": {name: getattr(attachment.subscriber.counts, name) for name in SUBSCRIBER_COUNTS}}
+            arrays = {"map.state": np.frombuffer(blob, dtype=np.uint8), **{f"map.{k}": v for k, v in cells.items()}}
+            self._writer.append(ATTACH_START, encode_payload(start, arrays), True, 0, 0)
         self._new_chunk()
 
     def _header(self, attachment) -> dict:

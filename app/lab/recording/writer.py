@@ -23,6 +23,7 @@ renamed over it at close, so a run that fails leaves the old recording as it was
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import queue
@@ -124,8 +125,10 @@ class RunRecorder:
         self._closed = False
         self._kind_codes = {kind.value: code for code, kind in enumerate(EventKind)}  # str keys hash fast
         self._started = time.monotonic()
-        self._writer.append(None, FILE_HEADER.pack(SIGNATURE, FORMAT_MAJOR, FORMAT_MINOR))
-        self._write_record(HEADER, encode_payload(self._header(run_info or {}), {}), compress=False, first=0, count=0)
+        with self._writer.opening():
+            self._writer.append(None, FILE_HEADER.pack(SIGNATURE, FORMAT_MAJOR, FORMAT_MINOR))
+            self._write_record(HEADER, encode_payload(self._header(run_info or {}), {}), compress=False, first=0,
+                               count=0)
         # Blocks each request holds, rebuilt from the events: a finished request's list is gone
         # from the engine by the time its step returns, and its blocks are what the step freed.
         self._block_lists = {r.request_id: list(r.block_ids) for r in engine.requests.values() if r.block_ids}
@@ -498,6 +501,17 @@ class _RecordWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=self.QUEUED)
         self._thread = threading.Thread(target=self._run, name="kvscope-recorder", daemon=True)
         self._thread.start()
+
+    @contextlib.contextmanager
+    def opening(self):
+        """Around a recorder's first records: a failure there (a disk already full) abandons the
+        writer before it goes up, since no recorder exists yet to close it, and a file written
+        beside an existing one would be left behind."""
+        try:
+            yield
+        except BaseException:
+            self.abandon()
+            raise
 
     def append(self, record_type: int | None, payload: bytes, compress: bool = False, first: int = 0,
                count: int = 0) -> None:
