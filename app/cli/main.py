@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_bench(a) -> int:
+    from kvscope.app.lab.output_path import check_output_path
+
+    check_output_path("--json", a.json)  # before minutes of measuring, not after
     if getattr(a, "in_window", False) and a.what != "scenarios":
         raise ConfigError("--in-window goes with `kvscope bench scenarios`")
     if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part != "frame")):

@@ -46,7 +46,10 @@ def presets_root():
 
 def user_presets_root() -> Path:
     """Where a user's own presets live ($KVSCOPE_CONFIG_DIR, else ~/.config/kvscope), listed beside the built-in ones."""
-    base = os.environ.get("KVSCOPE_CONFIG_DIR") or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kvscope"
+    given = os.environ.get("KVSCOPE_CONFIG_DIR")
+    if given and os.path.exists(given) and not os.path.isdir(given):  # named on purpose: not skipped without a word
+        raise ConfigError(f"KVSCOPE_CONFIG_DIR={given}: not a folder; name the folder that holds presets/, or unset it")
+    base = given or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kvscope"
     return Path(base) / "presets"
 
 
