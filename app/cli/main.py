@@ -145,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         print("kvscope: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `kvscope presets | head -1`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail too
+        _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         if exc.errno in STDOUT_ERRNOS and exc.filename is None:  # `kvscope math > /dev/full`, a full disk
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush would fail again
+            _silence_stdout()
             print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
                   file=sys.stderr)
             return EXIT_USAGE
@@ -200,6 +200,14 @@ def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], comm
             sub.error(f"argument {matches[0]}: contradicts {earlier}; give one of them" if action.nargs == 0 else
                       f"argument {matches[0]}: given twice ({earlier}, then {said}); give it once")
         seen.setdefault(action.dest, (value, said))
+
+
+def _silence_stdout() -> None:
+    """Standard output pointed at /dev/null, so the exit's flush of what could not be written does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file behind it (a captured stream): nothing is flushed at the exit
+        pass
 
 
 def _short_path(filename) -> str:
