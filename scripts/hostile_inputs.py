@@ -28,6 +28,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostile_inputs_third import third_pass_cases
+
 ROOT = Path(__file__).resolve().parent.parent
 KVSCOPE = ROOT / ".venv" / "bin" / "kvscope"
 TIME_LIMIT_S = 10.0  # a refusal or a tiny run takes a second or two; past this a case hangs
@@ -46,6 +48,7 @@ class Case:
     slow: bool = False
     must_say: tuple = ()  # fragments the stderr (refusal) or stdout (ok) must hold
     must_not_say: tuple = ()
+    stdout: str = ""  # a file standard output is written to (/dev/full), instead of a pipe
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -773,7 +776,8 @@ def run_case(case: Case) -> tuple[str, str, float]:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1", **case.env}
     limit = SLOW_TIME_LIMIT_S if case.slow else TIME_LIMIT_S
     started = time.monotonic()
-    proc = subprocess.Popen([str(KVSCOPE), *case.argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    stdout = open(case.stdout, "wb") if case.stdout else subprocess.PIPE  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([str(KVSCOPE), *case.argv], stdout=stdout, stderr=subprocess.PIPE, env=env,
                             preexec_fn=_limit_memory, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=limit)
@@ -782,6 +786,10 @@ def run_case(case: Case) -> tuple[str, str, float]:
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
         rc = None
+    finally:
+        if case.stdout:
+            stdout.close()
+    out = out or b""
     elapsed = time.monotonic() - started
     changed = [p for p, data in before.items() if not Path(p).exists() or Path(p).read_bytes() != data]
     outcome, detail = judge(case, rc, out.decode(errors="replace"), err.decode(errors="replace"), elapsed, changed)
@@ -801,7 +809,7 @@ def main() -> int:
     d = Path(tempfile.mkdtemp(prefix="kvscope-hostile-"))
     try:
         cases = (number_cases(d) + trace_cases(d) + preset_cases(d) + config_cases(d) + file_cases(d)
-                 + recording_cases(d) + model_folder_cases(d))
+                 + recording_cases(d) + model_folder_cases(d) + third_pass_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []
