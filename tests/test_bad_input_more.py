@@ -163,3 +163,13 @@ def test_a_config_dir_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys):
 
 def test_bench_checks_its_json_output_before_measuring(tmp_path, capsys):
     refused(*cli(capsys, "bench", "scheduler", "--json", tmp_path)[::2], "--json", "is a folder")
+
+
+@pytest.mark.parametrize("text, said", [
+    (TRACE_HEADER + "0,1,500,10\n", "4 cells where the header names 3"),  # 1,500 split into two cells
+    ("TIMESTAMP,ContextTokens,GeneratedTokens,timestamp\n0,100,10,5\n", "2 arrival columns"),
+])
+def test_a_trace_row_or_header_that_would_be_misread_is_refused(tmp_path, capsys, text, said):
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    refused(*cli(capsys, "run", "--quiet", "--trace", trace)[::2], said)

@@ -303,6 +303,9 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
             raise ConfigError(
                 f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
             )
+        if len(found) > 1:  # which one is meant cannot be told; the first would be taken without a word
+            raise ConfigError(f"trace {path} line 1: {len(found)} {role} columns "
+                              f"({', '.join(header[i].strip() for i in found)}); keep one")
         columns[role] = found[0]
     limit = min(limit, ALL_ROWS) if limit is not None else ALL_ROWS
     start = previous = None
@@ -313,6 +316,9 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
         if not row or all(not c.strip() for c in row):
             continue
         where = f"trace {path} line {line_no}"
+        if len(row) > len(header):  # a comma inside a number (1,500) would shift the counts that follow
+            raise ConfigError(f"{where}: {len(row)} cells where the header names {len(header)}: "
+                              f"{','.join(row)[:80]!r} (a comma inside a number? write 1500, not 1,500)")
         try:
             arrival = _parse_timestamp(row[columns["arrival"]])
             prompt_text, output_text = row[columns["prompt"]], row[columns["output"]]
