@@ -333,6 +333,20 @@ def require_fit(plan: MemoryPlan) -> None:
         raise ConfigError(no_room_reason(plan))
 
 
+def full_length_reason(plan: MemoryPlan) -> str | None:
+    """Why vLLM would not start with this plan although blocks fit: one request of max_model_len
+    needs more blocks than the pool holds (vLLM checks this at start-up and names the longest
+    max_model_len that would fit). None: it fits, or no block does (no_room_reason says why)."""
+    if plan.num_blocks <= 0 or plan.num_blocks >= plan.blocks_per_sequence:
+        return None
+    longest = ""
+    if plan.layer_groups and all(kind == "full_attention" for kind, _, _ in plan.layer_groups):
+        tokens = plan.num_blocks // len(plan.layer_groups) * plan.block_size
+        longest = f"; the longest max_model_len that fits is {tokens:,} tokens"
+    return (f"max_model_len {plan.max_model_len:,} tokens needs {plan.blocks_per_sequence:,} blocks but the pool holds "
+            f"{plan.num_blocks:,}: not one full-length request fits, and vLLM would refuse to start{longest}")
+
+
 def no_room_reason(plan: MemoryPlan) -> str:
     """Why a pool has no block, naming what took the memory: the budget, the profiled step or the weights."""
     if plan.is_set_budget:  # the weights are not the cause

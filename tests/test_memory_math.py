@@ -334,3 +334,21 @@ def test_expert_counts_give_the_published_parameter_counts(name, total, active):
 def test_quantised_weights_keep_16_bit_embeddings():
     fp8 = hf(LLAMA_31_8B).replace(weight_dtype="fp8")
     assert weights_bytes(fp8)[0] / GiB == pytest.approx(8.49, abs=0.1)  # "weights memory: 8.49GiB" (llm-d)
+
+
+def test_a_max_model_len_longer_than_the_pool_is_named_with_the_longest_that_fits():
+    from kvscope.engine.memory_math import full_length_reason
+
+    model, hardware = load_model("llama-3.1-8b"), load_hardware("l4-24gb")
+
+    def at(max_model_len):
+        return plan_memory(model, hardware, resolve_engine_args(EngineArgs(max_model_len=max_model_len), model, hardware))
+
+    too_long = at(131072)
+    reason = full_length_reason(too_long)
+    assert reason and "vLLM would refuse to start" in reason and f"{too_long.num_blocks:,}" in reason
+    longest = too_long.num_blocks * too_long.block_size
+    assert f"the longest max_model_len that fits is {longest:,} tokens" in reason
+    # vLLM's estimate is exact: that length fits, one block more does not
+    assert full_length_reason(at(longest)) is None
+    assert full_length_reason(at(longest + too_long.block_size)) is not None

@@ -22,7 +22,7 @@ from kvscope.engine.config import (
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec
-from kvscope.engine.memory_math import plan_memory
+from kvscope.engine.memory_math import full_length_reason, plan_memory
 
 from kvscope.app.host.session import RunConfig
 from kvscope.engine.units import format_bytes
@@ -175,9 +175,9 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                     errors["hardware"] = f"memory_bytes {format_bytes(hardware.memory_bytes)} per device: {no_room}"
                     return
                 raise ConfigError(no_room)
-            if plan.num_blocks < plan.blocks_per_sequence:
-                raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens needs {plan.blocks_per_sequence:,} "
-                                  f"blocks but the pool holds {plan.num_blocks:,}: not one full-length request fits")
+            too_long = full_length_reason(plan)
+            if too_long:
+                raise ConfigError(too_long)
             shortest = workload.shortest_request_tokens if workload is not None else None
             if shortest is not None and shortest > plan.max_model_len:
                 raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens: every request of this workload is "
