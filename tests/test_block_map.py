@@ -416,7 +416,7 @@ def test_theme_switch_changes_lut_and_background(view):
 def test_legend_counts_with_units_and_tooltips(view):
     view.update_snapshot(known_snapshot(20))
     texts = view.legend_texts()
-    assert texts["used"] == "used 4 blocks (20.0 %)"  # 0-2 and 6; shared counted apart
+    assert texts["used"] == "in use (1 ref) 4 blocks (20.0 %)"  # 0-2 and 6; shared counted apart
     assert texts["shared"].endswith("1 blocks (5.0 %)") or texts["shared"].endswith("1 block (5.0 %)")
     assert texts["cached"].endswith("1 blocks (5.0 %)") or texts["cached"].endswith("1 block (5.0 %)")
     assert "reserved" in texts["reserved"] and "(5.0 %)" in texts["reserved"]
@@ -670,4 +670,4 @@ def test_neighbouring_requests_get_clearly_different_colours():
 def test_the_legend_says_1_block_not_1_blocks(view):
     state = np.array([BLOCK_USED, BLOCK_FREE, BLOCK_FREE], dtype=np.uint8)
     view.update_snapshot(make_snapshot(3, owner=np.array([4, -1, -1]), state=state, ref=np.array([1, 0, 0], np.int32)))
-    assert view.legend_texts()["used"].startswith("used 1 block (") and "free 2 blocks (" in view.legend_texts()["free"]
+    assert view.legend_texts()["used"].startswith("in use (1 ref) 1 block (") and "free 2 blocks (" in view.legend_texts()["free"]

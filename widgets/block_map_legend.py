@@ -12,11 +12,12 @@ from kvscope.widgets.palette import Theme
 
 KINDS = ("used", "shared", "cached", "reserved", "free")
 _TIPS = {
-    "used": "Used: holds tokens of one running request (ref count 1). Colour = that request.",
-    "shared": "Shared prefix: a used block referenced by more than one running request "
+    "used": "In use (1 ref): holds tokens of one running request (ref count 1). Colour = that request.\n"
+            "The KV usage the status bar shows is this and 'shared' together.",
+    "shared": "Shared prefix: a block in use, referenced by more than one running request "
               "(ref count > 1), e.g. a common system prompt. Brighter (dark theme) or deeper "
-              "(light theme) than 'used'; outlined, with its ref count written on it, when "
-              "cells are big enough. Counted apart from 'used'.",
+              "(light theme) than 'in use (1 ref)'; outlined, with its ref count written on it, "
+              "when cells are big enough. Counted apart from 'in use (1 ref)'.",
     "cached": "Cached: free, but still holds a prefix a new request may reuse (prefix cache). "
               "Dimmed colour of the request that filled it; evicted (LRU) when the pool needs room.",
     "reserved": "Reserved: held by a request but holding no token yet, e.g. the tail of a "
@@ -28,7 +29,7 @@ _TIPS = {
 _SHARE_TIP = "\nThe percentage: this kind's share of the pool's blocks."
 # Short: at 1280x720 "shared (ref count > 1)" and "cached (reusable prefix)" put the five kinds on
 # five lines, more than the map's own height (the tooltips say what each kind is).
-_LABELS = {"cached": "cached prefix", "shared": "shared (refs > 1)"}
+_LABELS = {"used": "in use (1 ref)", "cached": "cached prefix", "shared": "shared (refs > 1)"}
 
 
 def _qcolor(rgb) -> QtGui.QColor:
