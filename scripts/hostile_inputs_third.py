@@ -54,6 +54,7 @@ def _huge_number_cases(t: Path, Case, write) -> list:
 
 def _file_cases(t: Path, Case, write) -> list:
     a_file = write(t / "a-file", "not a folder\n")
+    shape = write(t / "shape" / "config.json", json.dumps(LLAMA)).parent
     real = ["run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--requests", "2"]
     return [
         Case("run real with KVSCOPE_CACHE_DIR a file", "files", real, env={"KVSCOPE_CACHE_DIR": str(a_file)},
@@ -68,6 +69,14 @@ def _file_cases(t: Path, Case, write) -> list:
              must_say=("not to stdout",)),
         Case("attach --record -", "files", ["attach", "http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:5557",
                                             "--duration", "1", "--record", "-"], must_say=("not to stdout",)),
+        Case("gui --model-path with --model", "files", ["gui", "--model-path", str(shape), "--model", "tiny-llama",
+                                                        "--quit-after", "1"], must_say=("give one",)),
+        Case("gui --model-path with --backend simulated", "files",
+             ["gui", "--model-path", str(shape), "--backend", "simulated", "--quit-after", "1"],
+             must_say=("--backend real",)),
+        Case("gui --backend real --hardware h100-80gb", "files",
+             ["gui", "--backend", "real", "--hardware", "h100-80gb", "--quit-after", "1"],
+             must_say=("simulated target",)),
         Case("bench --json a folder (before measuring)", "files", ["bench", "scheduler", "--json", str(t)],
              must_say=("is a folder",)),
         Case("math with stdout on a full disk", "files", ["math"], stdout="/dev/full", must_say=("No space left",)),

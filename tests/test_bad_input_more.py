@@ -173,3 +173,18 @@ def test_a_trace_row_or_header_that_would_be_misread_is_refused(tmp_path, capsys
     trace = tmp_path / "t.csv"
     trace.write_text(text)
     refused(*cli(capsys, "run", "--quiet", "--trace", trace)[::2], said)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--model", "tiny-llama"], "both name the model; give one"),
+    (["--backend", "simulated"], "--model-path loads real weights"),
+    (["--hardware", "h100-80gb"], "selects the simulated one"),
+])
+def test_gui_model_path_beside_a_flag_it_would_silence_is_refused(tmp_path, capsys, argv, said):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    refused(*cli(capsys, "gui", "--model-path", tmp_path, *argv, "--quit-after", "0")[::2], said)
+
+
+def test_gui_real_backend_with_a_gpu_preset_is_refused(capsys):
+    refused(*cli(capsys, "gui", "--backend", "real", "--hardware", "h100-80gb", "--quit-after", "0")[::2],
+            "describes a simulated target")

@@ -147,8 +147,22 @@ def check_flags(args) -> dict:
 
         load_scenario(scenario).comparison_spec()  # an unknown name or a bad file fails here, with the reason
     if args.model_path:
+        check_model_sources(args)
         check_model_path(args.model_path)
+    elif args.backend == "real" and args.hardware not in (None, THIS_MACHINE):  # as `kvscope run` says
+        raise ConfigError(f"--hardware {args.hardware} describes a simulated target; the real backend runs on this "
+                          "machine: drop --hardware, or --backend real")
     return initial_values(args)
+
+
+def check_model_sources(args) -> None:
+    """--model-path beside --model, or with the simulated backend (given, or chosen by a GPU
+    --hardware), would leave one of them unused without a word: refused as `run` refuses it."""
+    if args.model:
+        raise ConfigError(f"--model {args.model} and --model-path {args.model_path} both name the model; give one")
+    if args.backend == "simulated" or (args.backend is None and args.hardware not in (None, THIS_MACHINE)):
+        raise ConfigError(options.MODEL_PATH_NEEDS_REAL + (f" (--hardware {args.hardware} selects the simulated one)"
+                                                           if args.backend is None else ""))
 
 
 def check_replay(path: str) -> None:

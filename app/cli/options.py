@@ -35,6 +35,10 @@ from kvscope.engine.units import GiB
 ENGINE_FLAG_GROUPS = {"engine": "engine (vLLM's names)", "scheduler": "scheduler (vLLM's names)"}
 
 
+# Said by `run` and `gui` alike: a model folder is real weights, which only the real backend runs.
+MODEL_PATH_NEEDS_REAL = "--model-path loads real weights: use it with --backend real"
+
+
 def number(text: str) -> float:
     """Accepts 80e9, 81920, 0.5; the engine's validation says whether the value makes sense."""
     try:

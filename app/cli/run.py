@@ -99,7 +99,7 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
         engine = build_real_engine(args)
     else:
         if args.model_path:
-            raise ConfigError("--model-path loads real weights: use it with --backend real")
+            raise ConfigError(options.MODEL_PATH_NEEDS_REAL)
         real_only = [flag for flag, value in (("--device", args.device), ("--dtype", args.dtype),
                                               ("--quantization", args.quantization),
                                               ("--allow-pickle", args.allow_pickle or None)) if value is not None]
