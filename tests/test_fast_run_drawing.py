@@ -9,6 +9,7 @@ import pytest
 from kvscope.widgets.batch_lanes import FINISHED, JOINED, PREEMPTED, BatchLanes, TimelineStep
 from kvscope.widgets.batch_timeline import LANE_ROWS_STEP, BatchTimelineView
 from kvscope.widgets.live_plots import LivePlots
+from kvscope.widgets.minmax_decimation import MinMaxDecimator, decimate_minmax
 from kvscope.widgets.trailing_mean import TrailingMean, windowed_mean
 
 
@@ -120,3 +121,29 @@ def test_the_compute_line_s_mean_computed_for_new_points_only_equals_the_mean_ov
     # a series that is not the one computed (a new run, or a replay's seek) is computed again
     other = mean.of(t[:100] + 50.0, y[:100])
     assert np.allclose(other, windowed_mean(t[:100] + 50.0, y[:100], 1.0))
+
+
+def test_a_growing_series_decimated_frame_by_frame_keeps_its_peaks_in_time_order_within_budget():
+    rng = np.random.default_rng(11)
+    n = 200_000
+    x = np.cumsum(rng.exponential(0.002, n))
+    y = np.cumsum(rng.normal(0, 1, n))
+    y[rng.integers(0, n, 50)] = np.nan  # a NaN is neither a min nor a max
+    spikes = np.arange(5_000, n, 10_000)
+    y[spikes] = 1e6  # short peaks, one point each, far more than a bin apart: every one must be drawn
+    decimator = MinMaxDecimator(3000)
+    end = 0
+    while end < n:
+        end = min(n, end + int(rng.integers(1, 5000)))  # frames of 1 to 5,000 new points
+        xs, ys = decimator.of(x[:end], y[:end])
+        assert np.all(np.diff(xs) > 0)  # real points, in time order, none twice
+        assert len(xs) <= 3000 + decimator._k
+        assert np.isin(xs, x[:end]).all()
+        seen = y[:end]
+        assert np.nanmax(ys) == np.nanmax(seen) and np.nanmin(ys) == np.nanmin(seen)
+        assert np.count_nonzero(ys == 1e6) == np.count_nonzero(spikes < end)
+    whole_x, _ = decimate_minmax(x, y, 3000)
+    assert abs(len(xs) - len(whole_x)) < 0.5 * len(whole_x)  # about the budget decimating whole gives
+    # a series that did not grow from the one seen (a new run) is decimated afresh
+    xs, ys = decimator.of(x[:1000] + 1.0, y[:1000])
+    assert np.array_equal(xs, x[:1000] + 1.0)

@@ -14,8 +14,9 @@ from kvscope.widgets.batch_lanes import (
 )
 from kvscope.widgets.batch_timeline import BatchTimelineView
 from kvscope.widgets.live_plots import (
-    BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots, decimate_minmax,
+    BIG_SCATTER_POINTS, COMPUTE_WINDOW_S, LivePlots,
 )
+from kvscope.widgets.minmax_decimation import decimate_minmax
 from kvscope.widgets.palette import DARK, LIGHT, request_color
 from kvscope.widgets.trailing_mean import windowed_mean
 

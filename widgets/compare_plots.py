@@ -15,7 +15,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
-from kvscope.widgets.live_plots import decimate_minmax, let_title_shrink, sticky_range
+from kvscope.widgets.live_plots import let_title_shrink, sticky_range
+from kvscope.widgets.minmax_decimation import decimate_minmax
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 # plot key -> (title, y axis label)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.throttle import Throttle
+from kvscope.widgets.minmax_decimation import MinMaxDecimator
 from kvscope.widgets.trailing_mean import GAP_MIN_S, TrailingMean
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
 
@@ -109,31 +110,6 @@ def _bounds(*arrays) -> tuple | None:
             if f.size:
                 lo, hi = min(lo, float(f.min())), max(hi, float(f.max()))
     return (lo, hi) if lo <= hi else None
-
-
-def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple:
-    """At most about max_points points that keep every bin's min and max (peaks stay visible)."""
-    n = len(x)
-    if n <= max_points:
-        return x, y
-    bins = max(1, max_points // 2)
-    k = -(-n // bins)
-    m = (n // k) * k
-    yb = y[:m].reshape(-1, k)
-    xb = x[:m].reshape(-1, k)
-    nan = np.isnan(yb)
-    imin = np.argmin(np.where(nan, np.inf, yb), axis=1)
-    imax = np.argmax(np.where(nan, -np.inf, yb), axis=1)
-    lo, hi = np.minimum(imin, imax), np.maximum(imin, imax)
-    rows = np.arange(len(yb))
-    xs = np.empty(2 * len(yb))
-    ys = np.empty(2 * len(yb))
-    xs[0::2], xs[1::2] = xb[rows, lo], xb[rows, hi]
-    ys[0::2], ys[1::2] = yb[rows, lo], yb[rows, hi]
-    if m < n:  # the newest points, fewer than one bin: keep them all
-        xs = np.concatenate((xs, x[m:]))
-        ys = np.concatenate((ys, y[m:]))
-    return xs, ys
 
 
 TITLE_ROW_PX = 30  # pyqtgraph's fixed title row: two lines at 9 pt
@@ -243,6 +219,7 @@ class LivePlots(QWidget):
         self._steps_pending: dict | None = None  # the series the step curves are to show
         self._steps_throttle = Throttle(self, step_interval_s, self._draw_pending_steps)  # 0: every call
         self._compute_mean = TrailingMean(COMPUTE_WINDOW_S)  # the compute line, smoothed
+        self._decimators = {key: MinMaxDecimator(self.max_points) for key in STEP_SERIES}
         self._theme = theme
         self.latency_log_y = False
         self.latency_shown = 0  # requests drawn on the latency plot
@@ -451,6 +428,8 @@ class LivePlots(QWidget):
         self._latency_throttle.cancel()
         self._steps_pending = None
         self._compute_mean.clear()
+        for decimator in self._decimators.values():
+            decimator.clear()
         self._steps_throttle.cancel()
         self._x_bounds = None
         self._follow_x = True
@@ -500,7 +479,7 @@ class LivePlots(QWidget):
                 y = np.minimum(y, 1.0) * 100.0
             if key == "compute_utilization":
                 y = self._compute_mean.of(x, y)
-            x, y = decimate_minmax(x, y, self.max_points)
+            x, y = self._decimators[key].of(x, y)
             self.curves[key].setData(*break_at_gaps(x, y, gaps))
 
     def _set_latency(self, series: dict) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvscope.widgets.minmax_decimation import same_point
+
 # Two points further apart than this have the engine idle between them: the gap does not weigh as
 # busy time here, and the live plots break their lines there.
 GAP_MIN_S = 0.5
@@ -43,7 +45,7 @@ class TrailingMean:
 
     def of(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
         done = len(self._means)
-        if not done or len(t) < done or (t[done - 1], y[done - 1]) != self._last:
+        if not done or len(t) < done or not same_point((t[done - 1], y[done - 1]), self._last):
             self._means = windowed_mean(t, y, self.window_s)
         elif len(t) > done:
             # from the last point at or before the first new point's window: its own weight
