@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, resolve_engine_args
-from kvscope.engine.memory_math import no_room_reason, plan_memory
+from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import options
@@ -119,6 +119,8 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
                                              "layer a full KV cache)"))
     if not plan.fits:
         rows.append(("does not fit", no_room_reason(plan)))
+    elif full_length_reason(plan):
+        rows.append(("does not fit", full_length_reason(plan)))
     return rows
 
 
@@ -129,8 +131,11 @@ def run(args) -> int:
     resolved = resolve_engine_args(engine_args, model, hardware)
     plan = plan_memory(model, hardware, resolved)
     if args.json:
-        # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says it in a word
-        print(json.dumps({**plan.to_dict(), "fits": plan.fits}, indent=2))
+        # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says in a
+        # word whether a server with these settings would start: a block, and a whole request, fit
+        too_long = full_length_reason(plan)
+        print(json.dumps({**plan.to_dict(), "fits": plan.fits and too_long is None,
+                          "does_not_fit": no_room_reason(plan) if not plan.fits else too_long}, indent=2))
     else:
         print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
     return 0
