@@ -311,3 +311,11 @@ def test_an_invalid_scenario_file_names_the_field(capsys, tmp_path):
     rc, _, err = cli(capsys, "compare", "--scenario", path)
     assert_one_line_error(rc, err, str(path), "configs[1] (prefix caching off).engine.enable_prefix_caching",
                           "true or false")
+
+
+def test_a_compare_table_counts_one_thing_in_the_singular():
+    from kvscope.app.cli.compare import _count
+
+    assert _count(1, "preemptions") == "1 preemption" and _count(2, "preemptions") == "2 preemptions"
+    assert _count(0, "requests") == "0 requests" and _count(1_000, "steps") == "1,000 steps"
+    assert _count(None, "steps") == "-"

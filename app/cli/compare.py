@@ -49,8 +49,9 @@ def _write(flag: str, path: str, text: str) -> None:
     write_text_atomic(flag, path, text if text.endswith("\n") else text + "\n")
 
 
-def _count(value, unit: str) -> str:
-    return "-" if value is None else f"{value:,} {unit}"
+def _count(value, units: str) -> str:
+    """A count with its unit, singular for one: "1 preemption", "2 preemptions"."""
+    return "-" if value is None else f"{value:,} {units[:-1] if value == 1 else units}"
 
 
 def _rate(value) -> str:
