@@ -17,7 +17,48 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidd
 def third_pass_cases(d: Path, Case, write) -> list:
     t = d / "third"
     return (_huge_number_cases(t, Case, write) + _file_cases(t, Case, write) + _trace_cases(t, Case, write)
-            + _flag_cases(Case) + _config_cases(t, Case, write))
+            + _flag_cases(Case) + _config_cases(t, Case, write) + _attach_cases(Case))
+
+
+def _attach_cases(Case) -> list:
+    """A vLLM look-alike on loopback (a thread of this process, for the whole run) answering hostile
+    /version and /metrics under a path prefix per case."""
+    import http.server
+    import threading
+
+    version = b'{"version": "0.32.0"}'
+    prom = (ROOT / "tests" / "fixtures" / "vllm" / "metrics_live_vllm_cpu_0.32_pressure.prom").read_bytes()
+    running = 'vllm:num_requests_running{{engine="{}",model_name="tiny"}} 1\n'
+    routes = {
+        "/deep/version": b'{"version": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "/label/version": version, "/label/metrics": prom + running.format(HUGE).encode(),
+        "/engines/version": version,
+        "/engines/metrics": prom + "".join(running.format(i) for i in range(5000)).encode(),
+    }
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = routes.get(self.path, b"not found")
+            self.send_response(200 if self.path in routes else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def attach(prefix):
+        return ["attach", f"{url}/{prefix}", "--kv-events", "tcp://127.0.0.1:9", "--duration", "0.5"]
+
+    return [
+        Case("attach: /version nested 100,000 deep", "structure", attach("deep"), must_say=("did not answer",)),
+        Case("attach: /metrics with a 5,000-digit engine label", "structure", attach("label")),
+        Case("attach: /metrics naming 5,000 engines", "structure", attach("engines"), must_say=("5,000 engines",)),
+    ]
 
 
 def _huge_number_cases(t: Path, Case, write) -> list:

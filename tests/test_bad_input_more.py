@@ -188,3 +188,23 @@ def test_gui_model_path_beside_a_flag_it_would_silence_is_refused(tmp_path, caps
 def test_gui_real_backend_with_a_gpu_preset_is_refused(capsys):
     refused(*cli(capsys, "gui", "--backend", "real", "--hardware", "h100-80gb", "--quit-after", "0")[::2],
             "describes a simulated target")
+
+
+def test_a_metrics_exposition_with_hostile_engine_labels_is_read_or_refused_in_one_line():
+    from kvscope.app.lab.vllm.metrics import MetricsError, parse_metrics
+
+    base = 'vllm:num_requests_running{engine="0",model_name="m"} 1\n'
+    metrics = parse_metrics(base + f'vllm:num_requests_running{{engine="{HUGE}",model_name="m"}} 1\n')
+    assert list(metrics.engines)[0] == "0" and len(metrics.engines) == 2  # a 5,000-digit label sorts, last
+    many = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n' for i in range(1100))
+    with pytest.raises(MetricsError, match="names 1,100 engines; a vLLM server has at most 1,024"):
+        parse_metrics(many)
+
+
+@pytest.mark.parametrize("body", ['{"version": ' + "[" * 50_000 + "]" * 50_000 + "}", '{"version": [1, 2]}'])
+def test_a_version_answer_nested_deep_or_not_text_is_refused(monkeypatch, body):
+    from kvscope.app.lab.vllm import metrics
+
+    monkeypatch.setattr(metrics, "fetch_text", lambda url, timeout_s=None: body)
+    with pytest.raises(metrics.MetricsError, match=r'did not answer \{"version": ...\}'):
+        metrics.fetch_version("http://127.0.0.1:1")

@@ -29,6 +29,7 @@ from kvscope.engine.config import ConfigError
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_RESPONSE_BYTES = 16 * 1024**2  # an exposition is about 50 KB
+MAX_ENGINES = 1024  # DP engines one exposition may label (`kvscope attach --data-parallel-size` takes 256)
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
 
 # figure -> the sample names it is read from, newest first
@@ -148,6 +149,9 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
 
     engine_names = sorted({s.labels.get("engine", "0") for name, group in by_name.items()
                            if name.startswith("vllm:") for s in group}, key=_engine_order)
+    if len(engine_names) > MAX_ENGINES:  # each engine's series are gathered from every sample: n x n work
+        raise MetricsError(f"{source} names {len(engine_names):,} engines; a vLLM server has at most "
+                           f"{MAX_ENGINES:,} (its data-parallel ranks)")
     rejected: list[str] = []
     engines = {engine: _engine_metrics(by_name, engine, rejected) for engine in engine_names}
     cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
@@ -274,7 +278,9 @@ def _sum_histograms(histograms: list[Histogram]) -> Histogram:
 
 
 def _engine_order(engine: str):
-    return (0, int(engine), "") if is_ascii_whole(engine) else (1, 0, engine)
+    """Numbered engines in numeric order, compared as text (int() refuses more than 4,300 digits)."""
+    digits = engine.lstrip("0") or "0"
+    return (0, len(digits), digits, engine) if is_ascii_whole(engine) else (1, 0, engine, engine)
 
 
 # -- between two scrapes ------------------------------------------------------------------------------
@@ -456,7 +462,9 @@ def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     text = fetch_text(url, timeout_s)
     try:
         version = json.loads(text)["version"]
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(version, str):
+            raise TypeError(version)
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
         raise MetricsError(f"{url} did not answer {{\"version\": ...}}: {text[:80]!r}") from None
     return str(version)
 
