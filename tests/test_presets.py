@@ -157,3 +157,23 @@ def test_user_presets_save_list_load_and_delete(tmp_path, monkeypatch):
     assert "llama-2-7b-gqa8" not in preset_names("models")
     with pytest.raises(ConfigError, match="not one of your presets"):
         delete_user_preset("models", "llama-3-8b")
+
+
+def test_a_model_named_as_on_hugging_face_or_nearly_right_is_answered_with_the_preset_meant():
+    from kvscope.app.lab.presets import load_hardware, load_model, load_workload
+
+    with pytest.raises(ConfigError) as hub:
+        load_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert "Hugging Face repository name" in str(hub.value) and "Did you mean the preset llama-3.1-8b?" in str(hub.value)
+    assert "--model-path DIR" in str(hub.value)
+    with pytest.raises(ConfigError) as unknown_owner:
+        load_model("someone/some-model")
+    assert "Did you mean" not in str(unknown_owner.value)
+    for typed, meant, load in (("Llama-3-8B", "llama-3-8b", load_model), ("llama3-8b", "llama-3-8b", load_model),
+                               ("h100", "h100-80gb or h100-nvl-94gb", load_hardware), ("chatt", "chat", load_workload)):
+        with pytest.raises(ConfigError) as near:
+            load(typed)
+        assert f"(did you mean {meant}?)" in str(near.value), typed
+    with pytest.raises(ConfigError) as far:
+        load_model("zzzz")
+    assert "did you mean" not in str(far.value)

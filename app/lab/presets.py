@@ -6,6 +6,8 @@ frozen bundle all resolve them the same way.
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import os
 import sys
@@ -105,9 +107,32 @@ def check_preset_name(name, kind: str = "models") -> str:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"an empty {singular} preset name; give one of: {', '.join(preset_names(kind))}")
     if name.startswith(".") or not all(c.isalnum() or c in "-_." for c in name):
+        if kind == "models" and "/" in name and not name.startswith(("/", ".")):
+            meant = _did_you_mean(name, kind)
+            raise ConfigError(f"model {name!r} is a Hugging Face repository name, not a preset (kvscope reads no "
+                              f"model hub). {f'Did you mean the preset {meant}? ' if meant else ''}For any other model "
+                              f"give its downloaded folder (--model-path DIR) or its config.json (--config FILE)")
         raise ConfigError(f"{singular} preset {name!r}: a preset name uses letters, digits, '-', '_' and '.'; "
                           f"known: {', '.join(preset_names(kind))}")
     return name
+
+
+def _did_you_mean(name: str, kind: str) -> str:
+    """The presets a name seems to mean -- it differs from one in case, a Hugging Face owner, an
+    -Instruct / -hf suffix, a typo or two, or is the start of a few -- as "llama-3.1-8b" or "a or
+    b"; "" when none is close."""
+    names = preset_names(kind)
+    wanted = name.rsplit("/", 1)[-1].lower()
+    for suffix in ("-instruct", "-chat", "-hf", "-base"):
+        if wanted.endswith(suffix) and wanted[:-len(suffix)] in names:
+            wanted = wanted[:-len(suffix)]
+    if wanted in names:
+        close = [wanted]
+    else:
+        close = [n for n in names if n.startswith(wanted)] if len(wanted) >= 3 else []
+        close = close if 0 < len(close) <= 3 else difflib.get_close_matches(wanted, names, n=1, cutoff=0.8)
+    close = [n for n in close if n != name]
+    return " or ".join(close)
 
 
 def _preset_file(kind: str, name: str):
@@ -118,7 +143,9 @@ def _preset_file(kind: str, name: str):
     if not path.is_file():
         known = ", ".join(preset_names(kind))
         singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
-        raise ConfigError(f"unknown {singular} preset {name!r}; known: {known}")
+        meant = _did_you_mean(name, kind)
+        raise ConfigError(f"unknown {singular} preset {name!r}{f' (did you mean {meant}?)' if meant else ''}; "
+                          f"known: {known}")
     return path
 
 
