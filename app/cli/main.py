@@ -8,6 +8,7 @@ Bad input of any kind ends in one line on stderr and exit code 2, never a traceb
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import os
@@ -34,6 +35,19 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-(\d|\.\d)|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+    def error(self, message: str):
+        """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` says what it takes)\n")
+
+    def unknown_flags_error(self, extras: list[str]):
+        """Flags this command does not take, each with the flag it seems to mean."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        said = []
+        for extra in extras:
+            close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            said.append(f"{extra} (did you mean {close[0]}?)" if extra.startswith("-") and close else extra)
+        self.error(f"unrecognized arguments: {' '.join(said)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_self_test(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # said by the command's own parser: it names the command and knows its flags
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        commands.get(getattr(args, "command", None), parser).unknown_flags_error(extras)
     refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()

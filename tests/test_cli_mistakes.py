@@ -1,0 +1,25 @@
+"""A newcomer's ordinary command-line mistakes get one line that names the command and the fix."""
+
+from cli_helper import cli
+
+
+def test_a_misspelled_flag_is_named_by_its_command_with_the_flag_meant(capsys):
+    rc, out, err = cli(capsys, "math", "--gpu-mem-util", "0.9")
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "kvscope math: error: unrecognized arguments: --gpu-mem-util (did you mean --gpu-memory-utilization?) 0.9 "
+        "(`kvscope math --help` says what it takes)"]
+    rc, _, err = cli(capsys, "run", "--memory-gb", "80")
+    assert rc == 2 and "kvscope run: error:" in err and "(did you mean --memory-gib?)" in err
+
+
+def test_a_flag_nothing_resembles_is_named_without_a_guess(capsys):
+    rc, _, err = cli(capsys, "math", "--zzzzzz")
+    assert rc == 2 and err.strip() == ("kvscope math: error: unrecognized arguments: --zzzzzz "
+                                       "(`kvscope math --help` says what it takes)")
+
+
+def test_a_bad_value_is_one_line_not_the_usage_block_first(capsys):
+    rc, _, err = cli(capsys, "math", "--max-model-len", "8k")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("kvscope math: error: argument --max-model-len")
