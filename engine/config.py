@@ -376,8 +376,8 @@ class EngineArgs:
                            choices=SCHEDULINGS)
     allocation: str = _arg("paged", "paged blocks on demand, or a contiguous max_model_len reservation",
                            flags="scheduler", choices=ALLOCATIONS)
-    enforce_eager: bool = _arg(False, "real backend on CUDA: run every step eagerly, capturing no CUDA graphs "
-                               "for decode steps")
+    enforce_eager: bool = _arg(False, "capture no CUDA graphs: vLLM's accounting then holds no memory for them, "
+                               "and the real backend on CUDA runs every decode step eagerly")
     seed: int = _arg(0, flags=None)  # the run's flag (--seed) also seeds its workload
     # Fixed cost of one engine step on the device (launches, sampling, host work); None: the
     # hardware's calibration says (engine/cost_model.py).

@@ -23,3 +23,13 @@ def test_a_bad_value_is_one_line_not_the_usage_block_first(capsys):
     rc, _, err = cli(capsys, "math", "--max-model-len", "8k")
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("kvscope math: error: argument --max-model-len")
+
+
+def test_math_takes_no_flag_that_would_change_nothing_in_it(capsys):
+    for flag, value in (("--scheduling", "static"), ("--allocation", "contiguous")):
+        rc, _, err = cli(capsys, "math", flag, value)
+        assert rc == 2 and f"unrecognized arguments: {flag}" in err
+    # what does change the memory math stays: the token budget sizes vLLM's profiled activations
+    rc, small, _ = cli(capsys, "math", "--max-num-batched-tokens", "512")
+    rc2, large, _ = cli(capsys, "math", "--max-num-batched-tokens", "16384")
+    assert rc == rc2 == 0 and small != large

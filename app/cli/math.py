@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     options.add_model_options(parser)
     options.add_hardware_options(parser)
     options.add_engine_options(parser)
-    options.add_scheduler_options(parser)  # the token budget and max_num_seqs size vLLM's activation peak
+    # the token budget and max_num_seqs size vLLM's activation peak; how requests are scheduled and
+    # their blocks allocated changes nothing in the memory math, so math takes no flag for either
+    options.add_scheduler_options(parser, leave_out=("scheduling", "allocation"))
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.set_defaults(func=run)
 

@@ -129,10 +129,13 @@ def _flag_help(field: dataclasses.Field) -> str:
     return f"{meta['help']} ({said})" if said else meta["help"]
 
 
-def add_engine_arg_flags(parser: argparse.ArgumentParser, group: str) -> None:
-    """One flag per EngineArgs field of the group, named, typed, defaulted and explained by the field."""
+def add_engine_arg_flags(parser: argparse.ArgumentParser, group: str, leave_out: tuple = ()) -> None:
+    """One flag per EngineArgs field of the group, named, typed, defaulted and explained by the field;
+    none for the fields in leave_out (a command they would change nothing in)."""
     flags = parser.add_argument_group(ENGINE_FLAG_GROUPS[group])
     for field in engine_flag_fields(group):
+        if field.name in leave_out:
+            continue
         kind = _value_type(field)
         options = {"default": field.default, "help": _flag_help(field)}
         if kind is bool:
@@ -150,8 +153,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     add_engine_arg_flags(parser, "engine")
 
 
-def add_scheduler_options(parser: argparse.ArgumentParser) -> None:
-    add_engine_arg_flags(parser, "scheduler")
+def add_scheduler_options(parser: argparse.ArgumentParser, leave_out: tuple = ()) -> None:
+    add_engine_arg_flags(parser, "scheduler", leave_out)
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
