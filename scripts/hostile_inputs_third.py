@@ -132,9 +132,14 @@ def _trace_cases(t: Path, Case, write) -> list:
     workload = write(t / "traces" / "w.toml", 'name = "w"\ntrace = "t.csv"\nprompt_tokens = 100\n')
     scenario = (ROOT / "presets" / "scenarios" / "fp8-kv-real.toml").read_text()
     rated = write(t / "traces" / "rated.toml", scenario.replace("prompt_scale = 0.0625", "arrival_rate_per_s = 3"))
+    chat = (ROOT / "presets" / "workloads" / "chat-text.toml").read_text()
+    chat_prompt = write(t / "traces" / "chat-prompt.toml",
+                        chat.replace("output_tokens = 192", "output_tokens = 192\nprompt_tokens = 5000"))
     comma = write(t / "traces" / "comma.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,1,500,10\n")
     twice = write(t / "traces" / "twice.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,TIMESTAMP\n0,100,10,5\n")
     return [
+        Case("run --workload chat file with prompt_tokens", "trace", ["run", "--quiet", "--workload", str(chat_prompt)],
+             must_say=("prompt_tokens would be ignored",)),
         Case("run --trace a row with a comma inside a number", "trace", ["run", "--quiet", "--trace", str(comma)],
              must_say=("4 cells",)),
         Case("run --trace two arrival columns", "trace", ["run", "--quiet", "--trace", str(twice)],

@@ -208,3 +208,10 @@ def test_a_version_answer_nested_deep_or_not_text_is_refused(monkeypatch, body):
     monkeypatch.setattr(metrics, "fetch_text", lambda url, timeout_s=None: body)
     with pytest.raises(metrics.MetricsError, match=r'did not answer \{"version": ...\}'):
         metrics.fetch_version("http://127.0.0.1:1")
+
+
+def test_a_chat_workload_refuses_the_lengths_its_text_sets(tmp_path, capsys):
+    chat = (Path(__file__).resolve().parent.parent / "presets" / "workloads" / "chat-text.toml").read_text()
+    workload = tmp_path / "chat.toml"
+    workload.write_text(chat.replace("output_tokens = 192", "output_tokens = 192\nprompt_tokens = 5000"))
+    refused(*cli(capsys, "run", "--quiet", "--workload", workload)[::2], "sends chat text", "prompt_tokens would be")

@@ -33,7 +33,8 @@ from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload, presets_root, read_toml
-from kvscope.app.lab.workload import TRACE_SETS, refuse_ignored_by_trace, workload_from_dict
+from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
+                                     workload_from_dict)
 from kvscope.engine.units import GiB
 
 ANSWER_KINDS = ("number", "choice")
@@ -434,6 +435,8 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
             spec = load_workload(preset)
             if spec.trace_path is not None:
                 refuse_ignored_by_trace([k for k in TRACE_SETS if k in fields], f"preset {preset!r}")
+            if spec.chat is not None:
+                refuse_ignored([k for k in CHAT_SETS if k in fields], f"preset {preset!r}", CHAT_SAYS)
             if fields:
                 override = workload_from_dict({"name": spec.name, **fields}, where,
                                               trace_dir=path.parent if path else None)

@@ -177,17 +177,23 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
         raise ConfigError(f"{label}: a workload replays a trace or sends chat text, not both")
 
 
-def refuse_ignored_by_trace(given: list[str], label: str) -> None:
-    """A trace's rows give each request's arrival and token counts: a rate or a length given beside
-    it would be dropped without a word, so it is refused instead."""
+def refuse_ignored(given: list[str], label: str, because: str, hint: str = "") -> None:
+    """Fields the workload's source sets itself (a trace's rows, a chat's text): given beside it they
+    would be dropped without a word, so they are refused instead."""
     if given:
-        raise ConfigError(f"{label} replays a trace, whose rows give each request's arrival time and token counts; "
-                          f"{', '.join(given)} would be ignored: leave {'it' if len(given) == 1 else 'them'} out "
-                          "(a workload file's trace_speedup replays it faster)")
+        raise ConfigError(f"{label} {because}; {', '.join(given)} would be ignored: leave "
+                          f"{'it' if len(given) == 1 else 'them'} out{hint}")
 
 
-# What a trace's rows set: given beside a trace, these are refused (refuse_ignored_by_trace).
+def refuse_ignored_by_trace(given: list[str], label: str) -> None:
+    refuse_ignored(given, label, "replays a trace, whose rows give each request's arrival time and token counts",
+                   " (a workload file's trace_speedup replays it faster)")
+
+
+# What a trace's rows set, and a chat's text: given beside them, these are refused.
 TRACE_SETS = ("arrival_rate_per_s", "prompt_tokens", "output_tokens")
+CHAT_SETS = ("prompt_tokens", "shared_prefix_fraction", "shared_prefix_tokens", "num_shared_prefixes")
+CHAT_SAYS = "sends chat text, whose messages are the prompts and whose system prompt is the shared prefix"
 
 _WORKLOAD_KEYS = {
     "name", "description", "source", "num_requests", "arrival_rate_per_s", "prompt_tokens", "output_tokens",
@@ -235,6 +241,7 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
             trace = found
         kwargs["trace_path"] = str(trace)
     if "chat" in data:
+        refuse_ignored([k for k in CHAT_SETS if k in data], label, CHAT_SAYS)
         kwargs["chat"] = chat_script_from_dict(data["chat"], f"{label}: chat")
     spec = WorkloadSpec(**kwargs)
     _validate(spec, label)
