@@ -23,3 +23,13 @@ def test_math_on_settings_a_server_starts_with_has_no_such_row(capsys):
     assert rc == 0 and "does not fit" not in out
     rc, out, _ = cli(capsys, "math", "--json", "--model", "llama-3.1-8b", "--hardware", "l4-24gb", "--max-model-len", "8192")
     assert json.loads(out)["fits"] is True and json.loads(out)["does_not_fit"] is None
+
+
+def test_run_refuses_what_vllm_would_not_start_with_and_names_the_longest_length_that_fits(capsys):
+    rc, out, err = cli(capsys, "run", "--quiet", "--model", "llama-3.1-8b", "--hardware", "l4-24gb", "--requests", "5")
+    assert rc == 2 and out == ""
+    assert "vLLM would refuse to start; the longest max_model_len that fits is 26,512 tokens" in err
+    assert "give --max-model-len" in err
+    rc, _, err = cli(capsys, "run", "--quiet", "--model", "llama-3.1-8b", "--hardware", "l4-24gb", "--requests", "5",
+                     "--max-model-len", "26512")
+    assert rc == 0, err

@@ -16,6 +16,7 @@ from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
 from kvscope.engine.cost_model import calibration_note
+from kvscope.engine.memory_math import full_length_reason
 from kvscope.engine.events import EventKind
 
 from kvscope.app.cli import options
@@ -107,6 +108,10 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
             raise ConfigError(f"{', '.join(real_only)}: the real backend's (it loads and runs the weights); use "
                               "them with --backend real, or size simulated weights with --weight-dtype")
         engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
+    too_long = full_length_reason(engine.plan)
+    if too_long and engine.args.accounting == "vllm":  # as vLLM refuses to start; the lesson's accounting
+        # is a what-if that may run a pool smaller than one request (the longer ones are rejected on arrival)
+        raise ConfigError(f"{too_long}: give --max-model-len, more memory, or --accounting lesson to run it anyway")
     engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine)))
     return engine, spec
 
