@@ -319,3 +319,12 @@ def test_a_compare_table_counts_one_thing_in_the_singular():
     assert _count(1, "preemptions") == "1 preemption" and _count(2, "preemptions") == "2 preemptions"
     assert _count(0, "requests") == "0 requests" and _count(1_000, "steps") == "1,000 steps"
     assert _count(None, "steps") == "-"
+
+
+def test_the_compare_table_shows_the_kv_pool_even_when_every_configuration_has_the_same(capsys):
+    from cli_helper import cli
+
+    rc, out, err = cli(capsys, "compare", "--scenario", "prefix-caching", "--requests", "50", "--quiet")
+    assert rc == 0, err
+    pool = next(line for line in out.splitlines() if line.startswith("KV pool"))
+    assert pool.count("blocks") == 2  # one cell per configuration, the budget both share

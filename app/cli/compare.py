@@ -119,7 +119,7 @@ def results_table(result) -> str:
             rows.append((label, cells))
     for label, cell in MEMORY_ROWS:
         cells = [cell(c.memory) for c in configs]
-        if label == MAX_CONCURRENT or len(set(cells)) > 1:
+        if label in (MAX_CONCURRENT, "KV pool") or len(set(cells)) > 1:  # the pool: what every question is about
             ratio_cells = [cells[0]] + [
                 text + (f" ({c.ratios['max_concurrent_sequences']:.2f}x)"
                         if label == MAX_CONCURRENT and c.ratios.get("max_concurrent_sequences") else "")

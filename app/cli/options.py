@@ -86,12 +86,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (or the directory holding it)")
     source.add_argument("--model-path", metavar="DIR",
                         help="a local Hugging Face model directory (config.json + *.safetensors); real backend")
-    group.add_argument("--layers", type=whole, help="num_hidden_layers")
-    group.add_argument("--attention-heads", type=whole, help="num_attention_heads")
-    group.add_argument("--kv-heads", type=whole, help="num_key_value_heads")
-    group.add_argument("--head-dim", type=whole, help="head_dim")
-    group.add_argument("--weights-bytes", type=number, help="weights size in bytes (overrides the derived size)")
-    group.add_argument("--params", type=number, help="parameter count; with --weight-dtype gives the weights size")
+    group.add_argument("--layers", type=whole, help="layers (config.json's num_hidden_layers); default: the model's")
+    group.add_argument("--attention-heads", type=whole, help="query heads (num_attention_heads); default: the model's")
+    group.add_argument("--kv-heads", type=whole, help="KV heads (num_key_value_heads); default: the model's")
+    group.add_argument("--head-dim", type=whole, help="elements per head (head_dim); default: the model's")
+    group.add_argument("--weights-bytes", type=number, help="weights size in bytes, such as 16e9 (default: derived from the model's shape)")
+    group.add_argument("--params", type=number, help="parameter count as a number, such as 8e9 for 8B; with "
+                       "--weight-dtype gives the weights size")
     group.add_argument("--weight-dtype", help=f"weight precision: {', '.join(WEIGHT_DTYPE_BYTES)}")
 
 
@@ -99,8 +100,8 @@ def add_hardware_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("hardware")
     group.add_argument("--hardware", metavar="PRESET", help=f"hardware preset (default {DEFAULT_HARDWARE}; this-machine detects)")
     memory = group.add_mutually_exclusive_group()
-    memory.add_argument("--memory-bytes", type=number, help="memory per device, bytes")
-    memory.add_argument("--memory-gib", type=number, help="memory per device, GiB")
+    memory.add_argument("--memory-bytes", type=number, help="memory per device in bytes, such as 80e9 (default: the hardware preset's)")
+    memory.add_argument("--memory-gib", type=number, help="memory per device in GiB (default: the hardware preset's)")
 
 
 def engine_flag_fields(group: str | None = None) -> list[dataclasses.Field]:

@@ -40,7 +40,8 @@ def add_parser(subparsers) -> None:
                        help=f"workload preset, or a workload .toml file (default {DEFAULT_WORKLOAD})")
     group.add_argument("--trace", metavar="FILE", help="replay a trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
     group.add_argument("--requests", type=options.whole, help="number of requests (default: the workload's)")
-    group.add_argument("--arrival-rate", type=options.number, help="Poisson arrivals per second (0: all at once)")
+    group.add_argument("--arrival-rate", type=options.number,
+                       help="Poisson arrivals per second (0: all at once; default: the workload's)")
     seed = EngineArgs().seed
     group.add_argument("--seed", type=options.whole, default=seed,
                        help=f"random seed (default {seed}): same seed, same run")
