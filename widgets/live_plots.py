@@ -17,9 +17,9 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.widgets.fitting_axis import FittingAxis, color_axes
+from kvscope.widgets.minmax_decimation import MinMaxDecimator
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.throttle import Throttle
-from kvscope.widgets.minmax_decimation import MinMaxDecimator
 from kvscope.widgets.trailing_mean import GAP_MIN_S, TrailingMean
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
 
