@@ -96,6 +96,7 @@ def _huge_number_cases(t: Path, Case, write) -> list:
 def _file_cases(t: Path, Case, write) -> list:
     a_file = write(t / "a-file", "not a folder\n")
     shape = write(t / "shape" / "config.json", json.dumps(LLAMA)).parent
+    model = ROOT / "presets" / "models" / "llama-2-7b.toml"  # cache-ceiling's model
     real = ["run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--requests", "2"]
     return [
         Case("run real with KVSCOPE_CACHE_DIR a file", "files", real, env={"KVSCOPE_CACHE_DIR": str(a_file)},
@@ -118,6 +119,9 @@ def _file_cases(t: Path, Case, write) -> list:
         Case("gui --backend real --hardware h100-80gb", "files",
              ["gui", "--backend", "real", "--hardware", "h100-80gb", "--quit-after", "1"],
              must_say=("simulated target",)),
+        Case("compare --csv onto the model preset the scenario reads", "files",
+             ["compare", "--quiet", "--scenario", "cache-ceiling", "--csv", str(model)], protected=[model],
+             must_say=("model preset",)),
         Case("bench --json a folder (before measuring)", "files", ["bench", "scheduler", "--json", str(t)],
              must_say=("is a folder",)),
         Case("math with stdout on a full disk", "files", ["math"], stdout="/dev/full", must_say=("No space left",)),

@@ -215,3 +215,14 @@ def test_a_chat_workload_refuses_the_lengths_its_text_sets(tmp_path, capsys):
     workload = tmp_path / "chat.toml"
     workload.write_text(chat.replace("output_tokens = 192", "output_tokens = 192\nprompt_tokens = 5000"))
     refused(*cli(capsys, "run", "--quiet", "--workload", workload)[::2], "sends chat text", "prompt_tokens would be")
+
+
+def test_compare_refuses_an_output_onto_a_preset_its_scenario_reads(capsys):
+    root = Path(__file__).resolve().parent.parent / "presets"
+    model = root / "models" / "llama-2-7b.toml"
+    before = model.read_bytes()
+    refused(*cli(capsys, "compare", "--quiet", "--scenario", "cache-ceiling", "--csv", model)[::2],
+            "is also the model preset llama-2-7b")
+    refused(*cli(capsys, "compare", "--quiet", "--scenario", "fp8-kv-real", "--json",
+                 root / "traces" / "azure_conv.csv")[::2], "is also the trace")
+    assert model.read_bytes() == before

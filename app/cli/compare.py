@@ -7,6 +7,7 @@ import json
 import sys
 
 from kvscope.engine.config import ConfigError
+from kvscope.app.lab.presets import preset_file
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
 from kvscope.engine.checks import MAX_SEED, whole_number
@@ -156,9 +157,21 @@ def compare_report(scenario, result, answer) -> dict:
     }
 
 
+def input_files(scenario) -> dict:
+    """Every file the comparison reads, by what it is: the scenario file, the trace, and the model,
+    hardware and workload presets its configurations name (built-in or the user's), as `run` has them."""
+    given = {"scenario file": scenario.path, "trace": scenario.workload.spec.trace_path,
+             "workload preset": preset_file("workloads", scenario.workload.spec.name)}
+    for config in scenario.configs:
+        given[f"model preset {config.model}"] = preset_file("models", config.model)
+        if config.hardware:
+            given[f"hardware preset {config.hardware}"] = preset_file("hardware", config.hardware)
+    return {what: str(path) for what, path in given.items() if path}
+
+
 def run(args) -> int:
     scenario = load_scenario(args.scenario)
-    inputs = {"scenario file": scenario.path} if scenario.path else {}
+    inputs = input_files(scenario)
     check_output_path("--json", args.json, inputs)
     check_output_path("--csv", args.csv, inputs)
     if args.json == "-" and args.csv == "-":
