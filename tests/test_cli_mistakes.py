@@ -33,3 +33,10 @@ def test_math_takes_no_flag_that_would_change_nothing_in_it(capsys):
     rc, small, _ = cli(capsys, "math", "--max-num-batched-tokens", "512")
     rc2, large, _ = cli(capsys, "math", "--max-num-batched-tokens", "16384")
     assert rc == rc2 == 0 and small != large
+
+
+def test_bench_part_goes_with_the_window_benchmark_only(capsys):
+    rc, _, err = cli(capsys, "bench", "scheduler", "--part", "fast")
+    assert rc == 2 and "--part goes with `kvscope bench gui`" in err
+    rc, _, err = cli(capsys, "bench", "gui", "--part", "fast", "--rounds", "5")
+    assert rc == 2 and "--rounds goes with" in err

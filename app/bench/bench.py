@@ -319,6 +319,19 @@ def cmd_bench(args) -> int:
                                   "the status line and the tables are redrawn at 4 - 20 Hz, so some frames hold them)"),
         ], title="One frame of the window (simulated llama-3-8b on h100-80gb)"))
         print()
+    if gui_part == "fast":
+        from kvscope.app.bench.bench_gui import FAST_FRAME_INTERVAL_S, bench_fast_frame
+
+        r = results["gui_fast"] = bench_fast_frame()
+        print(table([
+            ("between frames", f"{FAST_FRAME_INTERVAL_S * 1000:.0f} ms of engine work: {r['steps_per_frame_median']:,.0f} "
+                               "steps (median), 400 of them for the timeline"),
+            ("window side, median", f"{r['window_median_ms']:.1f} ms a frame (decode, every view, repaint); "
+                                    f"mean {r['window_mean_ms']:.1f} ms, p90 {r['window_p90_ms']:.1f} ms"),
+            ("plots after a long run", f"{r['long_run_plots_median_ms']:.1f} ms a frame to update the live plots "
+                                       f"holding {r['long_run_points']:,} points (ten minutes at maximum speed)"),
+        ], title="A frame at maximum speed (simulated llama-3-8b on h100-80gb, chat)"))
+        print()
     if args.what in (None, "trace"):
         r = results["trace"] = bench_trace()
         print(table([

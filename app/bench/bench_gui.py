@@ -137,6 +137,73 @@ def bench_frame(frames: int = 120) -> dict:
             "target_median_ms": FRAME_TARGET_MS}
 
 
+FAST_FRAMES = 60
+FAST_FRAME_INTERVAL_S = 0.1  # the engine runs this long between two frames, as a window at ~10 frames/s
+LONG_RUN_POINTS = 300_000  # ten minutes at maximum speed: a plot point every 2 ms of wall time
+
+
+def bench_fast_frame(frames: int = FAST_FRAMES, long_run_points: int = LONG_RUN_POINTS) -> dict:
+    """The window's side of a frame at maximum speed: the default chat run on h100-80gb flat out,
+    FAST_FRAME_INTERVAL_S of steps between two frames (~1,500 steps: 400 for the timeline, hundreds
+    of plot points, finished requests), each frame decoded, handed to every view and painted. Then
+    the live plots' update after a long run: long_run_points points, grown by 500 a frame."""
+    import numpy as np
+
+    from kvscope.app.gui.main_window import MainWindow
+    from kvscope.app.host.protocol import decode_frame, encode_frame
+    from kvscope.app.host.session import EngineSession
+    from kvscope.app.host.session_blocks import SnapshotRebuilder
+    from kvscope.widgets.live_plots import LivePlots
+
+    app = _app()
+    window = MainWindow(_values(workload="chat", num_requests=ENDLESS_REQUESTS), autoplay=False)
+    window.resize(1920, 1080)
+    window.show()
+    window.timer.stop()
+    window.worker.stop()  # the benchmark drives an engine session on this thread instead
+    session, snapshots = EngineSession(), SnapshotRebuilder()
+    session.restart_snapshot_changes()
+    session.handle("apply", (window.config, False))
+    session.speed, session.playing = 0, True
+    window_ms, steps = [], []
+    for _ in range(frames):
+        started, first = time.perf_counter(), session.engine.step_count
+        while time.perf_counter() - started < FAST_FRAME_INTERVAL_S:
+            session.advance(0.001)
+        session.frame_requested()
+        while not session.frame_ready():
+            session.advance(0.001)
+        messages = encode_frame(session.take_frame())
+        steps.append(session.engine.step_count - first)
+        t0 = time.perf_counter()
+        received = iter([bytes(m) for m in messages])
+        frame = decode_frame(next(received), lambda: next(received))
+        snapshots.rebuild(frame)
+        window.render_frame(frame)
+        app.processEvents()
+        window_ms.append((time.perf_counter() - t0) * 1000)
+    window.close()
+    plots = LivePlots()
+    plots.resize(480, 900)
+    plots.show()
+    rng = np.random.default_rng(0)
+    t = np.cumsum(np.full(long_run_points, 0.002))
+    y = rng.random(long_run_points)
+    long_ms = []
+    for end in range(max(1, long_run_points - 20 * 500), long_run_points + 1, 500):
+        series = {"time_s": t[:end], "kv_usage": y[:end], "compute_utilization": y[:end], "num_running": 10 * y[:end],
+                  "num_waiting": 5 * y[:end], "throughput_tokens_per_s": 100 * y[:end],
+                  "preemptions": np.arange(end, dtype=float)}
+        t0 = time.perf_counter()
+        plots.set_series(series)
+        long_ms.append((time.perf_counter() - t0) * 1000)
+    plots.close()
+    return {"frames": frames, "steps_per_frame_median": statistics.median(steps),
+            "window_median_ms": statistics.median(window_ms), "window_mean_ms": statistics.mean(window_ms),
+            "window_p90_ms": sorted(window_ms)[int(0.9 * frames)], "long_run_points": long_run_points,
+            "long_run_plots_median_ms": statistics.median(long_ms[1:])}  # the first builds the bins
+
+
 class _Cores:
     """Both sides step on the same core: the engine's process's stepping thread always, the
     headless loop in its segments, the window on the other core in the window's. This VM's two cores are not alike (the

@@ -71,7 +71,9 @@ def _run_bench(a) -> int:
     check_output_path("--json", a.json)  # before minutes of measuring, not after
     if getattr(a, "in_window", False) and a.what != "scenarios":
         raise ConfigError("--in-window goes with `kvscope bench scenarios`")
-    if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part != "frame")):
+    if a.part != "both" and a.what != "gui":
+        raise ConfigError("--part goes with `kvscope bench gui`")
+    if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part in ("cost", "both"))):
         raise ConfigError("--rounds goes with `kvscope bench compare` and `kvscope bench gui` (its cost part)")
     module, command = {"compare": ("bench.bench_compare", "cmd_bench_compare"), "cuda": ("bench.bench_cuda", "cmd_bench_cuda"),
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),
@@ -117,9 +119,10 @@ def add_bench_parser(sub) -> None:
                          help="soak: how long the window runs, up to 1,440 (default 30)")
     p_bench.add_argument("--tracemalloc", action="store_true",
                          help="soak: trace the window's Python allocations from minute 2; list those that grew most")
-    p_bench.add_argument("--part", choices=("frame", "cost", "both"), default="both",
+    p_bench.add_argument("--part", choices=("frame", "cost", "both", "fast"), default="both",
                          help="gui: only the frame (seconds) or only the window's cost to the engine (minutes); "
-                              "default both")
+                              "default both; fast: a frame of a run at maximum speed, and the plots after a long "
+                              "run (seconds)")
     p_bench.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
     p_bench.set_defaults(func=_run_bench)
 
