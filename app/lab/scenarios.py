@@ -92,13 +92,16 @@ class Reveal:
     numerator: str = ""  # ratio
     denominator: str = ""  # ratio
     highest: bool = True  # best: the choice whose configuration has the highest value wins
+    accounting: str = "vllm"  # memory: the accounting of the configuration's memory math
 
     def describe(self) -> str:
         words = quantity_words(self.name)
         if self.kind == "ratio":
             return f"{words} of \"{self.numerator}\" / {words} of \"{self.denominator}\", measured"
         if self.kind == "memory":
-            return f"{words} of \"{self.config}\", computed by the memory math (no run needed)"
+            how = ("the lesson's formula: memory x utilisation - weights, nothing else held back"
+                   if self.accounting == "lesson" else "sized as vLLM sizes its pool")
+            return f"{words} of \"{self.config}\", computed by the memory math, {how} (no run needed)"
         if self.kind == "best":
             extreme = "highest" if self.highest else "lowest"  # among the choices offered, not every configuration
             return f"of the choices offered, the one whose configuration has the {extreme} {words}, measured"
@@ -331,6 +334,9 @@ def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scen
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{label}: configs: labels must differ, got {', '.join(labels)}")
     reveal = _reveal(top, data.get("reveal"), answer, labels)
+    if reveal.kind == "memory":  # which formula the answer comes from: a run of kvscope math may use the other
+        named = next(c for c in configs if c.label == reveal.config)
+        reveal = dataclasses.replace(reveal, accounting=named.engine_args.accounting)
     workload = _workload(base, path)
     min_requests = base.whole("min_requests", required=False, default=1)
     if min_requests > workload.spec.num_requests:
