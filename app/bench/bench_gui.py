@@ -86,24 +86,54 @@ def _run_event_loop(seconds: float) -> None:
     loop.exec()
 
 
-def bench_frame(frames: int = 120) -> dict:
-    from kvscope.app.host.protocol import decode_frame, encode_frame
-    from kvscope.app.host.session import EngineSession
-    from kvscope.app.host.session_blocks import SnapshotRebuilder
-    from kvscope.app.gui.main_window import MainWindow
+class _WindowOnThisThread:
+    """The real window at 1920x1080, its engine session driven on this thread instead of its own
+    process; a frame goes across as through the pipe (send, receive: pickled, the block arrays as
+    changes rebuilt on the window's side) and draw() paints it."""
 
-    app = _app()
+    def __init__(self, values: dict):
+        from kvscope.app.gui.main_window import MainWindow
+        from kvscope.app.host.session import EngineSession
+        from kvscope.app.host.session_blocks import SnapshotRebuilder
+
+        self.app = _app()
+        self.window = MainWindow(values, autoplay=False)
+        self.window.resize(1920, 1080)
+        self.window.show()
+        self.window.timer.stop()
+        self.window.worker.stop()
+        self.session = EngineSession()
+        self.session.restart_snapshot_changes()  # as in the engine's process (process_host.serve)
+        self.snapshots = SnapshotRebuilder()
+        self.session.handle("apply", (self.window.config, False))
+
+    @staticmethod
+    def send(frame) -> list:
+        """The engine process's side: the frame as the messages it writes to the pipe."""
+        from kvscope.app.host.protocol import encode_frame
+
+        return encode_frame(frame)
+
+    def receive(self, messages: list):
+        """The window's side: the messages read back into a frame, its snapshot rebuilt."""
+        from kvscope.app.host.protocol import decode_frame
+
+        received = iter([bytes(m) for m in messages])  # what reading them from the pipe makes
+        frame = decode_frame(next(received), lambda: next(received))
+        if not self.snapshots.rebuild(frame):
+            raise RuntimeError("a frame's snapshot could not be rebuilt from its changes")
+        return frame
+
+    def draw(self, frame) -> None:
+        self.window.render_frame(frame)
+        self.app.processEvents()  # the event loop paints every view the frame updated, as in the window
+
+
+def bench_frame(frames: int = 120) -> dict:
     block_bytes = 16 * 131072  # llama-3-8b, bf16 KV, 16-token blocks
-    window = MainWindow(_values(workload="uniform-short", num_requests=1, max_num_seqs=FRAME_RUNNING,
-                                kv_cache_memory_bytes=FRAME_BLOCKS * block_bytes), autoplay=False)
-    window.resize(1920, 1080)
-    window.show()
-    window.timer.stop()
-    window.worker.stop()  # the benchmark drives an engine session on this thread instead
-    session = EngineSession()
-    session.restart_snapshot_changes()  # as in the engine's process (process_host.serve)
-    snapshots = SnapshotRebuilder()
-    session.handle("apply", (window.config, False))
+    here = _WindowOnThisThread(_values(workload="uniform-short", num_requests=1, max_num_seqs=FRAME_RUNNING,
+                                       kv_cache_memory_bytes=FRAME_BLOCKS * block_bytes))
+    window, session, snapshots = here.window, here.session, here.snapshots
     first = session.take_frame()
     snapshots.rebuild(first)
     window.render_frame(first)
@@ -117,14 +147,9 @@ def bench_frame(frames: int = 120) -> dict:
     for _ in range(frames):
         session._run_one_step()
         t0 = time.perf_counter()
-        messages = encode_frame(session.take_frame())
-        received = iter([bytes(m) for m in messages])  # what reading them from the pipe makes
-        frame = decode_frame(next(received), lambda: next(received))
-        if not snapshots.rebuild(frame):
-            raise RuntimeError("a frame's snapshot could not be rebuilt from its changes")
+        frame = here.receive(here.send(session.take_frame()))
         t1 = time.perf_counter()
-        window.render_frame(frame)
-        app.processEvents()  # the event loop paints every view the frame updated, as in the window
+        here.draw(frame)
         t2 = time.perf_counter()
         snapshot_ms.append((t1 - t0) * 1000)
         render_ms.append((t2 - t1) * 1000)
@@ -149,21 +174,10 @@ def bench_fast_frame(frames: int = FAST_FRAMES, long_run_points: int = LONG_RUN_
     the live plots' update after a long run: long_run_points points, grown by 500 a frame."""
     import numpy as np
 
-    from kvscope.app.gui.main_window import MainWindow
-    from kvscope.app.host.protocol import decode_frame, encode_frame
-    from kvscope.app.host.session import EngineSession
-    from kvscope.app.host.session_blocks import SnapshotRebuilder
     from kvscope.widgets.live_plots import LivePlots
 
-    app = _app()
-    window = MainWindow(_values(workload="chat", num_requests=ENDLESS_REQUESTS), autoplay=False)
-    window.resize(1920, 1080)
-    window.show()
-    window.timer.stop()
-    window.worker.stop()  # the benchmark drives an engine session on this thread instead
-    session, snapshots = EngineSession(), SnapshotRebuilder()
-    session.restart_snapshot_changes()
-    session.handle("apply", (window.config, False))
+    here = _WindowOnThisThread(_values(workload="chat", num_requests=ENDLESS_REQUESTS))
+    session = here.session
     session.speed, session.playing = 0, True
     window_ms, steps = [], []
     for _ in range(frames):
@@ -173,16 +187,12 @@ def bench_fast_frame(frames: int = FAST_FRAMES, long_run_points: int = LONG_RUN_
         session.frame_requested()
         while not session.frame_ready():
             session.advance(0.001)
-        messages = encode_frame(session.take_frame())
+        messages = here.send(session.take_frame())
         steps.append(session.engine.step_count - first)
-        t0 = time.perf_counter()
-        received = iter([bytes(m) for m in messages])
-        frame = decode_frame(next(received), lambda: next(received))
-        snapshots.rebuild(frame)
-        window.render_frame(frame)
-        app.processEvents()
+        t0 = time.perf_counter()  # the window's side: from the bytes read to the frame painted
+        here.draw(here.receive(messages))
         window_ms.append((time.perf_counter() - t0) * 1000)
-    window.close()
+    here.window.close()
     plots = LivePlots()
     plots.resize(480, 900)
     plots.show()

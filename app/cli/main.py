@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:  # said by the command's own parser: it names the command and knows its flags
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-        commands.get(getattr(args, "command", None), parser).unknown_flags_error(extras)
+        command_parsers(parser).get(getattr(args, "command", None), parser).unknown_flags_error(extras)
     refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()
@@ -187,13 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def command_parsers(parser: argparse.ArgumentParser) -> dict:
+    """Each command's own parser, by its name."""
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
 def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> None:
     """A flag given twice with different values (--model a ... --model b, --x ... --no-x) is refused:
     argparse would keep the last without a word. The same value twice is harmless and passes."""
-    subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    if subparsers is None or command not in subparsers.choices:
+    sub = command_parsers(parser).get(command)
+    if sub is None:
         return
-    sub = subparsers.choices[command]
     flags = {option: action for action in sub._actions for option in action.option_strings}
     seen: dict[str, tuple[str, str]] = {}
     i = argv.index(command) + 1 if command in argv else len(argv)

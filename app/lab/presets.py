@@ -7,7 +7,6 @@ frozen bundle all resolve them the same way.
 from __future__ import annotations
 
 import difflib
-
 import json
 import os
 import sys
