@@ -135,6 +135,13 @@ class PagedKVCacheManager:
         """(owner, ref_cnt, block_hash) views; the caller copies what it keeps."""
         return self.pool.owner, self.pool.ref_cnt, self.pool.block_hash
 
+    def track_block_changes(self) -> None:
+        self.pool.track_changes()
+
+    def take_block_changes(self) -> set[int] | None:
+        """The blocks whose block_arrays() entries may have changed since the last call."""
+        return self.pool.take_changed()
+
     def group_snapshot(self) -> dict:
         """The snapshot's layer-group fields: none for one uniform table."""
         return {}

@@ -22,6 +22,7 @@ from kvscope.app.host.session_blocks import (
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 from kvscope.app.lab.workload import generate_requests
 from kvscope.engine import Engine, EngineArgs
+from kvscope.engine.events import EventKind
 from kvscope.engine.snapshot import BLOCK_RESERVED
 from kvscope.widgets.block_map_grid import BlockGrid
 
@@ -194,3 +195,30 @@ def test_sessions_driven_directly_still_give_whole_snapshots():
     session.handle("step", None)
     frame = session.take_frame()
     assert type(frame.snapshot).__name__ == "Snapshot"
+
+
+def test_a_paged_pool_notes_every_block_it_changes_preemptions_and_evictions_included():
+    """The sender reads the pool's own note of changed blocks instead of comparing its arrays: the
+    note must hold every block whose owner, ref count or hash changed, through prefix hits,
+    evictions and preemptions (a pool of 300 blocks under the shared-system-prompt workload has all
+    three)."""
+    engine = Engine(load_model("llama-3-8b"), load_hardware("h100-80gb"),
+                    EngineArgs(kv_cache_memory_bytes=300 * 16 * 131072))
+    workload = load_workload("shared-system-prompt").with_overrides(num_requests=200)
+    engine.add_workload(generate_requests(workload, engine.model.vocab_size, seed=3))
+    sender, rebuilder = SnapshotSender(), SnapshotRebuilder()
+    engine.step()
+    rebuilder.rebuild(FrameDelta(snapshot=sender.snapshot(engine)))  # whole: the pool starts noting
+    kept = [array.copy() for array in engine.kv.block_arrays()]
+    compared, seen = 0, set()
+    for _ in range(600):
+        seen.update(event.kind for event in engine.step().events)
+        noted = engine.kv.take_block_changes()
+        assert noted is not None
+        now = engine.kv.block_arrays()
+        differ = np.flatnonzero((now[0] != kept[0]) | (now[1] != kept[1]) | (now[2] != kept[2]))
+        assert set(differ.tolist()) <= noted
+        compared += len(differ)
+        kept = [array.copy() for array in now]
+    assert compared > 1000
+    assert {EventKind.PREFIX_HIT, EventKind.EVICTED, EventKind.PREEMPTED} <= seen
