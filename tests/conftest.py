@@ -45,3 +45,31 @@ atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
 os.environ["KVSCOPE_CACHE_DIR"] = os.path.join(_scratch, "kvscope")
 os.environ["HF_HUB_CACHE"] = os.path.join(_scratch, "hf-hub")
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+import pytest  # noqa: E402 - after the environment above is set
+
+
+@pytest.fixture(autouse=True)
+def _shown_widgets_outlive_the_test_body(request):
+    """Keeps every widget given to qtbot.addWidget referenced until pytest-qt has closed it.
+
+    pytest-qt holds them weakly and processes events right after the test body, when a test's
+    own reference is gone. A widget in a reference cycle (most of ours: signals connected to
+    lambdas) could then be collected by Python's garbage collector in the middle of its own paint
+    event, deleting the C++ widget whose backing store was being painted: a segfault inside
+    QPainter::drawImage that came and went with the number of objects the run had allocated
+    (valgrind: the painter's image freed by ~QBackingStore from within the paint)."""
+    if "qtbot" not in request.fixturenames:
+        yield
+        return
+    qtbot = request.getfixturevalue("qtbot")
+    kept, add_widget = [], qtbot.addWidget
+
+    def add_and_keep(widget, *args, **kwargs):
+        kept.append(widget)
+        return add_widget(widget, *args, **kwargs)
+
+    qtbot.addWidget = add_and_keep
+    yield
+    kept.clear()
