@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 import pytest
 
+from kvscope.app.host import session_blocks
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.protocol import FrameDelta, decode_frame, encode_frame
 from kvscope.app.host.session import EngineSession, RunConfig
@@ -59,9 +60,13 @@ def assert_same_snapshot(rebuilt, expected) -> None:
         assert np.array_equal(rebuilt.block_group, expected.block_group)
 
 
+@pytest.mark.parametrize("noted", [False, True], ids=["compared", "noted"])
 @pytest.mark.parametrize("model, args", [("llama-3-8b", {}), ("llama-3-8b", {"allocation": "contiguous"}),
                                          ("gemma-3-27b", {})])
-def test_rebuilt_snapshots_equal_the_engines_step_after_step(model, args):
+def test_rebuilt_snapshots_equal_the_engines_step_after_step(model, args, noted, monkeypatch):
+    """Both ways of finding the changed blocks: comparing the pool's arrays (pools this small) and
+    the pool's own note (pools of TRACK_MIN_BLOCKS and more; the contiguous allocator keeps none)."""
+    monkeypatch.setattr(session_blocks, "TRACK_MIN_BLOCKS", 0 if noted else session_blocks.TRACK_MIN_BLOCKS)
     engine = busy_engine(model, **args)
     sender, rebuilder = SnapshotSender(), SnapshotRebuilder()
     kinds, reserved_seen = [], 0
@@ -198,17 +203,17 @@ def test_sessions_driven_directly_still_give_whole_snapshots():
 
 
 def test_a_paged_pool_notes_every_block_it_changes_preemptions_and_evictions_included():
-    """The sender reads the pool's own note of changed blocks instead of comparing its arrays: the
-    note must hold every block whose owner, ref count or hash changed, through prefix hits,
+    """A big pool's sender reads the pool's own note of changed blocks instead of comparing its
+    arrays: the note must hold every block whose owner, ref count or hash changed, through prefix hits,
     evictions and preemptions (a pool of 300 blocks under the shared-system-prompt workload has all
     three)."""
     engine = Engine(load_model("llama-3-8b"), load_hardware("h100-80gb"),
                     EngineArgs(kv_cache_memory_bytes=300 * 16 * 131072))
     workload = load_workload("shared-system-prompt").with_overrides(num_requests=200)
     engine.add_workload(generate_requests(workload, engine.model.vocab_size, seed=3))
-    sender, rebuilder = SnapshotSender(), SnapshotRebuilder()
     engine.step()
-    rebuilder.rebuild(FrameDelta(snapshot=sender.snapshot(engine)))  # whole: the pool starts noting
+    assert engine.kv.take_block_changes() is None  # noting only once asked to
+    engine.kv.track_block_changes()
     kept = [array.copy() for array in engine.kv.block_arrays()]
     compared, seen = 0, set()
     for _ in range(600):
@@ -222,3 +227,15 @@ def test_a_paged_pool_notes_every_block_it_changes_preemptions_and_evictions_inc
         kept = [array.copy() for array in now]
     assert compared > 1000
     assert {EventKind.PREFIX_HIT, EventKind.EVICTED, EventKind.PREEMPTED} <= seen
+
+
+def test_only_a_big_pool_is_asked_to_note_its_changes():
+    """Noting costs the engine's step a little on every change; comparing costs the frame ~3 ns a
+    block: a small pool is compared, a big one notes."""
+    small, big = busy_engine(), busy_engine(kv_cache_memory_bytes=session_blocks.TRACK_MIN_BLOCKS * 16 * 131072)
+    for engine in (small, big):
+        engine.step()
+        SnapshotSender().snapshot(engine)
+        engine.step()
+    assert small.kv.num_blocks < session_blocks.TRACK_MIN_BLOCKS and small.kv.take_block_changes() is None
+    assert big.kv.num_blocks == session_blocks.TRACK_MIN_BLOCKS and big.kv.take_block_changes() is not None

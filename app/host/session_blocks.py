@@ -4,9 +4,9 @@ A 500,000-block pool is 11.5 MB of block arrays; a decode step of 1,024 running 
 ~1,100 blocks' entries (each request's last block gains a token, a few blocks change hands). Copying
 the whole pool, sending it through the pipe and comparing it again in the window with what the
 block map drew cost ~3 ms of every frame. Instead, in the engine's process a SnapshotSender asks
-a paged pool which blocks it changed since the last snapshot (the pool notes them as it writes
-them), or compares a contiguous pool's arrays with their copies as last sent (~1.5 ms for
-500,000 blocks); what changed, with the running requests' partly filled and reserved blocks
+a big paged pool which blocks it changed since the last snapshot (the pool notes them as it
+writes them), or compares a smaller or contiguous pool's arrays with their copies as last sent
+(~1.5 ms for 500,000 blocks); what changed, with the running requests' partly filled and reserved blocks
 (which the pool's arrays do not hold), goes as SnapshotChanges. In the window's process a
 SnapshotRebuilder applies them to its own copy of the arrays and hands the views a Snapshot that
 says which blocks may differ from the one before, so the block map draws those without comparing
@@ -33,6 +33,10 @@ from kvscope.engine.snapshot import BLOCK_RESERVED, Snapshot, block_state_and_fi
 # pool between two frames: as changes 3.2 ms a frame, whole 2.5 ms; 1,100 changes of 500,000
 # blocks: 1 ms against 2.6 ms).
 FULL_SHARE = 8
+# From this many blocks the pool notes its changes instead of being compared: comparing costs
+# ~3 ns a block a frame (1.5 ms at 500,000), noting ~80 ns a change in the engine's step (a chat
+# workload flat out on 27,000 blocks: ~1.5 % of the engine's time, where comparing took 0.1 ms a frame).
+TRACK_MIN_BLOCKS = 100_000
 BLOCK_FIELDS = ("block_owner", "block_state", "block_ref_cnt", "block_fill", "block_hash")
 _versions = itertools.count(1)  # blocks_version of rebuilt snapshots: unique in the window's process
 
@@ -142,7 +146,8 @@ class SnapshotSender:
     def _whole(self, engine) -> SnapshotChanges:
         marks = engine.block_marks()
         snap = engine.snapshot(marks)
-        engine.kv.track_block_changes()  # the changes from this snapshot on
+        if snap.num_blocks >= TRACK_MIN_BLOCKS:
+            engine.kv.track_block_changes()  # the changes from this snapshot on
         # copies: the frame's arrays are sent from a thread while the next frames change the kept ones
         self._kept = (snap.block_owner.copy(), snap.block_ref_cnt.copy(), snap.block_hash.copy())
         self._engine = weakref.ref(engine)
