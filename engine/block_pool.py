@@ -30,21 +30,9 @@ class BlockPool:
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # chain hash -> block id
         self.num_cached_free = 0  # free blocks still holding a reusable prefix
-        # The blocks whose owner, ref_cnt or block_hash may have changed since take_changed(); None
-        # until track_changes(): a window's snapshots send only those (comparing a 500,000-block
-        # pool's three arrays with their last copies cost ~1.5 ms of every frame).
+        # Once set to a set: the blocks whose owner, ref_cnt or block_hash may have changed since
+        # (kv_cache_manager.take_block_changes). A big pool's snapshots send only those.
         self.changed: set[int] | None = None
-
-    def track_changes(self) -> None:
-        """From now on, note the blocks whose arrays change; forget those noted so far."""
-        self.changed = set()
-
-    def take_changed(self) -> set[int] | None:
-        """The blocks noted since the last call (None: not tracking), and start noting anew."""
-        changed = self.changed
-        if changed is not None:
-            self.changed = set()
-        return changed
 
     @property
     def num_free_blocks(self) -> int:

@@ -121,12 +121,6 @@ class ContiguousKVCacheManager:
     def block_arrays(self):
         return self.owner, self.ref_cnt, self.block_hash
 
-    def track_block_changes(self) -> None:
-        """Not tracked: a reservation changes a whole extent at once (the caller compares arrays)."""
-
-    def take_block_changes(self) -> None:
-        return None
-
     @property
     def largest_free_extent(self) -> int:
         return max(self._lengths, default=0)

@@ -136,11 +136,13 @@ class PagedKVCacheManager:
         return self.pool.owner, self.pool.ref_cnt, self.pool.block_hash
 
     def track_block_changes(self) -> None:
-        self.pool.track_changes()
+        self.pool.changed = set()
 
     def take_block_changes(self) -> set[int] | None:
-        """The blocks whose block_arrays() entries may have changed since the last call."""
-        return self.pool.take_changed()
+        """The blocks whose block_arrays() entries may have changed since the last call (None: not tracked)."""
+        changed = self.pool.changed
+        self.pool.changed = None if changed is None else set()
+        return changed
 
     def group_snapshot(self) -> dict:
         """The snapshot's layer-group fields: none for one uniform table."""

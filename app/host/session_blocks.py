@@ -106,7 +106,10 @@ class SnapshotSender:
         if kept is None or engine is not self._engine() or len(kept[0]) != len(owner):
             return self._whole(engine)
         most = len(owner) // FULL_SHARE
-        noted = engine.kv.take_block_changes()
+        # a paged pool notes its changes once asked to; the contiguous allocator, whose reservations
+        # change whole extents, has no note and is compared
+        take_noted = getattr(engine.kv, "take_block_changes", None)
+        noted = take_noted() if take_noted is not None else None
         if noted is not None:  # the pool noted them: no comparing
             if len(noted) > most:
                 return self._whole(engine)
@@ -146,7 +149,7 @@ class SnapshotSender:
     def _whole(self, engine) -> SnapshotChanges:
         marks = engine.block_marks()
         snap = engine.snapshot(marks)
-        if snap.num_blocks >= TRACK_MIN_BLOCKS:
+        if snap.num_blocks >= TRACK_MIN_BLOCKS and hasattr(engine.kv, "track_block_changes"):
             engine.kv.track_block_changes()  # the changes from this snapshot on
         # copies: the frame's arrays are sent from a thread while the next frames change the kept ones
         self._kept = (snap.block_owner.copy(), snap.block_ref_cnt.copy(), snap.block_hash.copy())
