@@ -56,6 +56,7 @@ CEILINGS = {
     "q_lora_rank": MAX_HIDDEN_SIZE,
     "vocab_size": MAX_VOCAB_SIZE,
     "max_position_embeddings": MAX_CONTEXT_TOKENS, "max_model_len": MAX_CONTEXT_TOKENS,
+    "max_model_len_limit": MAX_CONTEXT_TOKENS,
     "max_num_batched_tokens": MAX_CONTEXT_TOKENS, "sliding_window": MAX_CONTEXT_TOKENS,
     "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
     "gpu_count": MAX_DEVICES, "tensor_parallel_size": MAX_DEVICES,

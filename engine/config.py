@@ -126,6 +126,12 @@ class ModelConfig:
     intermediate_size: int
     vocab_size: int
     max_position_embeddings: int = 4096
+    # vLLM's derived max_model_len where config.json's rope_scaling stretches the positions
+    # (app/lab/models/config_json.py); None: max_position_embeddings.
+    max_model_len_limit: int | None = None
+    # False where nothing gave the positions (a config.json without them, a shape given by flags):
+    # max_position_embeddings is then a default, and vLLM accepts any max_model_len.
+    max_position_embeddings_given: bool = True
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # Qwen2 puts a bias on q/k/v
     qk_norm: bool = False  # Qwen3 normalises q and k per head
@@ -162,16 +168,8 @@ class ModelConfig:
 
     def __post_init__(self):
         owner = f"model {self.name!r}"
-        for name in (
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "hidden_size",
-            "intermediate_size",
-            "vocab_size",
-            "max_position_embeddings",
-        ):
+        for name in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+                     "intermediate_size", "vocab_size", "max_position_embeddings"):
             object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
@@ -183,7 +181,7 @@ class ModelConfig:
         )
         if self.weights_bytes is not None:
             object.__setattr__(self, "weights_bytes", _positive_int(owner, "weights_bytes", self.weights_bytes))
-        for name in ("sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
+        for name in ("max_model_len_limit", "sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
                      "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
@@ -192,6 +190,11 @@ class ModelConfig:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
         object.__setattr__(self, "layer_types", _check_layer_layout(self, owner))
         _check_latent_and_experts(self, owner)
+
+    @property
+    def longest_context(self) -> int:
+        """The longest max_model_len vLLM starts this model with, and its default."""
+        return self.max_model_len_limit or self.max_position_embeddings
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -460,7 +463,12 @@ def default_max_num_seqs(hardware: HardwareSpec) -> int:
 
 
 def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: HardwareSpec) -> ResolvedArgs:
-    max_model_len = args.max_model_len or model.max_position_embeddings
+    max_model_len = args.max_model_len or model.longest_context
+    if model.max_position_embeddings_given and max_model_len > model.longest_context:
+        positions = "max_position_embeddings" + " x its rope_scaling" * bool(model.max_model_len_limit)
+        raise ConfigError(f"max_model_len {max_model_len:,} tokens is longer than the {model.longest_context:,} "
+                          f"positions of {model.name} ({positions}): vLLM refuses to start with it, and the model "
+                          f"was not trained past them; give at most {model.longest_context:,}")
     tp = args.tensor_parallel_size or hardware.gpu_count
     if tp > hardware.gpu_count:
         raise ConfigError(

@@ -661,7 +661,7 @@ def test_the_settings_boxes_hold_what_the_command_line_accepts_and_no_more(windo
 
 @pytest.mark.parametrize("field, box, fragment", [
     ("kv_cache_memory_bytes", "kv_budget", f"more than the {MAX_NUM_BLOCKS:,} kvscope runs"),
-    ("max_model_len", "max_model_len", "not one full-length request fits"),
+    ("max_model_len", "max_model_len", "longer than the 8,192 positions of llama-3-8b"),
 ])
 def test_a_value_the_engine_refuses_shows_its_reason_in_its_field_and_apply_waits(window, field, box, fragment):
     spin = getattr(window.settings, box)
@@ -671,6 +671,18 @@ def test_a_value_the_engine_refuses_shows_its_reason_in_its_field_and_apply_wait
     assert not window.apply_settings(play=True)
     spin.setValue(spin.minimum())
     assert window.settings_form.current_config() is not None and window.settings.apply_button.isEnabled()
+
+
+def test_a_context_no_full_request_of_which_fits_the_pool_is_refused_in_its_field(window):
+    """Within the model's positions, but a pool of 512 MiB holds half of one 8,192-token request of
+    llama-3-8b (128 KiB a token): vLLM would not start."""
+    window.settings.kv_budget.setValue(512)
+    window.settings.max_model_len.setValue(8192)
+    assert window.settings_form.current_config() is None
+    assert "not one full-length request fits" in window.settings.errors["max_model_len"].text()
+    assert not window.apply_settings(play=True)
+    window.settings.max_model_len.setValue(2048)
+    assert window.settings_form.current_config() is not None
 
 
 def test_a_model_folder_chosen_in_the_window_whose_weights_disagree_is_one_message(window, qtbot, model_dirs):

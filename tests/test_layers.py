@@ -210,4 +210,6 @@ def test_engine_is_the_serving_engine_only():
     # model of the simulated runner (cost_model.py, about 140), and the bounded checks every
     # engine input passes (checks.py, about 175). 3,700 since the real runner replays CUDA graphs
     # for decode steps (runners/decode_graphs.py, about 160), which issue 17 asked of the runner.
-    assert count(files) <= 3_700, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # 3,725 since the pool notes the blocks it changes for a big pool's frames (about 15 lines) and
+    # the configuration refuses a max_model_len past the model's positions as vLLM does (about 15).
+    assert count(files) <= 3_725, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

@@ -50,7 +50,8 @@ def test_70b_full_mha_on_8x80gb_minus_140gb_fits_23_requests_at_8k():
 
     model = ModelConfig(name="70b-mha", num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=64,
                         head_dim=128, hidden_size=8192, intermediate_size=28672, vocab_size=32000,
-                        weight_dtype="fp16", weights_bytes=140 * 10**9)
+                        weight_dtype="fp16", weights_bytes=140 * 10**9,
+                        max_position_embeddings_given=False)  # the lesson's model: no positions said
     p = plan(model, gpu(80e9, count=8), max_model_len=8192, gpu_memory_utilization=1.0, tensor_parallel_size=8,
              accounting="lesson")
     assert round(p.kv_bytes_per_token / 1e6, 2) == 2.62

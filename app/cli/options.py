@@ -190,6 +190,7 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
             name="custom", num_hidden_layers=args.layers, num_attention_heads=heads,
             num_key_value_heads=args.kv_heads, head_dim=args.head_dim, hidden_size=heads * args.head_dim,
             intermediate_size=4 * heads * args.head_dim, vocab_size=32000, source="command-line flags",
+            max_position_embeddings_given=False,
         )
     changes = {}
     for flag, field in (("layers", "num_hidden_layers"), ("attention_heads", "num_attention_heads"),

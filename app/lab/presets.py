@@ -29,7 +29,8 @@ MAX_TOML_BYTES = 4 * 1024**2  # a preset or scenario is a few KiB
 
 _MODEL_KEYS = {
     "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
+    "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings", "max_model_len_limit",
+    "max_position_embeddings_given",
     "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes", "weights_source",
     "layer_types", "sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
     "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
@@ -166,7 +167,8 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
     """A ModelConfig from a preset's table (types and required fields checked by build_config);
     default_name names it when the table does not (a user preset is named by its file)."""
     _check_keys(data, _MODEL_KEYS, label)
-    return build_config(ModelConfig, _named(data, default_name), label)
+    given = {"max_position_embeddings_given": "max_position_embeddings" in data}  # unless the preset says
+    return build_config(ModelConfig, {**given, **_named(data, default_name)}, label)
 
 
 def hardware_from_dict(data: dict, label: str, default_name: str | None = None) -> HardwareSpec:

@@ -8,10 +8,12 @@ multi-head latent attention (``kv_lora_rank``, ``qk_rope_head_dim``) and expert 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields
+from kvscope.engine.checks import ceiling
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, build_config, normalize_dtype
 
 MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
@@ -119,6 +121,22 @@ def _given_or(cfg: dict, key: str, default):
     return default if cfg.get(key) is None else cfg[key]
 
 
+def _rope_scaled_positions(scaling, positions) -> int | None:
+    """vLLM's derived max_model_len when rope_scaling stretches the positions: its factor times
+    max_position_embeddings (yarn: times original_max_position_embeddings). llama3, longrope and su
+    scaling are in max_position_embeddings already, mrope stretches nothing. None: not stretched."""
+    if not isinstance(scaling, dict) or isinstance(positions, bool) or not isinstance(positions, int):
+        return None
+    kind, factor = scaling.get("rope_type", scaling.get("type")), scaling.get("factor")
+    if (kind in ("su", "longrope", "llama3", "mrope") or isinstance(factor, bool)
+            or not isinstance(factor, (int, float)) or not 1 < factor < math.inf):
+        return None
+    base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
+    if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
+        base = positions
+    return min(int(base * factor), ceiling("max_model_len"))
+
+
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
@@ -145,6 +163,9 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "intermediate_size": cfg.get("intermediate_size") or 4 * hidden,
         "vocab_size": cfg["vocab_size"],
         "max_position_embeddings": _given_or(cfg, "max_position_embeddings", 4096),
+        "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,
+        "max_model_len_limit": _rope_scaled_positions(cfg.get("rope_scaling"),
+                                                      _given_or(cfg, "max_position_embeddings", 4096)),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
