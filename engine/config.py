@@ -181,8 +181,9 @@ class ModelConfig:
         )
         if self.weights_bytes is not None:
             object.__setattr__(self, "weights_bytes", _positive_int(owner, "weights_bytes", self.weights_bytes))
-        for name in ("max_model_len_limit", "sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
-                     "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        for name in ("max_model_len_limit", "sliding_window", "linear_state_bytes", "kv_lora_rank",
+                     "qk_rope_head_dim", "q_lora_rank", "v_head_dim", "num_experts", "num_experts_per_tok",
+                     "moe_intermediate_size"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
         for name in ("shared_expert_intermediate_size", "num_dense_layers"):

@@ -1,13 +1,13 @@
 """A live engine's snapshots through the pipe as the blocks that changed since the previous one.
 
 A 500,000-block pool is 11.5 MB of block arrays; a decode step of 1,024 running requests changes
-~1,100 blocks' entries (each request's last block gains a token, a few blocks change hands). Copying
-the whole pool, sending it through the pipe and comparing it again in the window with what the
-block map drew cost ~3 ms of every frame. Instead, in the engine's process a SnapshotSender asks
-a big paged pool which blocks it changed since the last snapshot (the pool notes them as it
+~1,100 blocks' entries (each request's last block gains a token, a few blocks change hands).
+Copying the whole pool, sending it through the pipe and comparing it again in the window with what
+the block map drew cost ~3 ms of every frame. Instead, in the engine's process a SnapshotSender
+asks a big paged pool which blocks it changed since the last snapshot (the pool notes them as it
 writes them), or compares a smaller or contiguous pool's arrays with their copies as last sent
-(~1.5 ms for 500,000 blocks); what changed, with the running requests' partly filled and reserved blocks
-(which the pool's arrays do not hold), goes as SnapshotChanges. In the window's process a
+(~1.5 ms for 500,000 blocks); what changed, with the running requests' partly filled and reserved
+blocks (which the pool's arrays do not hold), goes as SnapshotChanges. In the window's process a
 SnapshotRebuilder applies them to its own copy of the arrays and hands the views a Snapshot that
 says which blocks may differ from the one before, so the block map draws those without comparing
 the pool.
