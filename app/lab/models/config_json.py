@@ -134,7 +134,7 @@ def _rope_scaled_positions(scaling, positions) -> int | None:
     base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
     if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
         base = positions
-    return min(int(base * factor), ceiling("max_model_len"))
+    return int(min(base * factor, ceiling("max_model_len")))  # a float product: 1e308 x 512 is inf
 
 
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
