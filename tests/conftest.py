@@ -72,4 +72,15 @@ def _shown_widgets_outlive_the_test_body(request):
 
     qtbot.addWidget = add_and_keep
     yield
+    # pytest-qt has closed them; a dialog one opened (a window-modal error box) would stay on screen
+    # with its parent gone and, modal to nothing, block the mouse in every later test
+    from PySide6.QtWidgets import QDialog
+
+    for widget in kept:
+        try:
+            dialogs = widget.findChildren(QDialog)
+        except RuntimeError:  # deleted already
+            continue
+        for dialog in dialogs:
+            dialog.close()
     kept.clear()
