@@ -51,15 +51,15 @@ class BlockPool:
 
     def touch(self, block_ids, owner: int) -> None:
         """Take a reference on cached blocks (a prefix hit); free ones leave the free queue."""
-        ref, changed = self.ref_cnt, self.changed
+        ref = self.ref_cnt
+        if self.changed is not None:
+            self.changed.update(block_ids := list(block_ids))
         for b in block_ids:
             if ref[b] == 0:
                 del self.free_queue[b]
                 self.num_cached_free -= 1
                 self.owner[b] = owner
             ref[b] += 1
-            if changed is not None:
-                changed.add(b)
 
     def allocate(self, n: int, owner: int) -> list[int]:
         """n fresh blocks from the head of the free queue, evicting cached contents as needed."""
@@ -87,10 +87,10 @@ class BlockPool:
 
         Callers pass a request's blocks in reverse so its tail (least likely shared) is evicted first.
         """
-        ref, changed = self.ref_cnt, self.changed
+        ref = self.ref_cnt
+        if self.changed is not None:  # block_ids may be an iterator (reversed): listed once for both
+            self.changed.update(block_ids := list(block_ids))
         for b in block_ids:
-            if changed is not None:
-                changed.add(b)
             ref[b] -= 1
             if ref[b] == 0:
                 self.free_queue[b] = None

@@ -134,7 +134,7 @@ def _rope_scaled_positions(scaling, positions) -> int | None:
     base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
     if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
         base = positions
-    return int(min(base * factor, ceiling("max_model_len")))  # a float product: 1e308 x 512 is inf
+    return int(min(base * factor, ceiling("max_model_len_limit")))  # a float product: 1e308 x 512 is inf
 
 
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
@@ -152,6 +152,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     # absent (or null): hidden_size / heads, as transformers derives it; a 0 given is refused, not read as absent
     head_dim = _given_or(cfg, "head_dim",
                          hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
+    positions = _given_or(cfg, "max_position_embeddings", 4096)
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
@@ -162,10 +163,9 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "hidden_size": hidden,
         "intermediate_size": cfg.get("intermediate_size") or 4 * hidden,
         "vocab_size": cfg["vocab_size"],
-        "max_position_embeddings": _given_or(cfg, "max_position_embeddings", 4096),
+        "max_position_embeddings": positions,
         "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,
-        "max_model_len_limit": _rope_scaled_positions(cfg.get("rope_scaling"),
-                                                      _given_or(cfg, "max_position_embeddings", 4096)),
+        "max_model_len_limit": _rope_scaled_positions(cfg.get("rope_scaling"), positions),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
