@@ -400,7 +400,12 @@ class EngineArgs:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
         object.__setattr__(self, "gpu_memory_utilization", utilization)
         object.__setattr__(self, "reserve_bytes", whole_number(self.reserve_bytes, "reserve_bytes", 0, ceiling("")))
-        parse_vllm_version(self.vllm_version)
+        if self.reserve_bytes and self.kv_cache_memory_bytes is not None:
+            raise ConfigError("reserve_bytes holds memory back from what the accounting leaves to the KV cache, and "
+                              "kv_cache_memory_bytes sizes that cache itself: give one of them")
+        if parse_vllm_version(self.vllm_version) > parse_vllm_version(DEFAULT_VLLM_VERSION):
+            raise ConfigError(f"vllm_version {self.vllm_version}: kvscope models vLLM's memory accounting up to "
+                              f"{DEFAULT_VLLM_VERSION}, not a newer release; give {DEFAULT_VLLM_VERSION} or older")
         if self.kv_cache_dtype != "auto":
             object.__setattr__(
                 self, "kv_cache_dtype",
@@ -417,12 +422,14 @@ class EngineArgs:
 
 
 def parse_vllm_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a vLLM release such as "0.19", "0.19.1" or "v0.6.4"."""
+    """(major, minor) of a vLLM release such as "0.19", "0.19.1" or "v0.6.4" (ASCII digits only:
+    str.isdigit() also passes "²", which int() refuses)."""
     text = str(version).strip().lstrip("vV")
     parts = text.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+    if len(parts) < 2 or not all(len(p) <= 4 and p.isascii() and p.isdigit() for p in parts[:2]):
         raise ConfigError(f"vllm_version must look like 0.19 or 0.6.4, got {version!r}")
     return int(parts[0]), int(parts[1])
+
 
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str, model: ModelConfig) -> str:
@@ -495,6 +502,11 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
     else:
         default = default_max_num_batched_tokens(hardware)
         budget = default if args.enable_chunked_prefill else max(default, max_model_len)
+    max_num_seqs = args.max_num_seqs or default_max_num_seqs(hardware)
+    if budget < max_num_seqs:  # vLLM's check: each running request needs a token of every step's budget
+        raise ConfigError(f"max_num_batched_tokens ({budget:,}) is smaller than max_num_seqs ({max_num_seqs:,}), "
+                          f"which vLLM refuses; give max_num_batched_tokens of at least {max_num_seqs:,} or a "
+                          "smaller max_num_seqs")
     kv_budget = args.kv_cache_memory_bytes
     if kv_budget is None and hardware.kind == "cpu" and not hardware.memory_is_budget:
         kv_budget = DEFAULT_CPU_KV_CACHE_BYTES
@@ -505,7 +517,7 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         max_num_batched_tokens=budget,
         tensor_parallel_size=tp,
         kv_cache_memory_bytes=kv_budget,
-        max_num_seqs=args.max_num_seqs or default_max_num_seqs(hardware),
+        max_num_seqs=max_num_seqs,
     )
 
 

@@ -25,8 +25,8 @@ class Request:
     def __init__(self, request_id: int, prompt_token_ids: list, max_tokens: int, arrival_time: float,
                  stop_token_ids: frozenset = frozenset(), prompt_text: str | None = None):
         self.request_id = request_id
-        self.token_ids = list(prompt_token_ids)
-        self.num_prompt_tokens = len(self.token_ids)
+        self.token_ids = list(prompt_token_ids) if hasattr(prompt_token_ids, "__iter__") else []  # or a PromptOfLength
+        self.num_prompt_tokens = len(prompt_token_ids)
         self.max_tokens = max_tokens
         self.num_computed_tokens = 0
         self.status = RequestStatus.PENDING

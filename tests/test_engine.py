@@ -159,7 +159,7 @@ def test_cached_blocks_are_evicted_lru_when_new_blocks_are_needed():
 
 
 def test_chunked_prefill_splits_long_prompts_and_mixes_them_with_decodes():
-    e = engine(max_num_batched_tokens=512)
+    e = engine(max_num_batched_tokens=512, max_num_seqs=256)  # vLLM refuses a budget below max_num_seqs
     e.add_request(list(range(50)), max_tokens=100)
     e.step()
     e.add_request(list(range(5000, 7000)), max_tokens=10)  # 2,000-token prompt, budget 512

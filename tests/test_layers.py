@@ -212,4 +212,6 @@ def test_engine_is_the_serving_engine_only():
     # for decode steps (runners/decode_graphs.py, about 160), which issue 17 asked of the runner.
     # 3,725 since the pool notes the blocks it changes for a big pool's frames (about 15 lines) and
     # the configuration refuses a max_model_len past the model's positions as vLLM does (about 15).
-    assert count(files) <= 3_725, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # 3,740 since it refuses what vLLM refuses at start-up besides (a token budget below max_num_seqs,
+    # a release newer than those modelled, a reserve beside a set KV size: about 15).
+    assert count(files) <= 3_740, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

@@ -40,7 +40,8 @@ def live():
     except ConfigError as exc:
         pytest.skip(f"the trained model's package is not installed (`make test` installs it): {exc}")
     session = EngineSession()
-    args = EngineArgs(kv_cache_memory_bytes=48 * 1024**2, max_model_len=512, max_num_batched_tokens=128)
+    args = EngineArgs(kv_cache_memory_bytes=48 * 1024**2, max_model_len=512, max_num_batched_tokens=128,
+                      max_num_seqs=128)  # vLLM refuses a token budget below max_num_seqs
     workload = load_workload("chat-text").with_overrides(num_requests=1)
     session.handle("apply", (RunConfig("real", load_model(TRAINED_MODEL.name), load_hardware("this-machine"), args,
                                        workload), False))

@@ -86,3 +86,53 @@ def test_workload_file_validation(tmp_path):
     bad.write_text('name = "x\n')
     with pytest.raises(ConfigError, match="malformed TOML"):
         read_toml(bad, "w")
+
+
+def test_a_trace_is_read_line_by_line_in_any_line_ending_and_binary_data_is_refused_at_once(tmp_path, monkeypatch):
+    import kvscope.app.lab.workload as workload
+
+    header = b"TIMESTAMP,ContextTokens,GeneratedTokens"
+    for ending in (b"\n", b"\r\n", b"\r"):
+        path = tmp_path / "t.csv"
+        path.write_bytes(b"\xef\xbb\xbf" + ending.join([header, b"0,10,1", b"1.5,20,2"]) + ending)
+        assert [(r.arrival_time_s, r.prompt_tokens) for r in read_trace(path)] == [(0.0, 10), (1.5, 20)]
+    path.write_bytes(header + b"\n0,10,1\n" + b"\0" * 4096)
+    with pytest.raises(ConfigError, match="line 3: binary data"):
+        read_trace(path)
+    path.write_bytes(header + b"\n0,10,1\n\xff\xfe,1,1\n")
+    with pytest.raises(ConfigError, match="line 3: not UTF-8 text"):
+        read_trace(path)
+    monkeypatch.setattr(workload, "MAX_REQUESTS", 3)  # counted before any row is parsed
+    path.write_bytes(header + b"\n" + b"0,1,1\n" * 5)
+    with pytest.raises(ConfigError, match="more than 3 rows"):
+        read_trace(path)
+    assert len(read_trace(path, limit=2)) == 2
+
+
+def test_a_chat_script_that_would_resend_too_much_text_is_refused(tmp_path):
+    from kvscope.app.lab.chat_workload import MAX_SENT_CHARS, chat_script_from_dict
+
+    turn = "word " * 9_000  # 45,000 characters
+    turns = [{"user": turn, "assistant": turn} for _ in range(99)] + [{"user": turn}]
+    with pytest.raises(ConfigError, match="each turn resends the conversation so far"):
+        chat_script_from_dict({"system_prompt": "s", "conversations": [{"turns": turns}]}, "chat")
+    small = chat_script_from_dict({"system_prompt": "s", "conversations": [{"turns": turns[:3] + [turns[-1]]}]}, "chat")
+    assert len(small.conversations[0]) == 4 and MAX_SENT_CHARS > 4 * 8 * len(turn)
+
+
+def test_requests_past_max_model_len_keep_their_lengths_and_make_no_tokens():
+    import dataclasses
+
+    from kvscope.app.lab.workload import LengthDist, PromptOfLength
+
+    spec = dataclasses.replace(load_workload("uniform-short"), num_requests=50, shared_prefix_fraction=0.5,
+                               shared_prefix_tokens=4_000, num_shared_prefixes=2,
+                               prompt_tokens=LengthDist("uniform", min=1, max=8_000))
+    every = list(generate_requests(spec, 32000, seed=3))
+    capped = list(generate_requests(spec, 32000, seed=3, longest_request=6_000))
+    for full, short in zip(every, capped):
+        assert len(short.prompt_token_ids) == len(full.prompt_token_ids)
+        too_long = len(full.prompt_token_ids) + full.max_tokens > 6_000
+        assert isinstance(short.prompt_token_ids, PromptOfLength) == too_long
+    assert any(isinstance(s.prompt_token_ids, PromptOfLength) for s in capped)
+    assert not any(isinstance(s.prompt_token_ids, PromptOfLength) for s in every)

@@ -18,6 +18,8 @@ import time
 
 import torch
 
+from kvscope.engine.config import ConfigError
+
 from kvscope.app.bench.bench import azure_shaped_requests
 from kvscope.app.cli.output import table
 from kvscope.app.lab.output_path import write_json_output
@@ -241,11 +243,9 @@ def _kvscope_row(label: str, r: dict) -> tuple[str, str]:
 
 def cmd_bench_cuda(args) -> int:
     if args.device not in (None, "cpu", "cuda"):
-        print(f"kvscope bench cuda: --device is cpu or cuda, not {args.device!r}")
-        return 2
+        raise ConfigError(f"--device is cpu or cuda, not {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("kvscope bench cuda: --device cuda, but torch sees no CUDA GPU here")
-        return 2
+        raise ConfigError("--device cuda, but torch sees no CUDA GPU here")
     bench_cuda(args.requests, args.device, on_model=lambda results, name: _print_model(results, name, args.json))
     return 0
 

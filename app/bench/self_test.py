@@ -426,7 +426,8 @@ def run_self_test(argv: list[str] | None = None) -> int:
     if argv == ["--startup"]:
         return run_startup_probe()
     if argv:
-        print(f"kvscope --self-test: unknown option(s) {' '.join(argv)}; the only one is --startup", file=sys.stderr)
+        print(f"kvscope --self-test: error: unknown option(s) {' '.join(argv)[:200]}; the only one is --startup",
+              file=sys.stderr)
         return 2
     started = time.perf_counter()
     platform = choose_qt_platform()

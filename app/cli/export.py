@@ -11,7 +11,9 @@ A missing, truncated or corrupt recording ends in one line on stderr and exit co
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -95,8 +97,7 @@ def run(args) -> int:
 
                 with atomic_output(args.perfetto) as partial:
                     stats = write_perfetto(recording, partial)
-                size = Path(args.perfetto).stat().st_size
-                print(f"Perfetto trace written to {args.perfetto} ({format_bytes(size)}, {stats.num_events:,} events, "
+                print(f"Perfetto trace written to {args.perfetto} ({_size_said(args.perfetto)}{stats.num_events:,} events, "
                       f"{stats.steps_exported:,} steps, {stats.requests_exported:,} request tracks): "
                       "open it at https://ui.perfetto.dev")
                 if stats.requests_left_out or stats.steps_left_out:
@@ -106,8 +107,7 @@ def run(args) -> int:
             if args.csv:
                 with atomic_output(args.csv) as partial:
                     rows = write_series_csv(recording, partial)
-                size = Path(args.csv).stat().st_size
-                print(f"per-step CSV written to {args.csv} ({format_bytes(size)}, {rows:,} row{'s' if rows != 1 else ''})")
+                print(f"per-step CSV written to {args.csv} ({_size_said(args.csv)}{rows:,} row{'s' if rows != 1 else ''})")
         except OSError as exc:
             raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
     return 0
@@ -145,6 +145,14 @@ def export_attached(args) -> int:
             writer.writerows(zip(*(values.tolist() for values in series.values())))
     except OSError as exc:
         raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
-    print(f"metric series CSV written to {args.csv} ({format_bytes(Path(args.csv).stat().st_size)}, "
-          f"{len(series['time_s']):,} rows, one per scrape)")
+    print(f"metric series CSV written to {args.csv} ({_size_said(args.csv)}{len(series['time_s']):,} rows, one per scrape)")
     return 0
+
+
+def _size_said(path) -> str:
+    """"12.3 KiB, " for a file; nothing for a device or a pipe (/dev/null keeps no bytes to count)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ""
+    return f"{format_bytes(info.st_size)}, " if stat.S_ISREG(info.st_mode) else ""

@@ -36,9 +36,14 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-(\d|\.\d)|^-(inf|infinity|nan)$", re.IGNORECASE)
 
+    def _print_message(self, message, file=None):
+        """As argparse's, but a failed write (--help > /dev/full) is not swallowed: main() says it."""
+        if message:
+            (file or sys.stderr).write(message)
+
     def error(self, message: str):
         """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` says what it takes)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (`{self.prog} --help` says what it takes)\n")
 
     def unknown_flags_error(self, extras: list[str]):
         """Flags this command does not take, each with the flag it seems to mean."""
@@ -54,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="kvscope",
         description="See why the KV cache, not compute, decides how many requests a GPU can serve.",
+        allow_abbrev=False,  # `kvscope --self math` is not --self-test (which would drop the command)
     )
     parser.add_argument("--self-test", action="store_true",
                         help="check this installation end to end (imports, presets, simulated and real steps, "
@@ -75,10 +81,26 @@ def _run_bench(a) -> int:
         raise ConfigError("--part goes with `kvscope bench gui`")
     if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part in ("cost", "both"))):
         raise ConfigError("--rounds goes with `kvscope bench compare` and `kvscope bench gui` (its cost part)")
+    for dest, readers in BENCH_OPTION_READERS.items():
+        given = getattr(a, dest)
+        if given not in (None, False) and a.what not in readers:
+            named = ", ".join(f"`kvscope bench {r}`" for r in readers if r)
+            alone = f"kvscope bench {a.what}" if a.what else "kvscope bench"
+            raise ConfigError(f"--{dest} goes with {named}, not `{alone}`")
+        if given is None and dest in BENCH_OPTION_DEFAULTS:
+            setattr(a, dest, BENCH_OPTION_DEFAULTS[dest])
     module, command = {"compare": ("bench.bench_compare", "cmd_bench_compare"), "cuda": ("bench.bench_cuda", "cmd_bench_cuda"),
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),
                        "calibration": ("bench.bench_calibration", "cmd_bench_calibration")}.get(a.what, ("bench.bench", "cmd_bench"))
     return _lazy(module, command)(a)
+
+
+# The benchmarks that read each option (None: `kvscope bench` alone, whose set includes real); given
+# to another, an option would be ignored without a word. Their defaults are filled in once checked.
+BENCH_OPTION_READERS = {"requests": (None, "real", "cuda", "calibration"), "device": (None, "real", "cuda", "calibration"),
+                        "minutes": ("soak",),
+                        "tracemalloc": ("soak",), "scenario": ("compare",)}
+BENCH_OPTION_DEFAULTS = {"requests": 64, "minutes": 30.0, "scenario": "fp8-kv-real"}
 
 
 def add_bench_parser(sub) -> None:
@@ -99,7 +121,7 @@ def add_bench_parser(sub) -> None:
                               "cuda: on a CUDA GPU, the real engine with and without CUDA graphs vs transformers' "
                               "continuous batching in its fastest configuration there, and where a decode step's "
                               "time goes (default: all but gui, compare, soak, calibration, scenarios and cuda)")
-    p_bench.add_argument("--requests", type=options.bounded(1, 100_000, whole_only=True), default=64,
+    p_bench.add_argument("--requests", type=options.bounded(1, 100_000, whole_only=True),
                          help="real, cuda: requests in the workload, 1 to 100,000 (default 64)")
     p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
@@ -110,12 +132,12 @@ def add_bench_parser(sub) -> None:
     p_bench.add_argument("--in-window", action="store_true",
                          help="scenarios: also time each reveal in the window itself (offscreen unless a display "
                               "is there), from the committed guess to the answer shown")
-    p_bench.add_argument("--scenario", default="fp8-kv-real", help="compare: the scenario (default fp8-kv-real)")
+    p_bench.add_argument("--scenario", help="compare: the scenario (default fp8-kv-real)")
     p_bench.add_argument("--rounds", type=options.bounded(1, 1000, whole_only=True),
                          help="alternating rounds, 1 to 1,000: compare (default 3, minutes each); gui: the cost's "
                               "rounds, the window's engine playing 1 s in each (default 24; more narrow its "
                               "interval)")
-    p_bench.add_argument("--minutes", type=options.bounded(0.0, 24 * 60, low_open=True), default=30.0,
+    p_bench.add_argument("--minutes", type=options.bounded(0.0, 24 * 60, low_open=True),
                          help="soak: how long the window runs, up to 1,440 (default 30)")
     p_bench.add_argument("--tracemalloc", action="store_true",
                          help="soak: trace the window's Python allocations from minute 2; list those that grew most")
@@ -139,12 +161,22 @@ def _lazy(module: str, name: str):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) gets "?" for "±"
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     if argv[:1] == ["--self-test"]:
         from kvscope.app.bench.self_test import run_self_test
 
         return run_self_test(argv[1:])
     parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except SystemExit as exc:  # --help printed: said to fail if it could not be written (> /dev/full)
+        if exc.code not in (0, None):
+            raise
+        return _flush_stdout_or_say()
+    except OSError:
+        return _flush_stdout_or_say(sys.exc_info()[1])
     if extras:  # said by the command's own parser: it names the command and knows its flags
         command_parsers(parser).get(getattr(args, "command", None), parser).unknown_flags_error(extras)
     refuse_repeated_flags(parser, argv, getattr(args, "command", None))
@@ -152,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         print("kvscope: error: give a command (above); `kvscope COMMAND --help` says what each takes", file=sys.stderr)
         return EXIT_USAGE
+    if sys.stdout is None and args.command != "gui":  # `kvscope math >&-`: nowhere for what it says
+        print("kvscope: error: the standard output is closed; give the command somewhere to write", file=sys.stderr)
+        return EXIT_USAGE
     try:
         refuse_blank_values(args)
+        name_standard_output_dash(args)
         code = args.func(args)
         sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
         return code
@@ -184,6 +220,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def _flush_stdout_or_say(failed: OSError | None = None) -> int:
+    """After --help: 0 if all of it was written; else as a failed write of any command's output."""
+    try:
+        if failed is not None:
+            raise failed
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        _silence_stdout()
+        print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+
+# The text outputs that take '-' for stdout: another name of stdout (/dev/stdout, the file that
+# `> out.txt` opened) is that '-', so the command's own text moves to stderr as it does for '-'.
+STDOUT_DASH_OUTPUTS = {"run": ("json",), "compare": ("json", "csv"), "verify": ("json",), "attach": ("json",)}
+
+
+def name_standard_output_dash(args) -> None:
+    from kvscope.app.lab.output_path import names_standard_output
+
+    for dest in STDOUT_DASH_OUTPUTS.get(args.command, ()):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value != "-" and names_standard_output(value):
+            setattr(args, dest, "-")
 
 
 def command_parsers(parser: argparse.ArgumentParser) -> dict:
@@ -238,9 +306,18 @@ def _short_path(filename) -> str:
     return text if len(text) <= 80 else f"{text[:40]}...{text[-30:]} ({len(text):,} characters)"
 
 
+LONGEST_WORD_SAID = 200  # a value longer than this is said by its ends and its length
+
+
 def one_line(text: str) -> str:
-    """A message as the one line the command prints (a path or a field may hold a newline)."""
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+    """A message as the one line the command prints (a path or a field may hold a newline); a
+    100,000-character value is said as its ends and its length, not repeated whole."""
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
+    if len(text) > LONGEST_WORD_SAID:
+        text = re.sub(rf"\S{{{LONGEST_WORD_SAID + 1},}}",
+                      lambda m: f"{m[0][:40]}...{m[0][-30:]} ({len(m[0]):,} characters)", text)
+    return text
 
 
 def refuse_blank_values(args) -> None:

@@ -86,8 +86,9 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     if len(plan.layer_groups) > 1 or plan.padding_layers:
         rows.append(("layer groups", _groups_row(plan, model)))
     rows += [
-        ("device memory", f"{format_bytes(plan.memory_bytes)}{devices}, x gpu_memory_utilization {plan.gpu_memory_utilization:g}"
-                          f" = {format_bytes(usable)}"),
+        ("device memory", f"{format_bytes(plan.memory_bytes)}{devices}, " + (
+            "gpu_memory_utilization not applied (as in vLLM, a set KV budget replaces it)" if plan.is_set_budget else
+            f"x gpu_memory_utilization {plan.gpu_memory_utilization:g} = {format_bytes(usable)}")),
         ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
     ]
     if plan.is_set_budget:

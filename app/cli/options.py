@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import decimal
 import math
 import typing
 
@@ -50,11 +51,25 @@ def number(text: str) -> float:
     return value
 
 
-def whole(text: str) -> int:
-    value = number(text)
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+def _exact_whole(text: str) -> int | None:
+    """The text's value as an exact int when it writes a whole number ("42", "8e9", "2.0"), read as
+    a decimal so that 9223372036854775807 stays itself and 16.0000000000000001 is not 16; None when
+    it is no whole number (fractions, NaN; past a float's range number() has refused it already)."""
+    try:
+        value = decimal.Decimal(text.strip())
+    except (decimal.InvalidOperation, ValueError):
+        return None
+    if not value.is_finite() or (value and value.adjusted() > 400) or value != value.to_integral_value():
+        return None
     return int(value)
+
+
+def whole(text: str) -> int:
+    number(text)  # says "not a number" / "not a finite number" first
+    value = _exact_whole(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return value
 
 
 def bounded(low: float, high: float, whole_only: bool = False, low_open: bool = False):
@@ -62,8 +77,9 @@ def bounded(low: float, high: float, whole_only: bool = False, low_open: bool = 
     refused with the bound it crosses: "argument --quit-after: must be 0 or more, got -1"."""
     def parse(text: str):
         value = number(text)
-        if value.is_integer() and abs(value) < 1e18:
-            value = int(value)  # "-1" is said back as -1, not -1.0
+        exact = _exact_whole(text)
+        if exact is not None and (whole_only or abs(exact) < 10**18):
+            value = exact  # "-1" is said back as -1, not -1.0; a 19-digit seed is not rounded
         try:
             if whole_only:
                 return whole_number(value, "", int(low), int(high))
@@ -192,6 +208,11 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
             intermediate_size=4 * heads * args.head_dim, vocab_size=32000, source="command-line flags",
             max_position_embeddings_given=False,
         )
+    if args.params is not None and args.weights_bytes is not None:
+        raise ConfigError("--params and --weights-bytes both give the weights' size; give one of them")
+    if args.kv_heads is not None and model.uses_mla:
+        raise ConfigError(f"--kv-heads: {model.name} uses multi-head latent attention, which caches one latent "
+                          "vector per token and layer, not K/V heads; its size is the config's kv_lora_rank")
     changes = {}
     for flag, field in (("layers", "num_hidden_layers"), ("attention_heads", "num_attention_heads"),
                         ("kv_heads", "num_key_value_heads"), ("head_dim", "head_dim")):

@@ -113,7 +113,8 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
     if too_long and engine.args.accounting == "vllm":  # as vLLM refuses to start; the lesson's accounting
         # is a what-if that may run a pool smaller than one request (the longer ones are rejected on arrival)
         raise ConfigError(f"{too_long}: give --max-model-len, more memory, or --accounting lesson to run it anyway")
-    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine)))
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine),
+                                          longest_request=engine.resolved.max_model_len))
     return engine, spec
 
 
@@ -134,6 +135,11 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     if args.config:
         raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
                           "or a --model preset (random weights of its shape)")
+    sized = [flag for flag, value in (("--weight-dtype", args.weight_dtype), ("--params", args.params),
+                                      ("--weights-bytes", args.weights_bytes)) if value is not None]
+    if sized:  # the real backend loads the weights it is given: these would change nothing
+        raise ConfigError(f"{', '.join(sized)}: size a simulated model's weights; the real backend loads them at "
+                          "--dtype (fp32, bf16, fp16), quantised with --quantization int8 or nf4")
     from kvscope.app.lab.models.loader import resolve_device
     from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 

@@ -109,7 +109,8 @@ def build_simulated_engine(config: RunConfig) -> Engine:
     """The simulated engine and workload a RunConfig describes. Deterministic: two built from one
     config take the same steps (`kvscope bench gui` steps one headless beside the window's)."""
     engine = Engine(config.model, config.hardware, config.engine_args)
-    engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed))
+    engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
+                                          longest_request=engine.resolved.max_model_len))
     return engine
 
 
@@ -381,7 +382,7 @@ class EngineSession(Session):
                 self._chat = chat_tokenizer_for(loaded)
                 self._no_text_reason = why_no_text("real", loaded)
                 engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
-                                                      tokenizer=self._chat))
+                                                      tokenizer=self._chat, longest_request=engine.resolved.max_model_len))
             else:
                 engine = build_simulated_engine(config)
                 label = f"{config.model.name} (simulated on {config.hardware.name})"

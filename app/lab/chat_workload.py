@@ -33,6 +33,9 @@ MAX_CONVERSATIONS = 10_000
 MAX_TURNS = 100
 MAX_TEXT_CHARS = 100_000  # one message: a long pasted document, not a book
 MAX_CONCURRENT = 1_000
+# Each turn resends its conversation so far: what all requests carry grows with the square of a
+# conversation's length, and it is tokenized and held up front. 33,554,432 characters is ~8M tokens.
+MAX_SENT_CHARS = 1 << 25
 _CHAT_KEYS = {"system_prompt", "conversations", "concurrent_conversations"}
 _TURN_KEYS = {"user", "assistant"}
 _ARRIVAL_CHUNK = 1024
@@ -71,8 +74,24 @@ def chat_script_from_dict(data, label: str) -> ChatScript:
         raise ConfigError(f"{label}: conversations must be a list of at least one [[chat.conversations]] table")
     if len(conversations) > MAX_CONVERSATIONS:
         raise ConfigError(f"{label}: at most {MAX_CONVERSATIONS:,} conversations, got {len(conversations):,}")
-    return ChatScript(system, tuple(_conversation(c, f"{label}: conversations[{i}]")
-                                    for i, c in enumerate(conversations)), concurrent)
+    script = ChatScript(system, tuple(_conversation(c, f"{label}: conversations[{i}]")
+                                      for i, c in enumerate(conversations)), concurrent)
+    sent = _characters_sent(script)
+    if sent > MAX_SENT_CHARS:
+        raise ConfigError(f"{label}: its turns would send {sent:,} characters in all (each turn resends the "
+                          f"conversation so far), more than {MAX_SENT_CHARS:,}: shorten the messages or the conversations")
+    return script
+
+
+def _characters_sent(script: ChatScript) -> int:
+    total = 0
+    for turns in script.conversations:
+        so_far = len(script.system_prompt)
+        for turn in turns:
+            so_far += len(turn.user)
+            total += so_far
+            so_far += len(turn.assistant or "")
+    return total
 
 
 def _conversation(data, label: str) -> tuple:

@@ -37,6 +37,14 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
     refused. '-' (stdout) and no path pass."""
     if not path or path == "-":
         return
+    try:
+        _check_output_path(flag, path, inputs)
+    except OSError as exc:  # a name over 255 bytes, a symlink loop: the system cannot even look it up
+        said = path if len(str(path)) <= 80 else f"{str(path)[:40]}...{str(path)[-30:]} ({len(str(path)):,} characters)"
+        raise ConfigError(f"{flag} {said}: {exc.strerror or exc}; give a path the system can open") from None
+
+
+def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
     out = Path(path)
     for what, given in (inputs or {}).items():
         if given and given != "-" and same_file(out, given):
@@ -59,16 +67,33 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
         out.unlink()
 
 
+def names_standard_output(path) -> bool:
+    """Whether `path` is another name of this process's standard output (/dev/stdout, /dev/fd/1,
+    or the very file `> out.txt` opened): what goes there would mix with the command's own text,
+    and a rename over it would replace what was already written. /dev/null is only /dev/null."""
+    if not path or path == "-":
+        return path == "-"
+    try:
+        given, stdout = os.stat(path), os.fstat(1)
+    except (OSError, ValueError):
+        return False
+    return (given.st_dev, given.st_ino) == (stdout.st_dev, stdout.st_ino) and os.path.realpath(path) != os.devnull
+
+
 def check_file_output(flag: str, path: str | None, what: str, inputs: dict | None = None) -> None:
     """check_output_path for an output that only a file can take (a recording, an image): '-',
     stdout for --json, would otherwise make a file named '-' in the current folder."""
-    if path == "-":
-        raise ConfigError(f"{flag} -: {what} is written to a file, not to stdout; give a file name")
+    if names_standard_output(path):
+        raise ConfigError(f"{flag} {path}: {what} is written to a file, not to stdout; give a file name")
     check_output_path(flag, path, inputs)
 
 
 def check_distinct_outputs(outputs: dict) -> None:
-    """No two output flags ({flag: path}) may name the same file: the second would overwrite the first."""
+    """No two output flags ({flag: path}) may name the same file, the standard output included:
+    the second would overwrite the first, or mix with it."""
+    to_stdout = [f"{flag} {path}" for flag, path in outputs.items() if names_standard_output(path)]
+    if len(to_stdout) > 1:
+        raise ConfigError(f"{' and '.join(to_stdout)} all name the standard output; give at most one of them")
     given = [(flag, path) for flag, path in outputs.items() if path and path != "-"]
     for i, (flag, path) in enumerate(given):
         for other_flag, other in given[i + 1:]:
@@ -77,8 +102,11 @@ def check_distinct_outputs(outputs: dict) -> None:
 
 
 def replaces_in_place(path) -> bool:
-    """Whether writing `path` should go through a temporary file: it is (or will be) a regular file.
-    A device or a pipe (/dev/null, /dev/stdout) is written directly: renaming over it would replace it."""
+    """Whether writing `path` should go through a temporary file: it is (or will be) a regular file
+    that is not the standard output. A device, a pipe or stdout's own file is written directly:
+    renaming over it would replace it."""
+    if names_standard_output(path):
+        return False
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except FileNotFoundError:

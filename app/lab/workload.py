@@ -10,8 +10,8 @@ or the text's own tokens.
 from __future__ import annotations
 
 import csv
-import io
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,10 @@ MAX_SHARED_PREFIX_TOKENS = 1 << 24  # all shared prefixes together: they are bui
 MAX_TRACE_SPAN_S = 366 * 86400.0  # a trace's last arrival, seconds after its first: a year
 MAX_TRACE_BYTES = 1 << 30
 MAX_SPEEDUP = 1e9
+# Synthetic requests arriving within a minute of engine clock wait together, token ids and all:
+# their expected prompt tokens are held to this (~2.4 GB as Python lists), as a server holds its queue.
+MAX_TOKENS_AT_ONCE = 1 << 26  # 67,108,864
+AT_ONCE_SPAN_S = 60.0
 # Below these a run's clock reaches astronomical times (1e-300 req/s: 1e300 s) that say nothing.
 MIN_SPEEDUP = 1e-6
 MIN_ARRIVAL_RATE = 1e-6  # requests per second: one in 11.6 days
@@ -61,6 +65,15 @@ class LengthDist:
         else:
             out = np.rint(rng.lognormal(math.log(self.median), self.sigma, size=n)).astype(np.int64)
         return np.clip(out, self.min, self.max)
+
+    @property
+    def mean(self) -> float:
+        """The expected tokens of a sample (before the clip to [min, max], so at most max)."""
+        if self.dist == "constant":
+            return float(self.smallest)
+        if self.dist == "uniform":
+            return (self.min + self.max) / 2
+        return min(float(self.max), self.median * math.exp(min(self.sigma, 20.0) ** 2 / 2))
 
     @property
     def smallest(self) -> int:
@@ -149,9 +162,24 @@ class WorkloadSpec:
 
 
 
+def _check_tokens_at_once(spec: WorkloadSpec, label: str) -> None:
+    if spec.trace_path is not None or spec.chat is not None:
+        return  # a trace's rows and chat text are bounded by their files
+    rate = spec.arrival_rate_per_s
+    if rate > 0 and spec.num_requests / rate >= AT_ONCE_SPAN_S:
+        return  # they arrive over minutes: the engine pulls them as its clock reaches them
+    total = spec.num_requests * spec.prompt_tokens.mean
+    if total > MAX_TOKENS_AT_ONCE:
+        when = "at once" if rate == 0 else f"within {spec.num_requests / rate:.3g} s"
+        raise ConfigError(f"{label}: {spec.num_requests:,} requests arriving {when} with ~{spec.prompt_tokens.mean:,.0f} "
+                          f"prompt tokens each would hold {total:,.0f} token ids in memory together (at most "
+                          f"{MAX_TOKENS_AT_ONCE:,}); give fewer requests, shorter prompts or a lower arrival rate")
+
+
 def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.num_requests < 1:
         raise ConfigError(f"{label}: num_requests must be at least 1, got {spec.num_requests}")
+    _check_tokens_at_once(spec, label)
     if spec.num_requests > MAX_REQUESTS and not (spec.trace_path is not None and spec.num_requests == ALL_ROWS):
         raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {spec.num_requests:,}")
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
@@ -286,16 +314,31 @@ def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     """Rows of a trace CSV, arrival times relative to the first row. Errors name the line."""
     path = Path(path)
     data = read_capped(path, f"trace {path}", MAX_TRACE_BYTES, "trace CSV file")
-    try:
-        text = data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"trace {path} line {line}: not UTF-8 text") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
+    nul = data.find(b"\0")  # binary data (a sparse file of zeros): said at once, not after decoding a GiB
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise ConfigError(f"trace {path} line {line}: binary data (a NUL byte), not CSV text")
+    if (limit is None or limit >= ALL_ROWS) and data.count(b"\n") > MAX_REQUESTS + 1:  # before parsing them all
+        raise ConfigError(f"trace {path}: more than {MAX_REQUESTS:,} rows; replay the first ones with --requests")
+    reader = csv.reader(_text_lines(path, data))
     try:
         return _read_trace_rows(path, reader, limit)
-    except csv.Error as exc:  # a field past the csv module's limit, a NUL byte, a quote left open
+    except csv.Error as exc:  # a field past the csv module's limit, a quote left open
         raise ConfigError(f"trace {path} line {reader.line_num}: not a readable CSV row ({exc})") from None
+
+
+def _text_lines(path: Path, data: bytes):
+    """The file's lines as text, decoded one at a time: the whole file decoded at once (and held
+    by a StringIO) would take up to five times its size in memory."""
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
+    for line_no, line in enumerate(_LINE.finditer(data, start), 1):  # \r\n, \n or an old Mac's \r
+        try:
+            yield str(line[0], "utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"trace {path} line {line_no}: not UTF-8 text") from None
+
+
+_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 
 
 def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
@@ -357,15 +400,34 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     return rows
 
 
-def generate_requests(spec: WorkloadSpec, vocab_size: int, seed: int = 0, tokenizer=None) -> Iterator[RequestSpec]:
+class PromptOfLength:
+    """A prompt given by its length only, for a request that max_model_len will reject on arrival
+    whatever its tokens: a workload of 4,194,304-token prompts then costs no memory before each
+    is rejected (as a list of ids, one such prompt is ~150 MB). The engine reads only its len(), and
+    would run a request it admitted with no tokens: make one only for a request past max_model_len."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def generate_requests(spec: WorkloadSpec, vocab_size: int, seed: int = 0, tokenizer=None,
+                      longest_request: int | None = None) -> Iterator[RequestSpec]:
     """The workload's requests in arrival order, with synthetic token ids that depend only on seed.
-    A chat workload's are its text, tokenized by tokenizer (a ChatTokenizer) when given."""
+    A chat workload's are its text, tokenized by tokenizer (a ChatTokenizer) when given. A
+    synthetic request of more than longest_request tokens (the engine's max_model_len), prompt and
+    output, gets no token ids (PromptOfLength): the engine rejects it on arrival whatever they are."""
     if spec.chat is not None:
         return chat_requests(spec, spec.chat, vocab_size, seed, tokenizer)
-    return _synthetic_requests(spec, vocab_size, seed)
+    return _synthetic_requests(spec, vocab_size, seed, longest_request)
 
 
-def _synthetic_requests(spec: WorkloadSpec, vocab_size: int, seed: int) -> Iterator[RequestSpec]:
+def _synthetic_requests(spec: WorkloadSpec, vocab_size: int, seed: int,
+                        longest_request: int | None = None) -> Iterator[RequestSpec]:
     rng = np.random.default_rng(seed)
     if spec.trace_path is not None:
         rows = read_trace(spec.trace_path, limit=spec.num_requests)
@@ -385,13 +447,20 @@ def _synthetic_requests(spec: WorkloadSpec, vocab_size: int, seed: int) -> Itera
     uses_prefix = rng.random(n) < spec.shared_prefix_fraction
     prefix_choice = rng.integers(0, spec.num_shared_prefixes, size=n)
     prefix_rng = np.random.default_rng([seed, 1])
+    # A prefix as long as max_model_len puts every request that uses it past it: none is made.
+    usable = longest_request is None or spec.shared_prefix_tokens < longest_request
     prefixes = [
         prefix_rng.integers(0, vocab_size, size=spec.shared_prefix_tokens).tolist()
-        for _ in range(spec.num_shared_prefixes if spec.shared_prefix_fraction > 0 else 0)
+        for _ in range(spec.num_shared_prefixes if spec.shared_prefix_fraction > 0 and usable else 0)
     ]
     token_rng = np.random.default_rng([seed, 2])
     for i in range(n):
         prompt_len = int(prompts[i])
+        prefix_len = spec.shared_prefix_tokens if uses_prefix[i] else 0
+        if longest_request is not None and prefix_len + max(1, prompt_len - prefix_len) + int(outputs[i]) > longest_request:
+            yield RequestSpec(i, float(arrivals[i]), PromptOfLength(prefix_len + max(1, prompt_len - prefix_len)),
+                              int(outputs[i]))
+            continue
         prefix = prefixes[prefix_choice[i]] if uses_prefix[i] else []
         unique = max(1, prompt_len - len(prefix))
         tokens = prefix + token_rng.integers(0, vocab_size, size=unique).tolist()

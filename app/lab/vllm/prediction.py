@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvscope.engine.config import ConfigError, EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
+from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs, HardwareSpec, ModelConfig,
+                                   parse_vllm_version, resolve_engine_args)
 from kvscope.engine.cost_model import StepCostModel, calibration_note
 from kvscope.engine.memory_math import plan_memory
 
@@ -86,9 +87,15 @@ def observed_max_model_len(cache_config: dict) -> int | None:
     return None
 
 
+def modelled_vllm_version(version: str) -> str:
+    """The release whose accounting kvscope applies for `version`: itself, or for a release newer
+    than any kvscope models (a live server may be), the newest it does."""
+    return DEFAULT_VLLM_VERSION if parse_vllm_version(version) > parse_vllm_version(DEFAULT_VLLM_VERSION) else version
+
+
 def _version(version: str) -> str:
     parts = version.split("+")[0].split(".")
-    digits = [p for p in parts[:3] if p.isdigit()]
+    digits = [p for p in parts[:3] if p.isascii() and p.isdigit() and len(p) <= 4]
     return ".".join(digits) if len(digits) >= 2 else ""
 
 
@@ -107,7 +114,7 @@ def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: 
                                 peak_flops={"bf16": 1.0})
     args = EngineArgs(block_size=block_size, kv_cache_dtype=dtype, max_model_len=observed_max_model_len(cache_config),
                       kv_cache_memory_bytes=kv_memory, gpu_memory_utilization=utilization, tensor_parallel_size=1,
-                      vllm_version=_version(version) or EngineArgs().vllm_version)
+                      vllm_version=modelled_vllm_version(_version(version) or EngineArgs().vllm_version))
     return plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
 
 
