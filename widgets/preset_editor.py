@@ -62,7 +62,9 @@ def _float_box(tooltip: str, suffix: str, maximum: float, decimals: int = 1) -> 
 
 class PresetEditor(QScrollArea):
     edited = Signal()  # any field changed: the app re-plans (and, on apply, rebuilds)
-    save_requested = Signal(str, str)  # kind ("models" | "hardware"), name
+    # kind ("models" | "hardware"), name: an object, so the name arrives as typed -- a str signal
+    # would drop what Qt's strings cannot hold (a lone surrogate) and save under another name
+    save_requested = Signal(str, object)
     delete_requested = Signal(str, str)
 
     def __init__(self, weight_dtypes: tuple[str, ...] = (), parent=None):
@@ -209,8 +211,9 @@ class PresetEditor(QScrollArea):
 
     def _ask_name(self, kind: str) -> None:
         current = self.model_name.text() if kind == "models" else self.hardware_name.text()
-        name, ok = QInputDialog.getText(self, "Save preset", "Name (letters, digits, - _ .):", text=f"{current}-edited")
-        if ok and name.strip():
+        name, ok = QInputDialog.getText(self, "Save preset", "Name (letters, digits, - _ ., not starting with .):",
+                                        text=f"{current}-edited")
+        if ok:  # an empty name is refused by the app with the reason, not ignored without a word
             self.save_requested.emit(kind, name.strip())
 
     def _delete(self) -> None:

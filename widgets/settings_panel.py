@@ -7,6 +7,8 @@ here knows the engine.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import QEvent, QObject, QPointF, Qt, Signal
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import (
@@ -133,6 +135,8 @@ class SettingsPanel(QScrollArea):
         self.model_path: str | None = None
         self.config_path: str | None = None
         self.trace_path: str | None = None
+        # path -> why it cannot be replayed (None: it can); the app sets it, as the panel reads no file
+        self.trace_check: Callable[[str], str | None] | None = None
 
         # model and hardware ---------------------------------------------------------------------
         box, form = self._group("Model and hardware", outer)
@@ -258,8 +262,12 @@ class SettingsPanel(QScrollArea):
 
     def _show_kept_value(self, box: QAbstractSpinBox, reason: str) -> None:
         """Under the box, until the form is next checked: why what was typed did not stay."""
-        label = self.errors[next(key for key, widget in self.fields.items() if widget is box)]
-        label.setText(reason)
+        self.show_notice(next(key for key, widget in self.fields.items() if widget is box), reason)
+
+    def show_notice(self, key: str, text: str) -> None:
+        """One line under field key until the form is next checked: why a choice did not stay."""
+        label = self.errors[key]
+        label.setText(text)
         label.show()
 
     # layout helpers -------------------------------------------------------------------------------
@@ -291,15 +299,28 @@ class SettingsPanel(QScrollArea):
         form.addRow(label, self._wrap(column))
 
     # choices and values ---------------------------------------------------------------------------
-    def set_choices(self, models: list[str], hardware: list[str], workloads: list[str]) -> None:
-        for combo, names in ((self.model, models), (self.hardware, hardware), (self.workload, workloads)):
+    def set_choices(self, models: list[str], hardware: list[str], workloads: list[str],
+                    fallback: dict[str, str] | None = None) -> dict[str, str]:
+        """New lists, keeping each selection that is still offered, without emitting `changed`.
+        Returns {field: the name} of each selection that is gone (a deleted preset): that field
+        now holds fallback[field] where it is offered, else the first name, and the app must say so."""
+        lost = {}
+        for key, combo, names in (("model", self.model, models), ("hardware", self.hardware, hardware),
+                                  ("workload", self.workload, workloads)):
             current = combo.currentText()
             combo.blockSignals(True)
             combo.clear()
             combo.addItems(names)
             if current in names:
                 combo.setCurrentText(current)
+            else:
+                if current:
+                    lost[key] = current
+                instead = (fallback or {}).get(key)
+                if instead in names:
+                    combo.setCurrentText(instead)
             combo.blockSignals(False)
+        return lost
 
     def values(self) -> dict:
         return {
@@ -418,6 +439,11 @@ class SettingsPanel(QScrollArea):
     def _choose_trace(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a trace CSV", filter="CSV (*.csv);;all files (*)")
         if path:
+            refused = self.trace_check(path) if self.trace_check is not None else None
+            if refused:  # the workload chosen before stays; the reason is said where the file was picked
+                kept = f"trace {self.trace_path}" if self.trace_path else f"workload {self.workload.currentText()}"
+                self.show_notice("workload", f"{refused}\nkept {kept}")
+                return
             self.trace_path = path
             self._update_source_labels()
             self.changed.emit()

@@ -5,6 +5,8 @@ Errors come back as {field: reason} so the settings panel can refuse a value in 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from kvscope.engine.config import (
@@ -21,8 +23,8 @@ from kvscope.engine.config import (
 )
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
-from kvscope.app.lab.workload import LengthDist, WorkloadSpec
-from kvscope.engine.memory_math import full_length_reason, plan_memory
+from kvscope.app.lab.workload import LengthDist, WorkloadSpec, read_trace
+from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 
 from kvscope.app.host.session import RunConfig
 from kvscope.engine.units import format_bytes
@@ -57,9 +59,14 @@ _FIELD_WORDS = [
 
 
 class SettingsError(Exception):
-    def __init__(self, errors: dict[str, str]):
+    """errors: field -> reason. unread: the fields ("model", "hardware") refused because the file
+    they name could not be read: the editor's boxes still show the model before it, so the reason
+    belongs where the file was chosen, not beside a box whose value is not the cause."""
+
+    def __init__(self, errors: dict[str, str], unread: frozenset = frozenset()):
         super().__init__("; ".join(errors.values()))
         self.errors = errors
+        self.unread = unread
 
 
 def settings_choices() -> dict[str, list[tuple]]:
@@ -100,6 +107,41 @@ def _base_model(values: dict):
     return load_model(values["model"])
 
 
+# (path, size, mtime) -> (rows asked for, the reason it was refused or None, the whole file was read)
+_traces_checked: dict[tuple, tuple[int, str | None, bool]] = {}
+
+
+def trace_reason(path: str, num_requests: int | None = None) -> str | None:
+    """Why the engine could not replay the first num_requests rows of the trace at path (None: it
+    can), read by the reader the engine build uses, so a file is refused when it is picked, not at
+    Apply. A device, pipe or folder is refused from its type before it is opened: a FIFO blocks a
+    reader until something writes to it. A file unchanged since it was checked is not read again."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return f"trace {path}: cannot read: no such file"
+    except (OSError, ValueError) as exc:
+        return f"trace {path}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISDIR(info.st_mode):
+        return f"trace {path}: is a folder, not a trace CSV file"
+    if not stat.S_ISREG(info.st_mode):
+        return f"trace {path}: not a regular file (a device or a pipe); give a trace CSV file"
+    limit = num_requests or ALL_ROWS
+    key = (str(path), info.st_size, info.st_mtime_ns)
+    asked, reason, whole = _traces_checked.get(key, (0, None, False))
+    # rows are read in order: a refusal within fewer rows is one within more, a pass over more
+    # rows (or the whole file) is one over fewer
+    if asked and (reason is not None and limit >= asked or reason is None and (whole or limit <= asked)):
+        return reason
+    try:
+        whole, reason = len(read_trace(path, limit=limit)) < limit, None
+    except ConfigError as exc:
+        whole, reason = False, str(exc)
+    _traces_checked.clear()  # one trace is chosen at a time
+    _traces_checked[key] = (limit, reason, whole)
+    return reason
+
+
 def _workload(values: dict) -> WorkloadSpec:
     if values.get("trace_path"):
         spec = WorkloadSpec(name=Path(values["trace_path"]).stem, trace_path=values["trace_path"], num_requests=ALL_ROWS)
@@ -137,7 +179,19 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
             errors[field if field != "general" else default_field] = message
             return None
 
-    model = attempt("model", lambda: _base_model(values))
+    unread: set[str] = set()
+
+    def read(field: str, load):
+        # what a file or preset says is wrong with it is said at the choice of that file, whatever
+        # words the reason uses (a folder named traces/ is no workload error)
+        try:
+            return load()
+        except ConfigError as exc:
+            errors[field] = str(exc)
+            unread.add(field)
+            return None
+
+    model = read("model", lambda: _base_model(values))
     if model is not None and model_edits:
         changes = {k: v for k, v in model_edits.items() if k in MODEL_EDIT_FIELDS and getattr(model, k) != v}
         if changes.get("weight_dtype") and model.weights_bytes is not None:
@@ -145,7 +199,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         if changes:
             edited = attempt("model", lambda: model.replace(**changes))
             model = edited.replace(name=f"{model.name} (edited)") if edited else None
-    hardware = attempt("hardware", lambda: load_hardware(values["hardware"]))
+    hardware = read("hardware", lambda: load_hardware(values["hardware"]))
     memory_edited = False
     if hardware is not None and hardware_edits:
         flops = dict(hardware.peak_flops)
@@ -162,6 +216,11 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
             hardware = attempt("hardware", lambda: hardware.replace(name=f"{hardware.name} (edited)", **changes))
     args = attempt("general", lambda: EngineArgs(**{name: values[name] for name in FORM_ENGINE_FIELDS}, seed=seed))
     workload = attempt("workload", lambda: _workload(values))
+    trace = workload.trace_path if workload is not None else None
+    if trace is not None and values.get("trace_path"):  # a picked file: the Requests box may now ask for more rows
+        reason = trace_reason(trace, workload.num_requests)
+        if reason:
+            errors["workload"] = reason
     backend = values["backend"]
     if backend == "real":
         hardware = attempt("hardware", lambda: load_hardware(THIS_MACHINE))
@@ -170,8 +229,10 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         def check():
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
             if not plan.fits:
-                no_room = f"no room for a KV cache: the weights ({format_bytes(plan.weights_bytes)}) fill the usable memory"
-                if memory_edited:  # said at the memory the user typed, on the tab it was typed on
+                # the engine's own reason, naming what took the memory: a KV budget below one block
+                # is said at the budget, not blamed on the weights at the utilisation
+                no_room = no_room_reason(plan)
+                if memory_edited and not plan.is_set_budget:  # said at the memory typed, on its tab
                     errors["hardware"] = f"memory_bytes {format_bytes(hardware.memory_bytes)} per device: {no_room}"
                     return
                 raise ConfigError(no_room)
@@ -185,7 +246,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                                   f"would be rejected")
         attempt("general", check)
     if errors:
-        raise SettingsError(errors)
+        raise SettingsError(errors, frozenset(unread))
     return RunConfig(backend=backend, model=model, hardware=hardware, engine_args=args, workload=workload, seed=seed,
                      model_path=None if model.name.endswith("(edited)") else values.get("model_path"))
 

@@ -21,14 +21,22 @@ from kvscope.app.gui.run_settings import (
     build_run_config,
     field_of,
     memory_preview,
+    trace_reason,
     values_from_model,
 )
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.preset_edits import save_edited_preset
-from kvscope.app.lab.presets import delete_user_preset, load_hardware, load_model, preset_names, user_preset_names
+from kvscope.app.lab.presets import (
+    THIS_MACHINE,
+    delete_user_preset,
+    load_hardware,
+    load_model,
+    preset_names,
+    user_preset_names,
+)
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
-from kvscope.engine.config import ConfigError, resolve_engine_args
+from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.units import GiB
 from kvscope.widgets.preset_editor import PresetEditor
@@ -96,8 +104,10 @@ class SettingsForm:
         self.dock = add_dock(window, "Settings", Qt.LeftDockWidgetArea,
                              tabbed((settings, "Run"), (editor, "Model && hardware")))
         self._editor_shows = None  # the model (preset, folder or config.json) and hardware the editor shows
+        self._editor_unread: set[str] = set()  # "model", "hardware" it could not read: it shows the ones before
         self.refusal: tuple | None = None  # (tab index, the refused field's box, the reason) while one is refused
         bound_boxes(settings, editor)
+        settings.trace_check = lambda path: trace_reason(path, settings.num_requests.value())
         settings.changed.connect(self.changed)
         settings.apply_requested.connect(lambda: window.apply_settings(play=True))
         editor.edited.connect(self.changed)
@@ -119,7 +129,7 @@ class SettingsForm:
             require_fit(plan_memory(config.model, config.hardware,
                                     resolve_engine_args(config.engine_args, config.model, config.hardware)))
         except SettingsError as exc:
-            self.show_refused(exc.errors)
+            self.show_refused(exc.errors, exc.unread)
             return None
         except ConfigError as exc:
             field = field_of(str(exc))
@@ -129,12 +139,15 @@ class SettingsForm:
         self.settings.show_preview(memory_preview(config))
         return config
 
-    def show_refused(self, errors: dict[str, str]) -> None:
+    def show_refused(self, errors: dict[str, str], unread: frozenset = frozenset()) -> None:
         """Each reason in the field it is about: a model or hardware field edited on the second tab
-        (0 KV heads, say) there, the rest in the run form; remembers the first for reveal_refusal."""
+        (0 KV heads, say) there, the rest in the run form; remembers the first for reveal_refusal.
+        A model or hardware that could not be read (unread: a config.json with hidden_size NaN) is
+        refused at its choice in the run form, where the file was picked: the editor's boxes still
+        show the model before it, and none of them is the cause."""
         run_errors, editor_error = {}, None
         for key, message in errors.items():
-            edited = editor_field(message) if key in ("model", "hardware") else None
+            edited = editor_field(message) if key in ("model", "hardware") and key not in unread else None
             if edited and editor_error is None:
                 editor_error = (edited, message)
             else:
@@ -174,6 +187,8 @@ class SettingsForm:
         if _sources(values) != self._editor_shows:
             self.show_selected_presets()
             return
+        if self._editor_unread:  # read again: the same config.json, mended and picked again, is a new model
+            self._fill_editor(values, self._editor_unread)
         self.current_config()
 
     def show_selected_presets(self) -> None:
@@ -182,26 +197,43 @@ class SettingsForm:
         preset's shape, and that shape would ride along as an "edit" of the folder's model."""
         values = self.settings.values()
         self._editor_shows = _sources(values)
-        try:
-            source = values.get("model_path") or values.get("config_path")
-            model = load_hf_config(source) if source else load_model(values["model"])
-            self.editor.set_model(model.name, values_from_model(model))
-        except Exception:  # noqa: BLE001 - unreadable: the editor keeps its fields, the form says why
-            pass
-        try:
-            hw = load_hardware(values["hardware"])
-            self.editor.set_hardware(hw.name, hw.memory_bytes, hw.memory_bandwidth_bytes_per_s, hw.flops_for("fp16"),
-                                     hw.gpu_count)
-        except Exception:  # noqa: BLE001
-            pass
-        self.changed()
+        self._fill_editor(values, {"model", "hardware"})
+        self.current_config()
+
+    def _fill_editor(self, values: dict, parts: set[str]) -> None:
+        """Fill the editor's model and/or hardware (parts); what cannot be read keeps the editor's
+        fields (the form says why) and is tried again at the next change -- only it, so edits to
+        the other half are kept."""
+        unread = set(self._editor_unread) - parts
+        if "model" in parts:
+            try:
+                source = values.get("model_path") or values.get("config_path")
+                model = load_hf_config(source) if source else load_model(values["model"])
+                self.editor.set_model(model.name, values_from_model(model))
+            except Exception:  # noqa: BLE001 - unreadable: the editor keeps its fields, the form says why
+                unread.add("model")
+        if "hardware" in parts:
+            try:
+                hw = load_hardware(values["hardware"])
+                self.editor.set_hardware(hw.name, hw.memory_bytes, hw.memory_bandwidth_bytes_per_s,
+                                         hw.flops_for("fp16"), hw.gpu_count)
+            except Exception:  # noqa: BLE001
+                unread.add("hardware")
+        self._editor_unread = unread
 
     def save_user_preset(self, kind: str, name: str) -> None:
+        if not name:  # Qt's strings drop what they cannot hold: "" may be what is left of what was typed
+            QMessageBox.warning(self.window, "Preset not saved",
+                                "the name is empty once the characters a file name cannot hold are removed (or "
+                                "none was given); name it with letters, digits, '-', '_' and '.'")
+            return
         values = self.settings.values()
+        # the model the editor shows: an opened config.json or folder, else the preset chosen
+        model_file = values.get("model_path") or values.get("config_path")
         base, edits = ((values["model"], self.editor.model_fields()) if kind == "models"
                        else (values["hardware"], self.editor.hardware_fields()))
         try:
-            path = save_edited_preset(kind, name, base, edits)
+            path = save_edited_preset(kind, name, base, edits, model_file if kind == "models" else None)
         except ConfigError as exc:
             QMessageBox.warning(self.window, "Preset not saved", str(exc))
             return
@@ -216,8 +248,20 @@ class SettingsForm:
         self._user_presets_changed(f"deleted your preset {name}")
 
     def _user_presets_changed(self, message: str) -> None:
-        self.settings.set_choices(preset_names("models"), preset_names("hardware"), preset_names("workloads"))
+        backend = self.settings.values()["backend"]
+        fallback = {"model": DEFAULT_MODEL, "hardware": THIS_MACHINE if backend == "real" else DEFAULT_HARDWARE}
+        lost = self.settings.set_choices(preset_names("models"), preset_names("hardware"),
+                                         preset_names("workloads"), fallback)
         self._list_user_presets()
+        if lost:
+            # the form held the deleted preset: it and the editor now show another, and say so,
+            # where Apply would have run the deleted one's fields under another's name
+            self.changed()
+            for key, gone in lost.items():
+                now = getattr(self.settings, key).currentText()
+                notice = f"your preset {gone} was deleted: now {now}"
+                self.settings.show_notice(key, notice)
+                message = f"{message}; the form's {key} is now {now}"
         self.window.statusBar().showMessage(message, 5000)
 
     def _list_user_presets(self) -> None:

@@ -1,31 +1,44 @@
-"""A user preset saved from the window's preset editor: the preset it was edited from, with the
-edits on top and a note of where it came from."""
+"""A user preset saved from the window's preset editor: the model or hardware it was edited from
+(a preset, or a model's config.json or folder), with the edits on top and a note of where it came
+from."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model, save_user_preset
 
 
-def edited_preset_fields(kind: str, base_name: str, edits: dict) -> dict:
-    """The fields of preset ``base_name`` ("models" or "hardware") with the editor's ``edits``.
+def _base(kind: str, base_name: str, model_file: str | None):
+    """The model or hardware the editor's fields were read from, and what the saved preset's
+    source says it came from: the file, when the model was opened from one (its name is only the
+    folder's, and a preset of that name may be another model altogether)."""
+    if kind == "models" and model_file:
+        return load_hf_config(model_file), str(model_file)
+    base = load_model(base_name) if kind == "models" else load_hardware(base_name)
+    return base, base.name
+
+
+def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str | None = None) -> dict:
+    """The fields of preset ``base_name`` ("models" or "hardware") -- or, for a model, of the
+    config.json or model folder ``model_file`` when given -- with the editor's ``edits``.
 
     A model whose weight dtype changed drops its stated weight size (it is computed again); the
     hardware editor gives one 16-bit FLOP/s figure, and every precision's peak scales with it."""
-    base = load_model(base_name) if kind == "models" else load_hardware(base_name)
+    base, origin = _base(kind, base_name, model_file)
     fields = {k: v for k, v in base.__dict__.items() if k != "name"}
     edits = dict(edits)
     if kind == "hardware":
         scale = edits.pop("flops_16bit") / base.flops_for("fp16")
         fields["peak_flops"] = {k: v * scale for k, v in base.peak_flops.items()}
     fields.update(edits)
-    fields["source"] = f"edited from {base.name} in kvscope"
+    fields["source"] = f"edited from {origin} in kvscope"
     if kind == "models" and fields["weight_dtype"] != base.weight_dtype:
         fields["weights_bytes"] = None
     return fields
 
 
-def save_edited_preset(kind: str, name: str, base_name: str, edits: dict) -> Path:
+def save_edited_preset(kind: str, name: str, base_name: str, edits: dict, model_file: str | None = None) -> Path:
     """Save the edited preset as the user's preset ``name``; ConfigError says why it cannot be."""
-    return save_user_preset(kind, name, edited_preset_fields(kind, base_name, edits))
+    return save_user_preset(kind, name, edited_preset_fields(kind, base_name, edits, model_file))

@@ -101,19 +101,32 @@ def read_toml(path, label: str) -> dict:
     return table
 
 
+# A file name holds 255 bytes; a preset is written through a temporary file beside it whose name
+# adds some 23 (".NAME.toml.XXXXXXXX.partial"), so a longer name failed as "File name too long"
+MAX_NAME_BYTES = 200
+MAX_NAME_SHOWN = 60  # a refused name is quoted this far in the message, not 10,000 characters of it
+NAME_RULE = "a preset name uses letters, digits, '-', '_' and '.', and does not start with '.'"
+
+
+def is_preset_name(name) -> bool:
+    """The one rule for a preset's name, saved or loaded: a file name in its folder, no path, and
+    not hidden ('.', '..' and '.x' are the folder, its parent or a file a listing skips)."""
+    return (isinstance(name, str) and bool(name) and not name.startswith(".")
+            and all(c.isalnum() or c in "-_." for c in name))
+
+
 def check_preset_name(name, kind: str = "models") -> str:
     """A preset name is a file name in its folder: letters, digits, '-', '_', '.' (no path, not empty)."""
     singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}.get(kind, kind)
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"an empty {singular} preset name; give one of: {', '.join(preset_names(kind))}")
-    if name.startswith(".") or not all(c.isalnum() or c in "-_." for c in name):
+    if not is_preset_name(name):
         if kind == "models" and "/" in name and not name.startswith(("/", ".")):
             meant = _did_you_mean(name, kind)
             raise ConfigError(f"model {name!r} is a Hugging Face repository name, not a preset (kvscope reads no "
                               f"model hub). {f'Did you mean the preset {meant}? ' if meant else ''}For any other model "
                               f"give its downloaded folder (--model-path DIR) or its config.json (--config FILE)")
-        raise ConfigError(f"{singular} preset {name!r}: a preset name uses letters, digits, '-', '_' and '.'; "
-                          f"known: {', '.join(preset_names(kind))}")
+        raise ConfigError(f"{singular} preset {name!r}: {NAME_RULE}; known: {', '.join(preset_names(kind))}")
     return name
 
 
@@ -210,8 +223,14 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
     """Write a user preset (validated first: what is saved always loads)."""
     if kind not in ("models", "hardware"):
         raise ConfigError(f"cannot save a {kind} preset")
-    if not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ConfigError(f"a preset name uses letters, digits, '-', '_' and '.', got {name!r}")
+    if not name:
+        raise ConfigError("a preset needs a name: letters, digits, '-', '_' and '.'")
+    if not is_preset_name(name):  # what loading would refuse is never saved
+        shown = repr(name) if len(name) <= MAX_NAME_SHOWN else f"{name[:MAX_NAME_SHOWN]!r}..."
+        raise ConfigError(f"{NAME_RULE}, got {shown}")
+    if len(name.encode()) > MAX_NAME_BYTES:  # the file system's limit, said before it refuses the file
+        raise ConfigError(f"a preset name has at most {MAX_NAME_BYTES} bytes (it names a file), "
+                          f"got {len(name.encode()):,}")
     if name in builtin_preset_names(kind) or name == THIS_MACHINE:
         raise ConfigError(f"{name!r} is a built-in preset; choose another name")
     # memory_is_budget says how one run got its memory (--memory-gib), not what the hardware is
