@@ -24,7 +24,8 @@ from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.app.lab.recording import Recording, RecordingError
 from kvscope.app.lab.recording.attached_reader import AttachedRecording
 from kvscope.app.lab.recording.format import FRAME
-from kvscope.app.lab.vllm.attachment import AttachTarget, ObservedPoint
+from kvscope.app.lab.vllm.attachment import AttachTarget
+from kvscope.app.lab.vllm.observed_point import ObservedPoint
 from kvscope.app.lab.vllm.prediction import LatencyModel, ObservedLoad
 from kvscope.engine.snapshot import BLOCK_CACHED
 

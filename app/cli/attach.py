@@ -46,7 +46,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--hardware", metavar="PRESET",
                         help="what the server runs on, for the prediction when it sized its cache from GPU memory")
     parser.add_argument("--timeout", type=options.bounded(0.05, 60.0), default=2.0, metavar="SECONDS",
-                        help="for each HTTP request and replay answer (default 2)")
+                        help="for each HTTP request, its whole answer, and each replay answer (default 2)")
     parser.add_argument("--duration", type=options.bounded(0.0, MAX_DURATION_S, low_open=True), metavar="SECONDS",
                         help="headless: follow for this long, then print what was observed (no window)")
     parser.add_argument("--json", metavar="OUT", help="with --duration: write the observations as JSON ('-': stdout)")
@@ -88,8 +88,8 @@ def follow(target, duration_s: float, record: str | None = None) -> dict:
             attachment.start_recording(record)
         deadline = time.monotonic() + duration_s
         while (left := deadline - time.monotonic()) > 0:
-            attachment.poll(int(min(POLL_MS, left * 1000)) + 1)
-        attachment.poll(0)
+            attachment.poll(int(min(POLL_MS, left * 1000)) + 1, deadline)
+        attachment.poll(0, deadline)
         attachment.scrape()
         report = attachment.report()
         error = publisher_error(attachment)

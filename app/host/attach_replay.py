@@ -28,6 +28,7 @@ from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
 from kvscope.app.host.protocol import APPLY, PAUSE, PLAY, SEEK, SPEED, STEP, AttachFrame
 
 TICKS_PER_FRAME = 2_000  # at speed 0: a frame's worth of ticks, so a fast replay still draws
+MAX_DATA_PARALLEL = 256  # what `kvscope attach --data-parallel-size` takes
 
 
 class RecordedSubscriber:
@@ -60,9 +61,12 @@ def replayed_attachment(recording: AttachedRecording) -> Attachment:
         hardware = None
     target_info = header["target"]
     kv_events, kv_listen = target_info.get("kv_events"), target_info.get("kv_listen")
+    size = target_info.get("data_parallel_size")
+    # the engines followed live: a recorded batch of another rank is skipped, never given cells
+    size = size if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_DATA_PARALLEL else 1
     target = AttachTarget(info["url"], kv_events=kv_events if isinstance(kv_events, str) else None,
                           kv_listen=None if isinstance(kv_events, str) else str(kv_listen or "recorded"),
-                          replay=info.get("replay"), model=model, hardware=hardware)
+                          replay=info.get("replay"), data_parallel_size=size, model=model, hardware=hardware)
     clock = _RecordedClock(recording.start.time_s)
     attachment = Attachment(target, clock=clock)
     attachment.clock = clock

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvscope.app.lab.vllm.attachment import Attachment, AttachTarget, ObservedPoint, attach_info
+from kvscope.app.lab.vllm.attachment import Attachment, AttachTarget, attach_info
+from kvscope.app.lab.vllm.observed_point import ObservedPoint
 from kvscope.engine.config import ConfigError
 from kvscope.engine.snapshot import BLOCK_CACHED, REQUEST_DTYPE, Snapshot
 

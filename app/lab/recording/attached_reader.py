@@ -151,7 +151,7 @@ def _record_name(name: str, entry: RecordEntry) -> str:
 
 
 def _read_ticks(reader, entry: RecordEntry, name: str, expected_first: int) -> list[Tick]:
-    from kvscope.app.lab.vllm.attachment import ObservedPoint
+    from kvscope.app.lab.vllm.observed_point import ObservedPoint
 
     what = _record_name(name, entry)
     head, a = decode_payload(reader.payload(entry), what)

@@ -75,7 +75,7 @@ def encode_batch(batch: EventBatch) -> bytes:
 
 
 def point_columns() -> tuple[str, ...]:
-    from kvscope.app.lab.vllm.attachment import ObservedPoint
+    from kvscope.app.lab.vllm.observed_point import ObservedPoint
 
     return tuple(f.name for f in dataclasses.fields(ObservedPoint))
 

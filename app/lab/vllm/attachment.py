@@ -29,12 +29,13 @@ from kvscope.app.lab.vllm.metrics import (
     ServerMetrics,
     counter_delta,
     fetch_metrics,
-    histogram_delta,
+    is_ascii_whole,
     latency_percentiles,
     prefix_cache_hit_rate,
     restarted_between,
     server_url,
 )
+from kvscope.app.lab.vllm.observed_point import ObservedPoint, histogram_sums, nan_if_none
 from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, ObservedLoad, PredictedFigure, predict
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
 from kvscope.app.lab.vllm.server import NotAPublisher, ServerInfo, check_replay_endpoint, probe_server
@@ -45,9 +46,13 @@ from kvscope.app.lab.vllm.subscriber import (
     StreamNotice,
     data_parallel_endpoints,
 )
+from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
 SCRAPE_INTERVAL_S = 1.0
+# Every DP engine's cells together (about 90 bytes each): what a recording's map may hold
+# (attached_reader.MAX_CELLS), so whatever is drawn live can be recorded and read back.
+MAX_MAP_CELLS = MAX_NUM_BLOCKS
 LOG_ROWS_KEPT = 2_000
 LOG_KINDS = ("stored", "removed", "cleared", "unknown", "gap", "replayed", "restart", "decode_error", "scrape")
 EVENT_NAMES = {BlockStored: "BlockStored", BlockRemoved: "BlockRemoved", AllBlocksCleared: "AllBlocksCleared",
@@ -80,54 +85,6 @@ class AttachTarget:
     hardware: object | None = None  # a HardwareSpec the server runs on, for the prediction
     timeout_s: float = DEFAULT_TIMEOUT_S
     scrape_interval_s: float = SCRAPE_INTERVAL_S
-
-
-@dataclass(frozen=True)
-class ObservedPoint:
-    """One scrape: the gauges now, the counters and histograms since the previous scrape."""
-
-    time_s: float  # seconds since attaching
-    kv_usage: float  # 0 - 1, averaged over DP engines
-    num_running: float
-    num_waiting: float
-    preemptions: float  # since the previous scrape
-    prompt_tokens: float
-    generation_tokens: float
-    interval_s: float  # since the previous scrape (0 for the first)
-    prefix_cache_hit_rate: float  # NaN when nothing was queried
-    ttft_p50_s: float
-    ttft_p99_s: float
-    itl_p50_s: float
-    itl_p99_s: float
-    queue_time_p50_s: float
-    queue_time_p99_s: float
-    cached_blocks: int  # placed in the map (events), for the memory bar beside kv_usage
-    # the histograms' observations since the previous scrape: counts and sums (seconds), for means
-    ttft_count: float = 0.0
-    ttft_sum_s: float = 0.0
-    itl_count: float = 0.0
-    itl_sum_s: float = 0.0
-    queue_time_count: float = 0.0
-    queue_time_sum_s: float = 0.0
-
-
-def _nan(value) -> float:
-    return float("nan") if value is None else float(value)
-
-
-_SUMMED = {"ttft": "time_to_first_token", "itl": "inter_token_latency", "queue_time": "queue_time"}
-
-
-def _histogram_sums(before: EngineMetrics | None, after: EngineMetrics) -> dict:
-    """Each latency histogram's count and sum of the observations between two scrapes."""
-    out = {}
-    for short, figure in _SUMMED.items():
-        now = getattr(after, figure)
-        # the first scrape has no window before it; a restart in between makes `now` all new (histogram_delta)
-        delta = None if now is None or before is None else histogram_delta(getattr(before, figure), now)
-        out[f"{short}_count"] = delta.count if delta is not None else 0.0
-        out[f"{short}_sum_s"] = delta.sum if delta is not None else 0.0
-    return out
 
 
 @dataclass
@@ -174,6 +131,8 @@ class Attachment:
         self.warnings: dict[str, str] = {}  # what is inconsistent, one line each, by topic ("metrics", "pool")
         self._rejected: dict[str, None] = {}  # the out-of-range metric samples seen, in order
         self.latency = None  # a LatencyModel (prediction.py) once attached
+        self._ranks: set[int] | None = None  # the DP ranks given cells, once the first batch is checked
+        self._unfilled_said = 0
 
     # -- opening --------------------------------------------------------------------------------
     def open(self) -> "Attachment":
@@ -190,7 +149,8 @@ class Attachment:
                 check_replay_endpoint(publisher.replay_endpoint, target.timeout_s)
                 self.replay_checked = True
         self.prefix_map = PrefixCacheMap(self.server.num_gpu_blocks, self.server.block_size)
-        self.subscriber = KvEventSubscriber(publishers, topic=target.topic, replay_timeout_s=target.timeout_s)
+        self.subscriber = KvEventSubscriber(publishers, topic=target.topic, replay_timeout_s=target.timeout_s,
+                                            rank_check=self.rank_refusal)
         self.prediction = predict(self.server.cache_config, self.server.version, target.model, target.hardware,
                                   self.server.num_gpu_blocks)
         self.latency = LatencyModel.for_server(self.server, target.model, target.hardware)
@@ -209,7 +169,11 @@ class Attachment:
     def __enter__(self) -> "Attachment":
         return self.open()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is not None:
+            # A failed attach replaces no recording the user had; a new file keeps what came before
+            # the failure, closed and readable, with why it stops there.
+            self.abandon_recording(f"the attach stopped early: {exc_type.__name__}: {str(exc)[:300]}".rstrip(": "))
         self.close()
 
     @property
@@ -217,12 +181,14 @@ class Attachment:
         return self._clock() - self._started
 
     # -- following ------------------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0) -> int:
+    def poll(self, timeout_ms: int = 0, deadline: float | None = None) -> int:
         """Read what the publishers sent (waiting at most timeout_ms for the first), scrape when a
-        scrape is due; the number of batches applied."""
-        records = self.subscriber.poll(timeout_ms)
+        scrape is due; the number of batches applied. A replay for a gap stops at `deadline`
+        (time.monotonic(), the attach's end), and the gap is then counted lost, with a warning."""
+        records = self.subscriber.poll(timeout_ms, deadline)
         self._now = self._clock()
         self.follow(records)
+        self._check_unfilled()
         scraped = self._scrape() if self._now >= self._next_scrape else None
         if self.recorder is not None and (records or scraped is not None):
             self.recorder.record_tick(self, records, scraped)
@@ -269,24 +235,24 @@ class Attachment:
         latency = latency_percentiles(before, total, QUANTILES) if before is not None else {}
 
         def pct(figure, q):
-            return _nan(latency.get(figure, {}).get(q))
+            return nan_if_none(latency.get(figure, {}).get(q))
 
         def delta(name):
-            return _nan(counter_delta(None if before is None else getattr(before, name), getattr(total, name))
+            return nan_if_none(counter_delta(None if before is None else getattr(before, name), getattr(total, name))
                         if before is not None else 0.0)
 
         hit_rate = prefix_cache_hit_rate(before, total) if before is not None else None
         point = ObservedPoint(
-            time_s=now - self._started, kv_usage=_nan(total.kv_cache_usage),
-            num_running=_nan(total.num_requests_running), num_waiting=_nan(total.num_requests_waiting),
+            time_s=now - self._started, kv_usage=nan_if_none(total.kv_cache_usage),
+            num_running=nan_if_none(total.num_requests_running), num_waiting=nan_if_none(total.num_requests_waiting),
             preemptions=delta("num_preemptions_total"), prompt_tokens=delta("prompt_tokens_total"),
             generation_tokens=delta("generation_tokens_total"),
-            interval_s=0.0 if before is None else now - self._previous_at, prefix_cache_hit_rate=_nan(hit_rate),
+            interval_s=0.0 if before is None else now - self._previous_at, prefix_cache_hit_rate=nan_if_none(hit_rate),
             ttft_p50_s=pct("time_to_first_token", 0.5), ttft_p99_s=pct("time_to_first_token", 0.99),
             itl_p50_s=pct("inter_token_latency", 0.5), itl_p99_s=pct("inter_token_latency", 0.99),
             queue_time_p50_s=pct("queue_time", 0.5), queue_time_p99_s=pct("queue_time", 0.99),
             cached_blocks=self.prefix_map.counts().placed_copies if self.prefix_map is not None else 0,
-            **_histogram_sums(before, total))
+            **histogram_sums(before, total))
         self._previous, self._previous_at, self.last_metrics = total, now, metrics
         self.add_point(point, restarted)
         return point
@@ -319,6 +285,39 @@ class Attachment:
         if first:
             self._row("gap", self.warnings["pool"])
 
+    def _check_unfilled(self) -> None:
+        unfilled = self.subscriber.unfilled_gaps
+        if unfilled > self._unfilled_said:
+            self._unfilled_said = unfilled
+            self.warnings["replay"] = (f"{unfilled:,} gap(s) in the KV events were not filled: the attach ended while "
+                                       "the replay socket was still answering; their batches are counted as lost "
+                                       "and the map may hold stale blocks")
+
+    def rank_refusal(self, rank: int | None) -> str | None:
+        """Why batches of this DP rank are not drawn, or None when they are. A rank gets
+        num_gpu_blocks cells of its own, so only the server's engines (its metrics' `engine`
+        labels, and the --data-parallel-size followed) get them, within MAX_MAP_CELLS in all."""
+        rank = rank or 0  # None: a server before vLLM 0.10.2, one engine
+        if self._ranks is None:
+            self._ranks = set(self.prefix_map.ranks)
+        if rank in self._ranks:
+            return None
+        engines = self.engine_ranks()
+        if rank not in engines:
+            return (f"data_parallel_rank {_short_int(rank)} is not one of the server's DP engines "
+                    f"({_ranks_text(engines)}): skipped")
+        if (len(self._ranks) + 1) * self.server.num_gpu_blocks > MAX_MAP_CELLS:
+            return (f"DP rank {rank}: the map draws at most {MAX_MAP_CELLS:,} cells, "
+                    f"{len(self._ranks)} engine(s) of {self.server.num_gpu_blocks:,} blocks: skipped")
+        self._ranks.add(rank)
+        return None
+
+    def engine_ranks(self) -> set[int]:
+        """The DP ranks the server has: its metrics' engine labels, and those followed."""
+        # the length first: int() refuses more than 4,300 digits, and no DP rank has ten
+        labelled = {int(e) for e in self.server.engines if len(e) <= 9 and is_ascii_whole(e)}
+        return labelled | set(range(self.target.data_parallel_size))
+
     def add_point(self, point: ObservedPoint, restarted: bool = False) -> None:
         """A scrape taken (live: just now; a replay: as recorded)."""
         self.counts.scrapes += 1
@@ -332,6 +331,10 @@ class Attachment:
 
     def _apply(self, record: ReceivedBatch) -> None:
         batch = record.batch
+        refused = self.rank_refusal(batch.data_parallel_rank)
+        if refused:  # live, the subscriber skipped it already; a recording may hold any rank
+            self._row("decode_error", f"seq {record.seq}: {refused}")
+            return
         self.prefix_map.apply(batch)
         self.map_changed = True
         rank = batch.data_parallel_rank or 0
@@ -419,6 +422,19 @@ class Attachment:
                 beside.unlink(missing_ok=True)  # gone once committed
         recorder.path = target
         return recorder
+
+    def abandon_recording(self, note: str) -> None:
+        """End a recording the attach could not finish: an existing file stays as it was, a new one
+        keeps what was recorded (closed, with the note), as `kvscope run --record` does."""
+        if self.recorder is None:
+            return
+        if self._recording_to[1] is not None:  # written beside an existing file
+            self.discard_recording()
+            return
+        try:
+            self.stop_recording(note)
+        except Exception:  # noqa: BLE001 - the failure that ended the attach is the one to say, not this
+            pass
 
     def discard_recording(self) -> None:
         """End the recording with nothing kept: an existing file stays as it was, a new one is removed
@@ -543,6 +559,19 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(item) for item in value]
     return value
+
+
+def _short_int(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-6:]} ({len(text)} digits)"
+
+
+def _ranks_text(ranks: set[int]) -> str:
+    ordered = sorted(ranks)
+    if ordered == list(range(len(ordered))):
+        return "rank 0" if len(ordered) == 1 else f"ranks 0-{len(ordered) - 1}"
+    shown = ", ".join(map(str, ordered[:8]))
+    return f"ranks {shown}" + (f" and {len(ordered) - 8} more" if len(ordered) > 8 else "")
 
 
 def _hashes(hashes) -> str:

@@ -12,7 +12,8 @@ this decoder is tolerant by design:
 - an event type this decoder does not know becomes UnknownEvent: counted, never fatal.
 
 A frame that cannot be read raises KvEventDecodeError with a one-line message; the subscriber
-counts it and goes on.
+counts it and goes on. That includes a payload past MAX_BATCH_BYTES (refused before it is decoded,
+so 500 million token ids never become a list) and one nested deeper than Python recurses.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from kvscope.engine.config import ConfigError
 
 BlockHash = Union[int, bytes]
 END_OF_REPLAY_SEQ = -1  # the replay socket's last reply carries this seq and an empty payload
+# One engine step's batch is KBs (a step of 64K prefilled tokens, msgpack'd, is under 1 MB); decoded,
+# each byte can become a 28-byte int in a tuple, so a payload past this is refused before decoding.
+MAX_BATCH_BYTES = 64 * 1024**2
+MAX_TOPIC_BYTES = 4096  # vLLM's topics are a few words ("kv@pod@model"); each log row repeats it
 _U64_MASK = (1 << 64) - 1
 
 
@@ -105,16 +110,21 @@ def decode_seq(frame: bytes) -> int:
     return int.from_bytes(frame, "big", signed=True)
 
 
-def split_message(frames: list[bytes]) -> tuple[str, int, bytes]:
-    """(topic, seq, payload) of a published message, the payload left undecoded."""
+def split_message(frames: list) -> tuple[str, int, bytes | memoryview]:
+    """(topic, seq, payload) of a published message (bytes or zmq Frames), the payload left
+    undecoded. A payload too large to decode is not copied: decode_batch refuses it by its length."""
     if len(frames) != 3:
         raise KvEventDecodeError(f"KV event message has {len(frames)} frames, expected 3 (topic, seq, payload)")
     topic, seq, payload = frames
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise KvEventDecodeError(f"KV event topic of {len(topic):,} bytes, more than the {MAX_TOPIC_BYTES:,} "
+                                 "kvscope reads")
     try:
         topic_text = bytes(topic).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise KvEventDecodeError(f"KV event topic is not UTF-8: {exc}") from None
-    return topic_text, decode_seq(bytes(seq)), bytes(payload)
+    payload = bytes(payload) if len(payload) <= MAX_BATCH_BYTES else memoryview(payload)
+    return topic_text, decode_seq(bytes(seq) if len(seq) == 8 else seq), payload
 
 
 def decode_message(frames: list[bytes]) -> KvEventMessage:
@@ -122,14 +132,19 @@ def decode_message(frames: list[bytes]) -> KvEventMessage:
     return KvEventMessage(topic, seq, decode_batch(payload))
 
 
-def decode_batch(payload: bytes) -> EventBatch:
+def decode_batch(payload: bytes | memoryview) -> EventBatch:
     if not payload:
         raise KvEventDecodeError("KV event payload is empty")
+    if len(payload) > MAX_BATCH_BYTES:
+        raise KvEventDecodeError(f"KV event batch of {len(payload):,} bytes, more than the {MAX_BATCH_BYTES:,} "
+                                 "kvscope decodes (one engine step's batch is KBs)")
     decoder = _MAP_BATCH if _is_map(payload[0]) else _ARRAY_BATCH
     try:
         raw = decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise KvEventDecodeError(f"KV event batch: {_one_line(exc)}") from None
+    except RecursionError:
+        raise KvEventDecodeError(_TOO_DEEP.format("batch")) from None
     events = tuple(_decode_event(index, event) for index, event in enumerate(raw.events))
     return EventBatch(float(raw.ts), events, raw.data_parallel_rank)
 
@@ -201,6 +216,7 @@ _MAP_EVENT = msgspec.msgpack.Decoder(Union[_StoredMap, _RemovedMap, _ClearedMap]
 _ARRAY_EVENT = msgspec.msgpack.Decoder(Union[_StoredArray, _RemovedArray, _ClearedArray])
 _ANY = msgspec.msgpack.Decoder()
 _KNOWN_TYPES = {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
+_TOO_DEEP = "the {} is nested deeper than Python can read (vLLM's nest 4 deep)"
 
 
 def _is_map(first_byte: int) -> bool:
@@ -212,6 +228,8 @@ def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
     as_map = bool(data) and _is_map(data[0])
     try:
         wire = (_MAP_EVENT if as_map else _ARRAY_EVENT).decode(data)
+    except RecursionError:
+        raise KvEventDecodeError(f"KV event {index}: " + _TOO_DEEP.format("event")) from None
     except msgspec.DecodeError as exc:
         type_name = _type_name(data, as_map)
         if isinstance(type_name, str) and type_name not in _KNOWN_TYPES:
@@ -235,7 +253,7 @@ def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
 def _type_name(data: bytes, as_map: bool):
     try:
         value = _ANY.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     if as_map and isinstance(value, dict):
         return value.get("type")

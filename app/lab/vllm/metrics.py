@@ -14,10 +14,10 @@ interpolated within a bucket as Prometheus's histogram_quantile does (histogram_
 from __future__ import annotations
 
 import http.client
-import json
 import math
 import re
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvscope.app.lab.bounded_reads import load_json
 from kvscope.engine.config import ConfigError
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -434,21 +435,122 @@ def _why_unreachable(reason) -> str:
 
 
 def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """The body of GET url, in at most timeout_s for the whole of it (headers, redirects, body) and
+    at most MAX_RESPONSE_BYTES; ServerUnreachable or MetricsError (one line) otherwise."""
     request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    deadline = _Deadline(timeout_s)
+    too_slow = f"cannot reach {url}: timed out: no whole answer within {timeout_s:g} s (--timeout)"
     try:
-        with _opener_for(url).open(request, timeout=timeout_s) as response:
-            body = response.read(MAX_RESPONSE_BYTES + 1)
+        with _opener_for(url, deadline).open(request, timeout=timeout_s) as response:
+            length = response.headers.get("Content-Length", "").strip()
+            declared = int(length) if length.isascii() and length.isdigit() and len(length) < 20 else 0
+            body = b"" if declared > MAX_RESPONSE_BYTES else response.read(MAX_RESPONSE_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise ServerUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
+        if deadline.expired:
+            raise ServerUnreachable(too_slow) from None
         raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc.reason)}") from None
     except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
+        if deadline.expired:  # the deadline cut the answer off mid-way (IncompleteRead)
+            raise ServerUnreachable(too_slow) from None
         raise ServerUnreachable(f"{url} did not answer in HTTP ({type(exc).__name__})") from None
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
+        if deadline.expired:
+            raise ServerUnreachable(too_slow) from None
         raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc)}") from None
+    finally:
+        deadline.cancel()
+    if deadline.expired:  # an answer without a length ends where the deadline cut it: not all of it
+        raise ServerUnreachable(too_slow)
+    if declared > MAX_RESPONSE_BYTES:
+        raise MetricsError(f"{url} would send {declared:,} bytes, more than the {MAX_RESPONSE_BYTES // 1024**2} MiB "
+                           "kvscope reads")
     if len(body) > MAX_RESPONSE_BYTES:
         raise MetricsError(f"{url} sent more than {MAX_RESPONSE_BYTES // 1024**2} MiB")
     return body.decode("utf-8", errors="replace")
+
+
+class _Deadline:
+    """A limit on a whole request. A socket's timeout bounds each read, so a server that sends a
+    byte every half second never times out; at the deadline this shuts the request's sockets down,
+    which ends whatever read waits on them, in headers or body alike."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self._sockets: list = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock) -> None:
+    try:
+        # socket.socket's own shutdown, also for a TLS socket: SSLSocket.shutdown would drop its
+        # TLS state under the thread still reading it
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except (OSError, ValueError):  # closed already, or a TLS socket's plain one, detached
+        pass
+
+
+def _watched(connection_class, deadline: _Deadline):
+    """An http.client connection class whose sockets the deadline can shut."""
+
+    class Watched(connection_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            create = self._create_connection
+
+            def created(*a, **k):
+                sock = create(*a, **k)
+                deadline.watch(sock)  # http's whole answer, and a proxy tunnel's, are read from it
+                return sock
+
+            self._create_connection = created
+
+        def connect(self):
+            super().connect()
+            # for https, the TLS socket that replaced it (Python bounds the handshake by the
+            # timeout itself, but each read of the answer only)
+            deadline.watch(self.sock)
+
+    return Watched
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(_watched(http.client.HTTPConnection, self._deadline), req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(_watched(http.client.HTTPSConnection, self._deadline), req, context=self._context)
 
 
 def fetch_metrics(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerMetrics:
@@ -461,17 +563,18 @@ def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     url = f"{server_url(address)}/version"
     text = fetch_text(url, timeout_s)
     try:
-        version = json.loads(text)["version"]
+        version = load_json(text, url)["version"]
         if not isinstance(version, str):
             raise TypeError(version)
-    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
+    except (ConfigError, KeyError, TypeError):  # ConfigError: not JSON, or JSON nested thousands deep
         raise MetricsError(f"{url} did not answer {{\"version\": ...}}: {text[:80]!r}") from None
     return str(version)
 
 
-def _opener_for(url: str) -> urllib.request.OpenerDirector:
+def _opener_for(url: str, deadline: _Deadline) -> urllib.request.OpenerDirector:
+    handlers = [_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)]
     # A proxy set for the outside world must not swallow a server on this machine.
     host = urllib.parse.urlsplit(url).hostname or ""
     if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
+        handlers.append(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener(*handlers)

@@ -10,11 +10,11 @@ when one is given it is asked for a batch beyond any seq and must answer with th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import zmq
 
+from kvscope.app.lab.bounded_reads import load_json
 from kvscope.app.lab.vllm.events import END_OF_REPLAY_SEQ, KvEventDecodeError, decode_seq
 from kvscope.app.lab.vllm.metrics import (
     DEFAULT_TIMEOUT_S,
@@ -27,6 +27,7 @@ from kvscope.app.lab.vllm.metrics import (
     is_ascii_whole,
     server_url,
 )
+from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES
 from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
@@ -96,9 +97,11 @@ def _cache_count(url: str, name: str, text: str, most: int, why: str) -> int:
 
 
 def served_models(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, ...]:
-    """The ids /v1/models lists (the served model names); () when it has none to give."""
+    """The ids /v1/models lists (the served model names); () when it has none to give. The list only
+    names the model, so an answer that is not one (nested 100,000 deep, say) is passed over."""
+    url = f"{server_url(address)}/v1/models"
     try:
-        data = json.loads(fetch_text(f"{server_url(address)}/v1/models", timeout_s))
+        data = load_json(fetch_text(url, timeout_s), url)
         return tuple(str(entry["id"]) for entry in data["data"])
     except (ConfigError, ValueError, KeyError, TypeError):
         return ()
@@ -110,6 +113,7 @@ def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
     context = zmq.Context.instance()
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     hint = "is it the server's --kv-events-config replay_endpoint?"
     try:
         socket.connect(endpoint)

@@ -14,11 +14,13 @@ Each stream's seq starts at 0 when its publisher starts. So:
 - a seq at or below the last one received live is a RESTART: the server's cache started empty;
 - a stream first seen mid-run is caught up from seq 0, as far as the replay buffer reaches
   (vLLM keeps 10,000 batches), unless `catch_up` is off;
-- a message that cannot be decoded is counted, reported as DECODE_ERROR and skipped.
+- a message that cannot be decoded is counted, reported as DECODE_ERROR and skipped; so is a batch
+  whose DP rank `rank_check` refuses (a rank the server does not have would take a pool of cells).
 
 Poll-based: `poll(timeout_ms)` returns what arrived as plain records; no thread of its own. It
 waits at most `timeout_ms` for the first message, then reads only what is already there (at most
-`max_messages_per_poll`); a replay waits at most `replay_timeout_s` for each reply.
+`max_messages_per_poll`); a replay waits at most `replay_timeout_s` for each reply, and stops at
+the poll's `deadline` (the attach's end): a gap it could not fill by then is counted as lost.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence, Union
+from typing import Callable, Iterable, Sequence, Union
 
 import zmq
 
 from kvscope.app.lab.vllm.events import (
     END_OF_REPLAY_SEQ,
+    MAX_BATCH_BYTES,
     EventBatch,
     KvEventDecodeError,
     decode_batch,
@@ -47,6 +50,10 @@ REPLAY_TOTAL_LIMIT_S = 30.0  # a whole replay of vLLM's 10,000-batch buffer take
 # 50 days of them -- but a publisher whose sequence jumped (restarted elsewhere, or not vLLM's
 # counter): it is followed as a restart, and nothing is counted as lost or asked of the replay.
 MAX_PLAUSIBLE_GAP = 1 << 32
+# Past this ZMQ drops the peer before the message is whole in memory (libzmq cannot say why, so it is
+# not counted); a message from MAX_BATCH_BYTES up to here arrives, and is counted as undecodable.
+MAX_MESSAGE_BYTES = 512 * 1024**2
+REPLAY_MAX_BYTES = 1024**3  # vLLM's 10,000 buffered batches are tens of MB; replies past this are dropped
 
 
 class SubscriberError(ConfigError):
@@ -150,13 +157,18 @@ def dialable(endpoint: str) -> str:
 
 class KvEventSubscriber:
     def __init__(self, publishers: Sequence[PublisherEndpoint], *, topic: str = "", catch_up: bool = True,
-                 replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, max_messages_per_poll: int = 10_000):
+                 replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, max_messages_per_poll: int = 10_000,
+                 rank_check: Callable[[int | None], str | None] | None = None):
+        """rank_check(data_parallel_rank) says why a batch of that rank is refused (None: taken)."""
         if not publishers:
             raise SubscriberError("no KV event endpoint given")
         self.catch_up = catch_up
         self.replay_timeout_s = replay_timeout_s
         self.max_messages_per_poll = max_messages_per_poll
+        self.rank_check = rank_check
         self.counts = SubscriberCounts()
+        self.unfilled_gaps = 0  # gaps whose replay the poll's deadline cut short (not recorded: not a count of batches)
+        self._deadline: float | None = None
         self._context = zmq.Context()
         self._poller = zmq.Poller()
         self._sockets: dict[zmq.Socket, tuple[str, PublisherEndpoint]] = {}
@@ -177,20 +189,23 @@ class KvEventSubscriber:
     def streams(self) -> list[StreamKey]:
         return list(self._streams)
 
-    def poll(self, timeout_ms: int = 0) -> list[SubscriberRecord]:
+    def poll(self, timeout_ms: int = 0, deadline: float | None = None) -> list[SubscriberRecord]:
+        """What arrived; a replay for a gap stops at `deadline` (time.monotonic()), if given."""
         records: list[SubscriberRecord] = []
+        self._deadline = deadline
         ready = dict(self._poller.poll(timeout_ms))
         handled = 0
         while ready and handled < self.max_messages_per_poll:
             for socket in ready:
                 while handled < self.max_messages_per_poll:
                     try:
-                        frames = socket.recv_multipart(zmq.NOBLOCK)
+                        # uncopied: a payload too large to decode is refused by its length, never copied
+                        frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
                     handled += 1
                     source, publisher = self._sockets[socket]
-                    self._handle(source, publisher, frames, records)
+                    self._handle(source, publisher, _plain(frames), records)
             ready = dict(self._poller.poll(0))
         return records
 
@@ -211,6 +226,7 @@ class KvEventSubscriber:
     def _open(self, publisher: PublisherEndpoint, topic: str) -> None:
         socket = self._context.socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         socket.setsockopt(zmq.RCVHWM, 0)  # vLLM's PUB keeps 100,000; losing batches here would make gaps
         socket.setsockopt_string(zmq.SUBSCRIBE, topic)
         try:
@@ -241,6 +257,12 @@ class KvEventSubscriber:
             batch = decode_batch(payload)
         except KvEventDecodeError as exc:
             self._skip_undecodable(source, topic, seq, exc, records)
+            return
+        refused = self._refused_rank(batch)
+        if refused:
+            # Its rank is known, so no other stream's seq is touched; and no stream is made for it,
+            # so 20,000 made-up ranks leave nothing behind.
+            self._decode_error(records, None, seq, f"seq {seq} from {source}: {refused}")
             return
         key = StreamKey(source, topic, batch.data_parallel_rank)
         state = self._streams.get(key)
@@ -292,6 +314,9 @@ class KvEventSubscriber:
                 state.last_live_seq = state.last_delivered_seq = seq
         self._decode_error(records, key, seq, f"seq {seq} from {source}: {exc}")
 
+    def _refused_rank(self, batch: EventBatch) -> str | None:
+        return None if self.rank_check is None else self.rank_check(batch.data_parallel_rank)
+
     def _decode_error(self, records, key, seq, message) -> None:
         self.counts.decode_errors += 1
         records.append(StreamNotice(NoticeKind.DECODE_ERROR, key, seq, seq, 1, f"skipped: {message}"))
@@ -315,23 +340,27 @@ class KvEventSubscriber:
             self._lost(key, state, first_missing, last_missing, missing, "no replay endpoint given", records)
             return
         replies, failure = self._request_replay(publisher.replay_endpoint, first_missing)
-        recovered = 0
+        recovered = skipped = 0  # skipped: came back, but undecodable (each a DECODE_ERROR, not lost)
         for seq, payload in replies:
             if seq <= state.last_delivered_seq:
                 continue
             try:
                 batch = decode_batch(payload)
+                refused = self._refused_rank(batch)
             except KvEventDecodeError as exc:
+                refused = str(exc)
+            if refused:
                 state.last_delivered_seq = seq
-                self._decode_error(records, key, seq, f"replayed seq {seq}: {exc}")
+                skipped += seq <= last_missing
+                self._decode_error(records, key, seq, f"replayed seq {seq}: {refused}")
                 continue
             recovered += seq <= last_missing
             self._deliver(key, state, seq, batch, True, records)
         records.append(StreamNotice(
             NoticeKind.REPLAYED, key, first_missing, state.last_delivered_seq, recovered,
             f"{_name(key)}: {recovered} of {missing} missing batches replayed" + (f" ({failure})" if failure else "")))
-        if recovered < missing:
-            self._lost(key, state, first_missing, last_missing, missing - recovered,
+        if recovered + skipped < missing:
+            self._lost(key, state, first_missing, last_missing, missing - recovered - skipped,
                        failure or "older than the server's replay buffer", records)
 
     def _lost(self, key, state, first_missing, last_missing, lost, why, records) -> None:
@@ -344,19 +373,36 @@ class KvEventSubscriber:
         """(seq, payload) of each batch the replay socket sent from first_seq, and why it stopped
         early (None when the end marker came). A fresh socket each time: a late reply to a request
         that timed out must not be read as the answer to the next one."""
+        replies: list[tuple[int, bytes]] = []
+        now = time.monotonic()
+        give_up_at = now + REPLAY_TOTAL_LIMIT_S
+        cut_short = self._deadline is not None and self._deadline < give_up_at
+        if cut_short:
+            give_up_at = self._deadline
+            if give_up_at <= now:
+                self.unfilled_gaps += 1
+                return replies, UNFILLED
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
-        replies: list[tuple[int, bytes]] = []
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        received = 0
         try:
             socket.connect(endpoint)
             # vLLM's ROUTER expects [identity, empty delimiter, seq]: a DEALER sends the delimiter itself
             socket.send_multipart([b"", first_seq.to_bytes(8, "big", signed=True)])
-            give_up_at = time.monotonic() + REPLAY_TOTAL_LIMIT_S
             while True:
-                wait_s = min(self.replay_timeout_s, give_up_at - time.monotonic())
+                left_s = give_up_at - time.monotonic()
+                wait_s = min(self.replay_timeout_s, left_s)
                 if wait_s <= 0 or not socket.poll(int(wait_s * 1000) + 1):
+                    # A replay that keeps answering, slowly or with batches already had, must not
+                    # hold the attach past its end: what it sent is kept, the rest counted lost.
+                    if cut_short and wait_s < self.replay_timeout_s:
+                        self.unfilled_gaps += 1
+                        return replies, UNFILLED
+                    if left_s <= 0:
+                        return replies, f"replay from {endpoint} was still sending after {REPLAY_TOTAL_LIMIT_S:g} s"
                     return replies, f"replay from {endpoint} gave no answer within {self.replay_timeout_s:g} s"
-                frames = socket.recv_multipart()
+                frames = _plain(socket.recv_multipart(copy=False))
                 if frames and frames[0] == b"":
                     frames = frames[1:]
                 if len(frames) not in (2, 3):
@@ -364,11 +410,23 @@ class KvEventSubscriber:
                 seq = decode_seq(frames[-2])
                 if seq == END_OF_REPLAY_SEQ:
                     return replies, None
+                received += len(frames[-1])
+                if received > REPLAY_MAX_BYTES:
+                    return replies, f"replay from {endpoint} sent more than {REPLAY_MAX_BYTES // 1024**2:,} MiB"
                 replies.append((seq, frames[-1]))
         except (zmq.ZMQError, KvEventDecodeError) as exc:
             return replies, f"replay from {endpoint} failed: {exc}"
         finally:
             socket.close(linger=0)
+
+
+UNFILLED = "not filled: the attach ended before the replay did"
+
+
+def _plain(frames: list) -> list:
+    """zmq Frames as bytes, but one past MAX_BATCH_BYTES as a view of it: decode_batch refuses that
+    by its length, and copying it first would double what a hostile publisher makes us hold."""
+    return [frame.bytes if len(frame) <= MAX_BATCH_BYTES else frame.buffer for frame in frames]
 
 
 def _name(key: StreamKey) -> str:
