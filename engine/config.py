@@ -113,6 +113,9 @@ def _positive_float(owner: str, name: str, value) -> float:
     return real_number(value, f"{owner}: {name}", 0.0, ceiling(name, 1e21), low_open=True)
 
 
+MIN_DEVICE_RATE = 1e6  # bytes/s or FLOP/s: a thousand times below the slowest device that serves a model
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer, described with Hugging Face config.json field names."""
@@ -294,7 +297,8 @@ class HardwareSpec:
         object.__setattr__(
             self,
             "memory_bandwidth_bytes_per_s",
-            _positive_float(owner, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s),
+            real_number(self.memory_bandwidth_bytes_per_s, f"{owner}: memory_bandwidth_bytes_per_s", MIN_DEVICE_RATE,
+                        1e21),
         )
         object.__setattr__(self, "gpu_count", _positive_int(owner, "gpu_count", self.gpu_count))
         if not isinstance(self.peak_flops, dict) or not self.peak_flops:
@@ -307,7 +311,7 @@ class HardwareSpec:
         flops = {}
         for dtype, value in self.peak_flops.items():
             key = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "peak_flops dtype")
-            flops[key] = _positive_float(owner, f"peak_flops.{dtype}", value)
+            flops[key] = real_number(value, f"{owner}: peak_flops.{dtype}", MIN_DEVICE_RATE, 1e21)
         object.__setattr__(self, "peak_flops", flops)
 
     def flops_for(self, dtype: str) -> float:

@@ -40,6 +40,7 @@ UNCALIBRATED = {
 _RATES = ("flops_efficiency", "bandwidth_efficiency", "kv_bandwidth_efficiency")
 _OVERHEADS = ("overhead_s", "overhead_per_seq_s", "overhead_per_token_s")
 MAX_EFFICIENCY = 10.0  # above 1 only where the peak itself is an estimate (a CPU's)
+MIN_EFFICIENCY = 1e-3  # fits here read 0.3 - 1.0; 1e-300 would put a step at 1e298 s
 ALLREDUCE_LATENCY_S = 10e-6  # per collective, NVLink class
 
 
@@ -59,14 +60,14 @@ def check_calibration(table, owner: str) -> dict:
     for name in ("label", "source"):
         if name in table:
             value = table[name]
-            if not isinstance(value, str) or len(value) > 2000 or (name == "label" and not value.strip()):
-                raise ConfigError(f"{owner}: calibration.{name} must be text (at most 2,000 characters)"
+            if not isinstance(value, str) or len(value) > 2000 or (name == "label" and not value.strip()) \
+                    or not value.isprintable():  # shown in tables: one line, no terminal escape codes
+                raise ConfigError(f"{owner}: calibration.{name} must be one line of text (at most 2,000 characters)"
                                   f"{', not empty' if name == 'label' else ''}, got {value!r:.60}")
             result[name] = value
     for name in _RATES:
         if name in table:
-            result[name] = real_number(table[name], f"{owner}: calibration.{name}", 0.0, MAX_EFFICIENCY,
-                                       low_open=True)
+            result[name] = real_number(table[name], f"{owner}: calibration.{name}", MIN_EFFICIENCY, MAX_EFFICIENCY)
     for name in _OVERHEADS:
         if name in table:
             result[name] = real_number(table[name], f"{owner}: calibration.{name}", 0.0, 3600.0)

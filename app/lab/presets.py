@@ -153,6 +153,9 @@ def _preset_file(kind: str, name: str):
     path = presets_root() / kind / f"{name}.toml"
     if not path.is_file():
         path = user_presets_root() / kind / f"{name}.toml"
+    if not path.is_file() and (path.exists() or path.is_symlink()):  # listed by name, so named as what it is
+        raise ConfigError(f"{kind} preset {name!r}: {path} is not a regular file (a folder, a device, a pipe or "
+                          "a broken link); make it a TOML file or remove it")
     if not path.is_file():
         known = ", ".join(preset_names(kind))
         singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
@@ -190,7 +193,12 @@ def hardware_from_dict(data: dict, label: str, default_name: str | None = None) 
 
 
 def _named(data: dict, default_name: str | None) -> dict:
-    return {"name": default_name, **data} if default_name is not None else dict(data)
+    named = {"name": default_name, **data} if default_name is not None else dict(data)
+    for field in ("name", "description", "source"):  # shown in tables and titles: one line, no escape codes
+        if isinstance(named.get(field), str) and not named[field].isprintable():
+            raise ConfigError(f"{field} {named[field][:60]!r}: must be one line of printable text (no newline, tab "
+                              "or control character)")
+    return named
 
 
 def load_model(name: str) -> ModelConfig:

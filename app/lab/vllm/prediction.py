@@ -110,8 +110,8 @@ def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: 
     if hardware is None:  # only the KV budget is read from it: a placeholder device that holds it
         if kv_memory is None:
             raise ConfigError("the server sized its cache from GPU memory and no hardware was given")
-        hardware = HardwareSpec(name="the server", memory_bytes=max(kv_memory, 1), memory_bandwidth_bytes_per_s=1.0,
-                                peak_flops={"bf16": 1.0})
+        hardware = HardwareSpec(name="the server", memory_bytes=max(kv_memory, 1), memory_bandwidth_bytes_per_s=1e12,
+                                peak_flops={"bf16": 1e15})
     args = EngineArgs(block_size=block_size, kv_cache_dtype=dtype, max_model_len=observed_max_model_len(cache_config),
                       kv_cache_memory_bytes=kv_memory, gpu_memory_utilization=utilization, tensor_parallel_size=1,
                       vllm_version=modelled_vllm_version(_version(version) or EngineArgs().vllm_version))
