@@ -177,3 +177,27 @@ def test_a_model_named_as_on_hugging_face_or_nearly_right_is_answered_with_the_p
     with pytest.raises(ConfigError) as far:
         load_model("zzzz")
     assert "did you mean" not in str(far.value)
+
+
+def test_a_device_or_calibration_that_would_give_astronomical_clocks_is_refused():
+    from kvscope.app.lab.presets import hardware_from_dict
+
+    base = {"name": "x", "memory_bytes": 80e9, "memory_bandwidth_bytes_per_s": 3e12, "peak_flops": {"bf16": 1e15}}
+    for changes, said in [({"memory_bandwidth_bytes_per_s": 1e-300}, "memory_bandwidth_bytes_per_s must be at least"),
+                          ({"peak_flops": {"bf16": 1e-300}}, "peak_flops.bf16 must be at least"),
+                          ({"calibration": {"label": "fit", "flops_efficiency": 1e-300}}, "flops_efficiency must be at least"),
+                          ({"calibration": {"label": "a\nb\x1b[2J"}}, "one line of text"),
+                          ({"name": "a\nb\x1b[2J"}, "one line of printable text")]:
+        with pytest.raises(ConfigError, match=said):
+            hardware_from_dict({**base, **changes}, "hardware preset x")
+    assert hardware_from_dict({**base, "calibration": {"label": "fit", "flops_efficiency": 0.3}}, "h").name == "x"
+
+
+def test_a_user_preset_that_is_not_a_regular_file_is_named_as_such(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "presets" / "models").mkdir(parents=True)
+    os.mkfifo(tmp_path / "presets" / "models" / "pipe.toml")
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_model("pipe")
