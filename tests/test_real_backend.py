@@ -203,6 +203,9 @@ def test_models_in_the_hugging_face_cache_are_discovered(tmp_path, model_dirs):
     assert found[0].weights_bytes > 0
     loaded = load_model_directory(found[0].path)
     assert loaded.config.model_type == "qwen2"
+    # an interrupted download: a shard whose link points at a blob never written is listed, not loadable
+    (snapshot / "model-00002-of-00002.safetensors").symlink_to(tmp_path / "blobs" / "missing")
+    assert [(m.name, m.supported) for m in discover_cached_models(tmp_path)] == [("acme/tiny", False)]
 
 
 def test_cli_real_run_verify_and_errors(tmp_path, model_dirs):

@@ -417,7 +417,11 @@ class EngineSession(Session):
         if reason is None:
             chat = self._config.workload.chat
             system = [{"role": "system", "content": chat.system_prompt}] if chat is not None else []
-            ids, rendered = self._chat.chat_prompt(system + [{"role": "user", "content": text.strip()}])
+            try:  # the template passed its trial at load; a typed conversation may still cross a bound
+                ids, rendered = self._chat.chat_prompt(system + [{"role": "user", "content": text.strip()}])
+            except ConfigError as exc:
+                self._pending.prompt_refused = str(exc)
+                return
             limit = engine.resolved.max_model_len
             room = limit - len(ids)
             needed = engine.kv.blocks_for_tokens(len(ids))

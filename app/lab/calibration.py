@@ -36,7 +36,13 @@ from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.checks import real_number, shown
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec
-from kvscope.engine.cost_model import MAX_EFFICIENCY, UNCALIBRATED, StepCostModel, check_calibration
+from kvscope.engine.cost_model import (
+    MAX_EFFICIENCY,
+    MIN_EFFICIENCY,
+    UNCALIBRATED,
+    StepCostModel,
+    check_calibration,
+)
 
 PROFILE_FORMAT = "kvscope-calibration"
 PROFILE_VERSION = 1
@@ -307,7 +313,8 @@ def read_profile(path: Path) -> dict:
     hint = "; run `kvscope calibrate` again or delete the file"
     data = read_capped(path, label, MAX_PROFILE_BYTES, "calibration profile")
     try:
-        profile = json.loads(data.decode("utf-8"))
+        # utf-8-sig: an editor's byte-order mark is taken, as presets, config.json and traces take it
+        profile = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{label}: not a JSON calibration profile ({str(exc)[:120]}){hint}") from None
     except ValueError as exc:  # a number Python will not hold (more than 4,300 digits)
@@ -323,9 +330,24 @@ def read_profile(path: Path) -> dict:
         raise ConfigError(f"{label}: no calibration table{hint}")
     try:
         profile["calibration"] = check_calibration(profile["calibration"], label)
+        _check_measured_on(profile.get("measured_on"), f"{label}: measured_on")
     except ConfigError as exc:
         raise ConfigError(f"{exc}{hint}") from None
     return profile
+
+
+def _check_measured_on(measured_on, what: str) -> None:
+    """The fields the calibration is restated with: a table, its peak_dtype a dtype's name (not a
+    list or a table), its peak_flops a rate. Other fields (the model, the device) are only shown."""
+    if measured_on is None:
+        return
+    if not isinstance(measured_on, dict):
+        raise ConfigError(f"{what} must be a table of what the fit ran on, got {shown(measured_on)}")
+    dtype = measured_on.get("peak_dtype", "fp32")
+    if not isinstance(dtype, str) or dtype not in WEIGHT_DTYPE_BYTES:
+        raise ConfigError(f"{what}.peak_dtype must be one of {', '.join(WEIGHT_DTYPE_BYTES)}, got {shown(dtype)}")
+    if measured_on.get("peak_flops") is not None:
+        real_number(measured_on["peak_flops"], f"{what}.peak_flops", 0.0, low_open=True)
 
 
 # Until 2026-11-27 a CPU's peak was a flat estimate of 50 GFLOP/s a core for every dtype; a CPU
@@ -333,6 +355,13 @@ def read_profile(path: Path) -> dict:
 LEGACY_CPU_FLOPS_PER_CORE = 50e9
 # A stored peak this far from today's estimate for the same machine is not this machine's.
 PEAK_MISMATCH = 100.0
+
+
+def _efficiency_in_range(value: float, what: str) -> None:
+    """The range check_calibration holds a stored efficiency to, for one computed from it."""
+    if not MIN_EFFICIENCY <= value <= MAX_EFFICIENCY:
+        raise ConfigError(f"{what} must be from {MIN_EFFICIENCY:g} to {MAX_EFFICIENCY:g} (a share of the peak "
+                          f"rate), got {value:.3g}")
 
 
 def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) -> dict | None:
@@ -345,7 +374,7 @@ def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) 
         return None
     profile = read_profile(path)
     calibration = profile["calibration"]
-    measured_on = profile.get("measured_on") if isinstance(profile.get("measured_on"), dict) else {}
+    measured_on = profile.get("measured_on") or {}  # read_profile checked it is a table
     fitted_peak, dtype = measured_on.get("peak_flops"), measured_on.get("peak_dtype", "fp32")
     cores = re.fullmatch(r"cpu-.*-(\d+)cores", machine)
     if fitted_peak is None and cores:
@@ -353,15 +382,17 @@ def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) 
     if hardware is None or fitted_peak is None:
         return calibration
     label = f"calibration profile {path}: measured_on"
-    if dtype not in WEIGHT_DTYPE_BYTES:
-        raise ConfigError(f"{label}.peak_dtype must be one of {', '.join(WEIGHT_DTYPE_BYTES)}, got {shown(dtype)}; "
-                          "run `kvscope calibrate` again or delete the file")
     now = hardware.flops_for(dtype)
     try:  # bounded by today's estimate: a peak 100x away from it was not measured on this machine
         fitted_peak = real_number(fitted_peak, f"{label}.peak_flops", now / PEAK_MISMATCH, now * PEAK_MISMATCH)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; run `kvscope calibrate` again or delete the file") from None
     efficiency = min(MAX_EFFICIENCY, calibration["flops_efficiency"] * fitted_peak / now)
+    try:  # restated against a peak up to 100x off, a small efficiency can fall out of the range
+        _efficiency_in_range(efficiency, f"calibration profile {path}: its flops_efficiency restated against "
+                                         f"this machine's {dtype} peak of {now:.3g} FLOP/s")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; run `kvscope calibrate` again or delete the file") from None
     return {**calibration, "flops_efficiency": efficiency}
 
 

@@ -28,7 +28,15 @@ def load_for_real_backend(model_preset: str | None = None, model_path: str | Non
         return load_model_directory(model_path, device, dtype, quantization, allow_pickle)
     model_preset = model_preset or DEFAULT_REAL_MODEL
     if architecture is None and model_preset == TRAINED_MODEL.name:
-        return load_model_directory(ensure_trained_model(progress), device, dtype, quantization)
+        directory = ensure_trained_model(progress)
+        try:
+            return load_model_directory(directory, device, dtype, quantization)
+        except ConfigError as exc:
+            if str(directory) not in str(exc):  # the device, the memory: not the copy's fault
+                raise
+            # kvscope wrote that folder: what it can do about a damaged one is the user's next step
+            raise ConfigError(f"{exc}; it is kvscope's converted copy of {TRAINED_MODEL.name}: delete {directory} "
+                              "and kvscope converts it again") from None
     shape = architecture or load_model(model_preset)
     check_weights_fit(shape, resolve_device(device), "fp32")  # random weights are built in fp32
     directory = ensure_random_model(shape)

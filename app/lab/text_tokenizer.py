@@ -1,23 +1,28 @@
 """A model's tokenizer as text requests use it: chat messages in, token ids out, the tokens that
 end an answer, and a TextStream per answer. The engine never sees any of this: it gets token ids
-and a set of stop ids."""
+and a set of stop ids. The chat template is rendered by chat_template.py, bounded."""
 
 from __future__ import annotations
 
+from kvscope.app.lab.chat_template import PROBES, ChatTemplate, template_source
 from kvscope.app.lab.text_stream import TextStream
+from kvscope.engine.config import ConfigError
 
 SIMULATED_HAS_NO_TEXT = ("the simulated backend has no model to answer with: it prices steps and samples "
                          "placeholder tokens; choose the real backend with a trained model to send text")
 
-
 class ChatTokenizer:
-    def __init__(self, tokenizer, stop_token_ids, model_name: str = "the model"):
+    def __init__(self, tokenizer, stop_token_ids, model_name: str = "the model", template=None):
         self.tokenizer = tokenizer
         self.stop_token_ids = frozenset(stop_token_ids)
         self.model_name = model_name
+        # None: the tokenizer's own apply_chat_template (a stand-in tokenizer of a test)
+        self.template = template
 
     def render(self, messages: list[dict]) -> str:
         """The prompt as the model reads it: the chat template applied, ready for the answer."""
+        if self.template is not None:
+            return self.template.render(messages)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def encode(self, text: str) -> list[int]:
@@ -46,7 +51,9 @@ def _as_ids(value) -> set[int]:
 def chat_tokenizer_for(loaded) -> ChatTokenizer | None:
     """The loaded model's tokenizer if it can hold a conversation (it has a chat template), else None.
     Generation ends on the tokenizer's end-of-sequence token and on every one generation_config.json
-    names (chat models often end a turn on a token of their own, such as <|im_end|> or <|eot_id|>)."""
+    names (chat models often end a turn on a token of their own, such as <|im_end|> or <|eot_id|>).
+    The template is compiled and tried on a short conversation here, once: a template that cannot
+    render one is a ConfigError naming it, before any request is made."""
     tokenizer = getattr(loaded, "tokenizer", None)
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return None
@@ -55,7 +62,23 @@ def chat_tokenizer_for(loaded) -> ChatTokenizer | None:
     stops |= _as_ids(getattr(generation, "eos_token_id", None))
     if not stops:
         return None  # nothing could end an answer but its length: not a chat model kvscope can show
-    return ChatTokenizer(tokenizer, stops, loaded.config.name)
+    source = template_source(getattr(loaded, "path", None))
+    text = tokenizer.chat_template
+    if isinstance(text, dict):  # named templates: the one apply_chat_template uses without tools
+        text = text.get("default")
+    if not isinstance(text, str):
+        raise ConfigError(f"{source} must be the template's text, got {type(text).__name__}")
+    template = ChatTemplate(text, source, getattr(tokenizer, "special_tokens_map", {}) or {})
+    failures = []
+    for probe in PROBES:
+        try:
+            template.render(probe, f"a conversation of {len(probe)} message(s) it is tried on")
+            break
+        except ConfigError as exc:
+            failures.append(exc)
+    else:
+        raise failures[0]
+    return ChatTokenizer(tokenizer, stops, loaded.config.name, template)
 
 
 def why_no_text(backend: str, loaded=None) -> str:

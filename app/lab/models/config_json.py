@@ -106,7 +106,7 @@ def _experts(cfg: dict, model_type: str) -> dict:
         return {}
     per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
     # Mixtral and gpt-oss give the expert MLP as intermediate_size and have no dense layers
-    size = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+    size = _given_or(cfg, "moe_intermediate_size", cfg.get("intermediate_size"))
     shared = cfg.get("shared_expert_intermediate_size") or 0
     if cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of moe_intermediate_size
         shared = cfg["n_shared_experts"] * (cfg.get("moe_intermediate_size") or 0)
@@ -161,7 +161,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "num_key_value_heads": _given_or(cfg, "num_key_value_heads", heads),
         "head_dim": head_dim,
         "hidden_size": hidden,
-        "intermediate_size": cfg.get("intermediate_size") or 4 * hidden,
+        # absent (or null): 4 x hidden_size; a 0 given is refused, not sized as an MLP the file does not have
+        "intermediate_size": _given_or(cfg, "intermediate_size", 4 * hidden if isinstance(hidden, int) else 0),
         "vocab_size": cfg["vocab_size"],
         "max_position_embeddings": positions,
         "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,

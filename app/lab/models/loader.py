@@ -194,6 +194,8 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
         raise ConfigError(f"unknown quantization {quantization!r}; choose {', '.join(QUANTIZATIONS)}")
 
     check_weights_fit(model_config, dev, dtype, quantization)
+    tokenizer = _tokenizer(path)  # before the weights: a damaged tokenizer is said in a second, not after a load
+    check_tokenizer_fits(tokenizer, model_config, path)
 
     # ignore_mismatched_sizes: a parameter of another shape is reported, by name, by check_weights_match
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=not allow_pickle or None,
@@ -217,7 +219,7 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
                   f"embeddings, norms and LM head {dtype})")
     loaded_config = model_config.replace(weight_dtype=quantization or dtype, weights_bytes=measured_weights_bytes(hf_model),
                                          weights_source=source, source=f"local model directory {path}")
-    return LoadedModel(hf_model, _tokenizer(path), loaded_config, path, dev, random_weights, quantization)
+    return LoadedModel(hf_model, tokenizer, loaded_config, path, dev, random_weights, quantization)
 
 
 def measured_weights_bytes(hf_model) -> int:
@@ -280,15 +282,50 @@ def _bitsandbytes_config(quantization: str, device, dtype: str):
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=_TORCH_DTYPES[dtype])
 
 
+# tokenizer.json of the largest vocabularies (Gemma's 256,000 tokens and merges) is about 35 MB
+MAX_TOKENIZER_BYTES = 256 * 1024**2
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
 def _tokenizer(path: Path):
+    """The folder's tokenizer, or None when it has none. Its JSON files are read first, bounded and
+    depth-capped, each a JSON object, so that transformers never parses a file nested 100,000 deep
+    nor meets a list where it indexes a table (a TypeError from inside it); any other failure to
+    load is a ConfigError naming the files, not a model run silently without its tokenizer."""
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
+    present = [f for f in _TOKENIZER_FILES if (path / f).exists()]
+    for name in present:
+        label = f"model directory {path}: {name}"
+        data = load_json(read_capped(path / name, label, MAX_TOKENIZER_BYTES, name), label)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{label}: expected a JSON object of the tokenizer's fields, got {shown(data)}")
     try:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError):
-        return None
+    except Exception as exc:  # noqa: BLE001 - a damaged tokenizer file raises anything from inside transformers
+        if isinstance(exc, ImportError) or "install" in str(exc).lower():
+            return None  # a library it needs (sentencepiece) is not here: the model runs, without text, as before
+        files = ", ".join(present or ["tokenizer.model"])
+        raise ConfigError(f"model directory {path}: its tokenizer ({files}) cannot load: {_first_line(exc)}") from None
+
+
+def check_tokenizer_fits(tokenizer, model: ModelConfig, path: Path) -> None:
+    """Every id the tokenizer can give must have a row in the model's embedding: a prompt holding
+    a larger one fails inside the first forward (an IndexError) instead of being refused here."""
+    if tokenizer is None:
+        return
+    try:
+        ids = [i for i in tokenizer.get_vocab().values() if isinstance(i, int)]
+    except Exception as exc:  # noqa: BLE001 - a tokenizer object of a kind kvscope has not met
+        raise ConfigError(f"model directory {path}: its tokenizer cannot list its vocabulary: {_first_line(exc)}") \
+            from None
+    largest = max(ids, default=-1)
+    if largest >= model.vocab_size:
+        raise ConfigError(f"model directory {path}: its tokenizer has ids up to {largest:,}, but the model's "
+                          f"vocabulary (config.json vocab_size) holds {model.vocab_size:,} (ids 0 to "
+                          f"{model.vocab_size - 1:,}): the tokenizer is not this model's")
 
 
 def hf_cache_root() -> Path:
@@ -314,9 +351,11 @@ def discover_cached_models(root: Path | None = None) -> list[CachedModel]:
     if not root.is_dir():
         return found
     for repo in sorted(root.glob("models--*")):
-        snapshots = sorted((repo / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime)
-        if not snapshots:
+        # The cache's files are links into its blobs: an interrupted download leaves some dangling.
+        dated = [(st.st_mtime, p) for p in (repo / "snapshots").glob("*/config.json") if (st := _stat(p))]
+        if not dated:
             continue
+        snapshots = [p for _, p in sorted(dated)]
         snapshot = snapshots[-1].parent
         try:
             cfg = load_json(read_capped(snapshots[-1], str(snapshots[-1]), MAX_CONFIG_BYTES, "config.json"), "")
@@ -327,7 +366,16 @@ def discover_cached_models(root: Path | None = None) -> list[CachedModel]:
         archs = cfg.get("architectures")
         arch = ",".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ""
         arch = arch or str(cfg.get("model_type", "?"))
-        size = sum(p.stat().st_size for p in snapshot.glob("*.safetensors"))
+        shards = [_stat(p) for p in snapshot.glob("*.safetensors")]
+        size = sum(st.st_size for st in shards if st)
+        complete = size > 0 and all(shards)  # a shard missing: the model cannot load
         name = repo.name[len("models--"):].replace("--", "/")
-        found.append(CachedModel(name, snapshot, arch, size, arch in SUPPORTED_ARCHITECTURES and size > 0))
+        found.append(CachedModel(name, snapshot, arch, size, arch in SUPPORTED_ARCHITECTURES and complete))
     return found
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:  # a dangling link, a file removed meanwhile
+        return None

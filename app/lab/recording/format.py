@@ -41,6 +41,9 @@ COMPRESS_LEVEL = 1  # zlib: higher levels cost several times the time for a few 
 # (engine/checks.py MAX_NUM_BLOCKS blocks of 23 bytes) is about 100 MB, a chunk of steps less. A
 # record claiming more is refused before it is inflated further: a zlib bomb costs no memory.
 MAX_RECORD_BYTES = 512 * 1024**2
+# ... and stored: zlib's worst case for that much incompressible data (its compressBound). A frame
+# claiming more is refused before it is read: the claim costs a hostile file nothing (a sparse file).
+MAX_STORED_BYTES = MAX_RECORD_BYTES + (MAX_RECORD_BYTES >> 12) + (MAX_RECORD_BYTES >> 14) + 64
 
 BLOCK_FIELDS = ("owner", "state", "ref_cnt", "fill", "hash")
 BLOCK_DTYPES = {"owner": np.int64, "state": np.uint8, "ref_cnt": np.int32, "fill": np.uint16, "hash": np.uint64}
@@ -126,9 +129,13 @@ def inflate(data: bytes, where: str, limit: int | None = None) -> bytes:
     return out
 
 
-def decode_payload(payload: bytes, where: str) -> tuple[dict, dict]:
+def decode_payload(payload: bytes, where: str, head_only: bool = False,
+                   max_count: int | None = None) -> tuple[dict, dict]:
     """(head, arrays); arrays come back in the dtypes the writer had (views of the payload when
-    stored as they were)."""
+    stored as they were). head_only: the arrays are not decoded ({}). Every array is checked before
+    any is made: each holds at most max_count entries, and all of them restored at most
+    MAX_RECORD_BYTES, as much as a record may hold. The head alone can claim more: 500 MB of zeros
+    inflate from 500 KB, and restored as float64 (or summed as deltas to int64) they are 4 GB."""
     try:
         (head_len,) = struct.unpack_from("<I", payload, 0)
         if 4 + head_len > len(payload):
@@ -137,10 +144,12 @@ def decode_payload(payload: bytes, where: str) -> tuple[dict, dict]:
         if not isinstance(head, dict) or nesting_depth(head) > MAX_JSON_DEPTH:
             raise ValueError("its head is not a JSON object of fields")
         base = 4 + head_len
-        arrays = {}
         specs = head.get("arrays", {})
         if not isinstance(specs, dict):
             raise ValueError("its arrays are not a table")
+        if head_only:
+            return head, {}
+        plan, restored_bytes = [], 0
         for name, spec in specs.items():
             dtype = np.dtype(spec["dtype"])
             if dtype.kind not in "biuf":
@@ -148,13 +157,25 @@ def decode_payload(payload: bytes, where: str) -> tuple[dict, dict]:
             count, offset = int(spec["count"]), int(spec["offset"])
             if count < 0 or offset < 0 or base + offset + count * dtype.itemsize > len(payload):
                 raise ValueError(f"array {name} runs past the end of the record")
+            if max_count is not None and count > max_count:
+                raise ValueError(f"array {name} has {count:,} entries, more than the {max_count:,} it can have")
+            restored = np.dtype(spec["as"]) if "as" in spec else None
+            if restored is not None and restored.kind not in "biuf":
+                raise ValueError(f"array {name} is restored as {restored}")
+            delta = bool(spec.get("delta"))
+            # a view costs nothing now, but the views of one payload may overlap, and a concatenation copies them
+            widest = max(dtype.itemsize, 8 if delta else 0, restored.itemsize if restored is not None else 0)
+            restored_bytes += count * widest
+            if restored_bytes > MAX_RECORD_BYTES:
+                raise ValueError(f"its arrays restore to more than {MAX_RECORD_BYTES:,} bytes, more than any record "
+                                 "kvscope writes")
+            plan.append((name, dtype, count, offset, delta, restored))
+        arrays = {}
+        for name, dtype, count, offset, delta, restored in plan:
             values = np.frombuffer(payload, dtype=dtype, count=count, offset=base + offset)
-            if spec.get("delta"):
+            if delta:
                 values = np.cumsum(values, dtype=np.int64)
-            if "as" in spec:
-                restored = np.dtype(spec["as"])
-                if restored.kind not in "biuf":
-                    raise ValueError(f"array {name} is restored as {restored}")
+            if restored is not None:
                 values = values.astype(restored)
             arrays[name] = values
     except RecursionError:

@@ -13,6 +13,8 @@ import threading
 import zlib
 from pathlib import Path
 
+import numpy as np
+
 from kvscope.app.lab.recording.format import (
     DELTAS,
     FILE_HEADER,
@@ -23,6 +25,7 @@ from kvscope.app.lab.recording.format import (
     HEADER,
     INDEX,
     KEYFRAME,
+    MAX_STORED_BYTES,
     RECORD_NAMES,
     SIGNATURE,
     SOURCE_ATTACH,
@@ -112,7 +115,10 @@ def open_records(path, allow_truncated: bool = False) -> OpenedFile:
             entries, index_head, warning = reader.scan(allow_truncated)  # checks every checksum on the way
         if not entries or entries[0].type != HEADER:
             raise RecordingError(f"{name}: its first record is not a header: the file is corrupt")
-        header, _ = decode_payload(reader.payload(entries[0]), f"{name}: record 0 (the header)")
+        header, _ = decode_payload(reader.payload(entries[0]), f"{name}: record 0 (the header)", head_only=True)
+        if header.get("arrays"):  # never written: arrays there are a forgery's, unread but for their size
+            raise RecordingError(f"{name}: record 0 (the header) holds arrays, which a header never has: "
+                                 "the file is corrupt")
         header = check_header(header, name, (major, minor))
         return OpenedFile(handle, reader, header, entries, index_head, warning, size)
     except BaseException:
@@ -159,6 +165,9 @@ class _RecordReader:
                          f"at byte {entry.offset:,})")
         if entry.offset + FRAME.size + length > self.size:  # said before reading: a claimed length costs nothing
             raise RecordingError(f"{self.name} is truncated: {what} ends past the end of the file at byte {self.size:,}")
+        if length > MAX_STORED_BYTES:  # a sparse file can be that long and cost its maker nothing
+            raise RecordingError(f"{self.name}: {what} claims {length:,} bytes, more than the {MAX_STORED_BYTES:,} "
+                                 "a record may take: the file is corrupt")
         data = self._read(entry.offset + FRAME.size, length)
         if len(data) < length:
             raise RecordingError(f"{self.name} is truncated: {what} ends past the end of the file at byte {self.size:,}")
@@ -190,15 +199,32 @@ class _RecordReader:
         if record_type != INDEX:
             raise RecordingError(f"{self.name}: the trailer points at byte {index_offset:,}, which holds no index "
                                  "record: the file is corrupt")
-        head, a = decode_payload(self.payload(probe, label), f"{self.name}: {label}")
+        # Each record takes at least its frame: an index listing more than the bytes before it hold
+        # is refused before its entries are made (10,000,000 of them fit in a 100 KB file's index).
+        most = (index_offset - FILE_HEADER.size) // FRAME.size
+        payload = self.payload(probe, label)
+        head, _ = decode_payload(payload, f"{self.name}: {label}", head_only=True)
+        listed = head["arrays"].get("record.type") if isinstance(head.get("arrays"), dict) else None
+        claimed = listed.get("count") if isinstance(listed, dict) else None
+        if isinstance(claimed, int) and claimed > most:
+            raise RecordingError(f"{self.name}: {label} lists {claimed:,} records, more than the {most:,} that the "
+                                 f"{index_offset - FILE_HEADER.size:,} bytes before it can hold ({FRAME.size} bytes "
+                                 "each at least): the file is corrupt")
+        head, a = decode_payload(payload, f"{self.name}: {label}", max_count=most)
         columns = [a.get(f"record.{name}") for name in ("type", "offset", "first", "count")]
-        if any(c is None for c in columns) or len({len(c) for c in columns}) != 1:
+        if (any(c is None or c.dtype.kind not in "iu" for c in columns) or len({len(c) for c in columns}) != 1
+                or not len(columns[0])):
             raise RecordingError(f"{self.name}: {label} is malformed: the file is corrupt")
+        types, offsets = columns[0], columns[1].astype(np.int64)
+        if int(types[0]) != HEADER or int(offsets[0]) != FILE_HEADER.size:
+            raise RecordingError(f"{self.name}: {label} does not list the header as its first record: "
+                                 "the file is corrupt")
+        # in file order, a frame apart at least, and before the index: checked whole, before the walk
+        if (np.diff(offsets) < FRAME.size).any() or int(offsets[-1]) > index_offset - FRAME.size:
+            raise RecordingError(f"{self.name}: the index lists records out of order or outside the records "
+                                 f"(before byte {index_offset:,}): the file is corrupt")
         entries = [RecordEntry(n, t, o, f, c) for n, (t, o, f, c) in enumerate(zip(*(c.tolist() for c in columns)))]
         for entry in entries:
-            if not FILE_HEADER.size <= entry.offset < index_offset:
-                raise RecordingError(f"{self.name}: the index points at byte {entry.offset:,}, outside the records: "
-                                     "the file is corrupt")
             whole(entry.first, f"{self.name}: {label} entry {entry.number}: first step", 0)
             whole(entry.count, f"{self.name}: {label} entry {entry.number}: step count", 0)
         return entries, head
@@ -226,7 +252,7 @@ class _RecordReader:
             entry = RecordEntry(number, record_type, offset, 0, 0)
             if record_type in (STEPS, DELTAS, KEYFRAME, INDEX):
                 where = f"{self.name}: record {number}"
-                head, _ = decode_payload(self.payload(entry), where)
+                head, _ = decode_payload(self.payload(entry), where, head_only=True)
                 if record_type == KEYFRAME:
                     entry = dataclasses.replace(entry, first=whole(head.get("position"), f"{where}: position", 0))
                 elif record_type in (STEPS, DELTAS):
