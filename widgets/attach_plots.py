@@ -13,6 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.view_limits import limit_zoom
 
 TIME_LABEL = "seconds since attaching"
 # plot -> (title, y label, [(series key, legend, theme colour, dashed)])
@@ -51,6 +52,7 @@ class AttachPlots(QWidget):
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).enableAutoSIPrefix(False)  # the unit is in the label
             plot.addLegend(offset=(4, 2), labelTextSize="8pt")
+            limit_zoom(plot)  # zoomed far out, its curves' downsampling raised from every repaint
             for key, legend, colour, dashed in curves:
                 self.curves[key] = plot.plot([], [], name=legend, connect="finite")
                 self._styles[key] = (colour, dashed)

@@ -18,6 +18,7 @@ from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.live_plots import let_title_shrink, sticky_range
 from kvscope.widgets.minmax_decimation import decimate_minmax
 from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.view_limits import limit_zoom
 
 # plot key -> (title, y axis label)
 PLOTS = {
@@ -68,7 +69,7 @@ class ComparePlots(QWidget):
             plot.getAxis("bottom").enableAutoSIPrefix(False)
             plot.setMenuEnabled(False)
             plot.hideButtons()
-            plot.setLimits(yMin=0)
+            limit_zoom(plot)  # from 0; finite both ways (widgets/view_limits.py)
             # sticky ranges (live_plots.sticky_range): an axis that moved every frame regenerated
             # its ticks and re-laid-out the plots, ~16 ms of a comparison's 16 ms frame
             plot.enableAutoRange(x=False, y=False)

@@ -22,6 +22,7 @@ from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.throttle import Throttle
 from kvscope.widgets.trailing_mean import GAP_MIN_S, TrailingMean
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
+from kvscope.widgets.view_limits import limit_zoom
 
 TIME_LABEL = "engine clock (s)"
 LOG_FLOOR_S = 1e-3  # on the log latency axis, shorter times (a zero queue time) are drawn here
@@ -266,11 +267,12 @@ class LivePlots(QWidget):
             let_title_shrink(plot.titleLabel)
 
         for name in ("requests", "throughput", "preemptions"):  # counts and rates: never below zero
-            self.plots[name].setLimits(yMin=0)
+            limit_zoom(self.plots[name])
         kv = self.plots["kv"]
         kv.setYRange(-8, 118, padding=0)  # room for the "0" tick label
         kv.enableAutoRange(axis="y", enable=False)
-        kv.setLimits(yMin=-10, yMax=200)
+        limit_zoom(kv, y_min=-10, y_max=200)
+        self._limit_latency_zoom()
         kv.vb.setToolTip(COMPUTE_TIP)
         self.plots["latency"].vb.setToolTip(LATENCY_TIP)
         # The wall is named in the legend, not on the plot: a label on the line covered the KV curve
@@ -545,6 +547,10 @@ class LivePlots(QWidget):
             self.latency_shown, self.latency_total = shown, total
             self._update_title("latency")
 
+    def _limit_latency_zoom(self) -> None:
+        """In log mode the view's y is log10 of seconds: 0.1 ms to 1e10 s; else seconds from 0."""
+        limit_zoom(self.plots["latency"], *((-4.0, 10.0) if self.latency_log_y else (0.0, 1e10)))
+
     def _set_latency_log(self, on: bool) -> None:
         plot = self.plots["latency"]
         if on == self.latency_log_y and plot.ctrl.logYCheck.isChecked() == on:
@@ -552,5 +558,6 @@ class LivePlots(QWidget):
         self.latency_log_y = on
         self._shown_y.pop("latency", None)  # log units: the shown range means something else now
         plot.setLogMode(x=False, y=on)
+        self._limit_latency_zoom()
         plot.setLabel("left", "s (log)" if on else Y_LABELS["latency"])
         self._update_title("latency")

@@ -12,7 +12,6 @@ from html import escape
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.widgets.guess_box import GuessBox
 from kvscope.widgets.palette import DARK, Theme, hex_color
 
 
@@ -47,10 +47,15 @@ class ScenarioPanel(QFrame):
         self.question.setWordWrap(True)
         self.question.setTextFormat(Qt.RichText)
 
-        self.guess_number = QDoubleSpinBox()
-        self.guess_number.setKeyboardTracking(False)
+        self.guess_number = GuessBox()
         self.guess_number.setToolTip("your prediction, in the unit shown; Enter commits it and runs")
         self.guess_number.lineEdit().returnPressed.connect(self.commit)
+        self.guess_number.refused.connect(self.say_refused)
+        self.guess_number.lineEdit().textEdited.connect(lambda _text: self.say_refused(""))
+        # why a typed guess was not taken, beside the box (the box keeps the text, to be mended)
+        self.guess_notice = QLabel()
+        self.guess_notice.setWordWrap(True)
+        self.guess_notice.hide()
         self.guess_choice = QComboBox()
         self.guess_choice.setToolTip("your prediction; the run reveals the measured answer")
         self.commit_button = QPushButton("Commit guess and run")
@@ -71,6 +76,7 @@ class ScenarioPanel(QFrame):
         guess.addWidget(self.guess_number)
         guess.addWidget(self.guess_choice)
         guess.addWidget(self.commit_button)
+        guess.addWidget(self.guess_notice, 1)
         guess.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
@@ -112,6 +118,7 @@ class ScenarioPanel(QFrame):
         self.commit_button.setText("Commit guess and run")
         self.reveal.clear()
         self.reveal.hide()
+        self.say_refused("")
         self.caption.setVisible(bool(self.caption.text()))
 
     def guess_value(self):
@@ -120,9 +127,23 @@ class ScenarioPanel(QFrame):
     def guess_text(self) -> str:
         return self.guess_choice.currentText() if self._kind == "choice" else self.guess_number.text()
 
-    def commit(self) -> None:
+    def say_refused(self, reason: str) -> None:
+        """Why the typed guess was not taken, beside the box; "" hides it."""
+        self.guess_notice.setText(reason)
+        self.guess_notice.setVisible(bool(reason))
+
+    def commit(self) -> bool:
+        """Lock in the guess and say so (guess_committed); a number the box cannot take as typed is
+        not committed: the reason shows beside the box. True if a guess is (now) committed."""
         if self.committed_guess is not None:
-            return
+            return True
+        if self._kind == "number":
+            why = self.guess_number.problem()
+            if why is not None:
+                self.say_refused(why)
+                return False
+            self.guess_number.interpretText()  # typed and not yet taken (no Enter, no focus change)
+        self.say_refused("")
         self.committed_guess = self.guess_value()
         self.guess_number.setEnabled(False)
         self.guess_choice.setEnabled(False)
@@ -130,6 +151,7 @@ class ScenarioPanel(QFrame):
         self.commit_button.setText(f"Guess locked: {self.guess_text()}")
         self.caption.hide()  # read before the run; while it runs the block maps need the room
         self.guess_committed.emit(self.committed_guess)
+        return True
 
     def show_reveal(self, answer: str, verdict: str, lesson: str = "", source: str = "") -> None:
         """answer: the measured value with its unit; source: where the run measured it; verdict: how
@@ -144,5 +166,6 @@ class ScenarioPanel(QFrame):
     def set_theme(self, theme: Theme) -> None:
         self._theme = theme
         self.question.setStyleSheet(f"color: {hex_color(theme.accent)};")
+        self.guess_notice.setStyleSheet(f"color: {hex_color(theme.warning)};")
         if self.reveal.isVisible() and self.reveal.text():
             self.reveal.setText(self.reveal.text())

@@ -259,13 +259,16 @@ def run(args) -> int:
     window.resize(*(args.size or default_size(app.primaryScreen().availableGeometry())))
     window.show()
     window.arrange_docks()
+    if args.size is not None and not getattr(args, "demo", False):  # demo mode is fullscreen whatever the size
+        refuse_size_below_minimum(window, args.size)
     if getattr(args, "demo", False):
         window.toggle_demo()
     failures = []
     if args.quit_after is not None:
         def finish():
             if args.screenshot:
-                failures.extend(save_screenshot(window, args.screenshot))
+                failures.extend(grown_past(window, args.size, getattr(args, "demo", False))
+                                or save_screenshot(window, args.screenshot))
             window.close()
             app.quit()
 
@@ -282,6 +285,28 @@ def run(args) -> int:
     if failures:
         raise ConfigError(failures[0])
     return code
+
+
+def refuse_size_below_minimum(window, size: tuple[int, int]) -> None:
+    """--size smaller than the window can be: Qt quietly made it its minimum instead (320x240 gave a
+    742x636 screenshot). The minimum is the laid-out window's (its docks and panels at this font),
+    known only once it is built and arranged (below 900 px high the docks share one column)."""
+    window.resize(*size)  # again: arranged for a short window (docks in one column), it may take less room
+    window.layout().activate()
+    least = window.minimumSize().expandedTo(window.minimumSizeHint())
+    if least.width() > size[0] or least.height() > size[1]:
+        window.close()
+        raise ConfigError(f"--size {size[0]}x{size[1]}: the window cannot be smaller than "
+                          f"{least.width()}x{least.height()} (its panels and docks need the room); give at least that")
+
+
+def grown_past(window, size: tuple[int, int] | None, demo: bool) -> list[str]:
+    """[why not] when the window is now larger than --size: a panel's minimum grew once the engine
+    reported (the memory bar's rows, the prompt box), and the screenshot would not be the size asked."""
+    if size is None or demo or (window.width() <= size[0] and window.height() <= size[1]):
+        return []
+    return [f"--size {size[0]}x{size[1]}: the window grew to {window.width()}x{window.height()} once its panels "
+            "filled (its minimum with this run); no screenshot was saved: give at least that"]
 
 
 def check_screenshot_target(path: str) -> None:

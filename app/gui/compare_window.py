@@ -352,7 +352,8 @@ class CompareView(QWidget):
         if self.host is None or self.done:
             return
         if self.scenario is not None and self.panel.committed_guess is None:
-            self.panel.commit()
+            if not self.panel.commit():  # a typed guess the box cannot take: it says why, nothing runs
+                return
             self.host.pause()  # the guess is locked; the audience steps through by hand
         self.host.step_once()
         self._set_playing(False)

@@ -9,6 +9,7 @@ refused, as the commands refuse `kvscope export run.kvrec --perfetto run.kvrec`.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -26,13 +27,40 @@ def default_name(title: str, suffix: str) -> str:
     return f"kvscope-{slug}{suffix}"
 
 
+FOLDER_FILES_CHECKED = 1000  # a model folder holds tens of files; past this many the rest are not compared
+
+
+def shown_name(path) -> str:
+    """A file's name for a message: a 300-character name would fill the dialog and hide the reason."""
+    name = Path(path).name
+    return name if len(name) <= 60 else f"{name[:30]}...{name[-20:]} ({len(name):,} characters)"
+
+
+def files_read(files: dict, folders: dict) -> dict:
+    """{what: path} of the files a run reads: files ({what: path or None}) as given, and the files
+    directly in each folder ({what: folder or None}), named "<what>'s <file name>": a recording
+    written over a model's weights destroys them as surely as one over its config.json."""
+    read = {what: path for what, path in files.items() if path}
+    for what, folder in folders.items():
+        if not folder:
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                for _, entry in zip(range(FOLDER_FILES_CHECKED), entries):
+                    read.setdefault(f"{what}'s {entry.name}", entry.path)
+        except OSError:  # gone or unreadable since it was opened: the run cannot read it either
+            continue
+    return read
+
+
 def writable(path, inputs: dict | None = None) -> Path:
     """path, if a file can be written there and is none of inputs ({what: path}, the files the
     window reads); else ExportError with the reason."""
     try:
         check_output_path("export to", str(path), inputs)
     except ConfigError as exc:
-        raise ExportError(str(exc).removeprefix("export to ")) from None
+        # the shared check speaks of a command's inputs; here they are the window's
+        raise ExportError(str(exc).removeprefix("export to ").replace("this command reads", "the window reads")) from None
     return Path(path)
 
 

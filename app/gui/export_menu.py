@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMessageBox
 
-from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto, writable
+from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto, files_read, writable
 from kvscope.app.gui.view_export import CSV_FORMAT, PLOT_FORMATS, PNG_FORMAT, export_plot, export_widget_png
 from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
 from kvscope.widgets.live_plots import TITLES as PLOT_TITLES
@@ -52,10 +52,14 @@ class ExportMenu:
         self.actions[key] = action
 
     def inputs(self) -> dict:
-        """The files the window reads ({what: path}): the open recording, the trace, a config.json."""
-        settings = self.window.settings
-        return {"recording": self.window.replay_path, "trace": settings.trace_path,
-                "config.json": settings.config_path}
+        """The files the window reads ({what: path}): the open recording, the trace, a config.json, a
+        model folder's files; those the form has selected and those the running engine was built from
+        (the form may have moved on to others since the last Apply)."""
+        settings, config = self.window.settings, self.window.config
+        return files_read(
+            {"recording": self.window.replay_path, "trace": settings.trace_path, "config.json": settings.config_path,
+             "running trace": getattr(getattr(config, "workload", None), "trace_path", None)},
+            {"model folder": settings.model_path, "running model folder": getattr(config, "model_path", None)})
 
     def _save(self, title: str, default: str, formats: str, work) -> bool:
         """Ask for a path (the window's dialog, which tests replace), write it, report the outcome."""

@@ -9,7 +9,6 @@ menus.py, File > Export works in export_menu.py, the Settings dock in settings_f
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QTabWidget, QToolBar
@@ -21,10 +20,10 @@ from kvscope.widgets.replay_scrubber import ReplayScrubber
 from kvscope.widgets.settings_panel import SettingsPanel
 from kvscope.widgets.throttled_label import ThrottledLabel
 
-from kvscope.app.gui import menus, panels
+from kvscope.app.gui import menus, panels, recording_control
 from kvscope.app.gui.app_theme import apply_theme
+from kvscope.app.gui.build_failure import BuildWatch
 from kvscope.app.gui.demo_mode import DemoMode
-from kvscope.app.gui.export_files import ExportError, writable
 from kvscope.app.gui.run_settings import settings_choices, weight_dtype_choices
 from kvscope.app.gui.scenario_texts import scenario_texts
 from kvscope.app.gui.settings_form import SettingsForm
@@ -144,6 +143,7 @@ class MainWindow(QMainWindow):
         self.prompt.prompt_submitted.connect(self.submit_prompt)
         self.prompt.usable_changed.connect(self._prompt_usable_changed)
         self.inspector_dock = self.panels.docks[panels.INSPECTOR_DOCK]
+        self.builds = BuildWatch(self)  # a failed Apply: what the live page, Play and Step say
 
     def docks(self) -> list:
         return [self.settings_dock, *self.panels.docks.values()]
@@ -195,32 +195,13 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(info.warning, 10000)
         return True
 
-    def _recording_target(self):
-        """What File > Record records: the attached server when its page shows, else the live engine."""
-        showing = self.attached is not None and self.pages.currentWidget() is self.attached
-        return self.attached if showing and self.attached.recording is None else self.live_worker
-
     def toggle_recording(self, checked: bool) -> None:
-        if not checked:
-            self._recording_target().stop_recording()
-            return
-        default = Path.home() / time.strftime("kvscope-%Y%m%d-%H%M%S.kvrec")
-        path, _ = QFileDialog.getSaveFileName(self, "Record the run to", str(default),
-                                              "kvscope recordings (*.kvrec)")
-        if not path or not self.start_recording(path):
-            self.record_action.setChecked(False)
+        recording_control.toggle(self, checked)
 
     def start_recording(self, path) -> bool:
-        """Record the live run from its current step; a path that cannot be written is refused here."""
-        try:
-            writable(path)
-        except ExportError as exc:
-            QMessageBox.warning(self, "Cannot record there", str(exc))
-            return False
-        self.record_action.setChecked(True)
-        self.state.recording_seen = False
-        self._recording_target().start_recording(str(path))
-        return True
+        """Record the live run from its current step; refused here, with the reason, when there is no
+        run, or the path cannot be written or is a file the run reads (recording_control.py)."""
+        return recording_control.start(self, path)
 
     def close_recording(self) -> None:
         """Back to the live engine, rebuilt with the settings in the panel."""
@@ -420,6 +401,7 @@ class MainWindow(QMainWindow):
         self.done = False
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(config, play=play)
+        self.builds.applied()
         if self.engine_info is None:
             self.status.setText(starting_text(config))  # until its first frame (see starting_text)
         return True
@@ -461,14 +443,18 @@ class MainWindow(QMainWindow):
         if self.play_action.text() == "Pause":
             self.worker.pause()
             self.play_action.setText("Play")
+        elif self.builds.refused("play"):
+            return
+        elif self.done or self.engine_info is None:
+            if self.apply_settings(play=True):  # refused settings: their field says why, and nothing plays
+                self.play_action.setText("Pause")
         else:
-            if self.done or self.engine_info is None:
-                self.apply_settings(play=True)
-            else:
-                self.worker.play()
+            self.worker.play()
             self.play_action.setText("Pause")
 
     def step_once(self) -> None:
+        if self.builds.refused("step"):
+            return
         self.worker.step_once()
         self.play_action.setText("Play")
 
@@ -518,10 +504,12 @@ class MainWindow(QMainWindow):
             self.panels.clear()
             self.setWindowTitle(window_title(frame.engine_info))
             self.demo.engine_changed()
-        if frame.error:
+        live = self.replay_path is None
+        failed_build = live and self.builds.take(frame, update)  # said there, with the previous run marked
+        if frame.error and not failed_build and not (live and recording_control.show_failure(self, frame.error)):
             self._show_error(frame.error)
         self.panels.update(update)
-        if frame.done:
+        if frame.done or failed_build:
             self.play_action.setText("Play")
         elif frame.playing:
             self.play_action.setText("Pause")
@@ -529,7 +517,7 @@ class MainWindow(QMainWindow):
             self.record_action.setChecked(False)
         if frame.status:
             self.statusBar().showMessage(frame.status, 4000)
-        self.status.setText(self.state.status_text())
+        self.status.setText(self.builds.status_line(self.state.status_text()))
         self.state.frame_drawn(time.perf_counter() - started)
 
     def _show_error(self, error: str) -> None:

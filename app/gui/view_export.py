@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401 - registers pg.exporters
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice
 
-from kvscope.app.gui.export_files import ExportError, write_whole
+from kvscope.app.gui.export_files import ExportError, shown_name, write_whole
 
 PLOT_FORMATS = "PNG image (*.png);;SVG drawing (*.svg)"
 PNG_FORMAT = "PNG image (*.png)"
@@ -54,7 +55,7 @@ def export_plot(plot_item: pg.PlotItem, path, inputs: dict | None = None) -> Pat
     written whole (export_files.write_whole), never over a file in inputs."""
     suffix = Path(path).suffix.lower()
     if not plot_item.isVisible() or plot_item.sceneBoundingRect().width() <= 0:
-        raise ExportError(f"{Path(path).name}: that plot is not shown in this view, so there is nothing to save")
+        raise ExportError(f"{shown_name(path)}: that plot is not shown in this view, so there is nothing to save")
     if suffix == ".png":
         exporter = pg.exporters.ImageExporter(plot_item)
         width = int(plot_item.sceneBoundingRect().width() * PNG_SCALE)
@@ -69,7 +70,7 @@ def export_plot(plot_item: pg.PlotItem, path, inputs: dict | None = None) -> Pat
         def write(partial) -> None:
             Path(partial).write_bytes(exporter.export(toBytes=True))
     else:
-        raise ExportError(f"{Path(path).name}: a plot is saved as .png or .svg, "
+        raise ExportError(f"{shown_name(path)}: a plot is saved as .png or .svg, "
                           f"not {suffix or 'a file with no suffix'}")
     return write_whole(path, write, inputs)
 
@@ -77,19 +78,26 @@ def export_plot(plot_item: pg.PlotItem, path, inputs: dict | None = None) -> Pat
 def export_widget_png(widget, path, inputs: dict | None = None) -> Path:
     """A whole view as it is on screen (with its legend and status line) as a PNG."""
     if Path(path).suffix.lower() != ".png":
-        raise ExportError(f"{Path(path).name}: this view is saved as a .png image")
+        raise ExportError(f"{shown_name(path)}: this view is saved as a .png image")
     return write_whole(path, lambda partial: _save_image(widget.grab(), partial, path), inputs)
 
 
 def _save_image(image, partial, target) -> None:
-    """A QImage or QPixmap as PNG into the temporary file (whose name says nothing of its format)."""
-    if image is None or image.isNull() or not image.save(str(partial), "PNG"):
+    """A QImage or QPixmap as PNG into the temporary file (whose name says nothing of its format).
+    Encoded in memory and written by Python: Qt's save() into /dev/full, or a symlink to it, returned
+    True for a widget's grab and the export said "saved" of a file that holds nothing; a failed
+    write() raises here, and write_whole says why."""
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if image is None or image.isNull() or not image.save(buffer, "PNG"):
         raise ExportError(f"{target}: could not be written")
+    Path(partial).write_bytes(data.data())
 
 
 def export_csv(header: list[str], rows: list[list], path, inputs: dict | None = None) -> Path:
     if Path(path).suffix.lower() != ".csv":
-        raise ExportError(f"{Path(path).name}: a table is saved as .csv")
+        raise ExportError(f"{shown_name(path)}: a table is saved as .csv")
 
     def write(partial) -> None:
         with open(partial, "w", newline="", encoding="utf-8") as f:

@@ -1,0 +1,108 @@
+"""File > Record the run: the path asked for, checked like an export's (never a file the run reads),
+and a recording that did not start or stopped said as the recording's failure, with Record unchecked.
+
+Record is checked only while a recording may be running. A path is refused here, before the engine
+is asked, when it cannot be written or is one of the run's inputs; the engine's process can still
+fail to open it (a /proc file, a device) or fill it (/dev/full): that error comes back in a frame,
+and `show_failure` tells it from the engine's own errors: the engine keeps running, so the dialog
+is about the recording, not "The engine stopped"."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from kvscope.app.gui.export_files import ExportError, writable
+
+DID_NOT_START = "Recording did not start"
+STOPPED = "Recording stopped"
+NOT_FINISHED = "The recording could not be finished"
+# The frame carries a recording's failure only as its error text, worded by the engine's process
+# (app/host/session.py, app/host/attach_session.py): these openings, and nothing else it says, are one.
+FAILURES = [
+    (re.compile(r"Nothing to record: "), DID_NOT_START),
+    (re.compile(r"Cannot record to "), DID_NOT_START),
+    (re.compile(r"Recording to .* stopped: ", re.DOTALL), STOPPED),
+    (re.compile(r"The recording .*could not be finished: ", re.DOTALL), NOT_FINISHED),
+]
+
+
+def failure_title(error: str) -> str | None:
+    """The dialog title for an engine error that is a recording's failure; None for any other error."""
+    return next((title for pattern, title in FAILURES if pattern.match(error)), None)
+
+
+def target(window):
+    """What File > Record records: the attached server when its page shows, else the live engine."""
+    attached = window.attached
+    showing = attached is not None and window.pages.currentWidget() is attached
+    return attached if showing and attached.recording is None else window.live_worker
+
+
+def why_not(window) -> str | None:
+    """Why the live engine cannot be recorded now (none is built: a scenario's page opened the
+    window, or the last Apply failed), else None; an attached server says for itself."""
+    if target(window) is not window.live_worker:
+        return None
+    if window.builds.failed is not None:
+        return f"no engine is running: it could not be built ({window.builds.failed}); change the settings and Apply"
+    if window.engine_info is None:
+        if window.builds.awaiting:
+            return "no engine is running yet: it is still being built; record once it runs"
+        return "no engine is running yet: press Play (Space) or Apply (Ctrl+Enter) to build it, then record"
+    return None
+
+
+def toggle(window, checked: bool) -> None:
+    """The Record action's slot (Qt has already checked or unchecked it)."""
+    if not checked:
+        target(window).stop_recording()
+        return
+    reason = why_not(window)
+    if reason is not None:  # before the file dialog: no file to choose for a run that is not there
+        refuse(window, reason)
+        return
+    default = Path.home() / time.strftime("kvscope-%Y%m%d-%H%M%S.kvrec")
+    path, _ = QFileDialog.getSaveFileName(window, "Record the run to", str(default), "kvscope recordings (*.kvrec)")
+    if not path or not start(window, path):
+        window.record_action.setChecked(False)
+
+
+def start(window, path) -> bool:
+    """Record from the current step; a run that is not there, a path that cannot be written or is
+    a file the run reads is refused here with the reason, and Record left unchecked."""
+    reason = why_not(window)
+    if reason is None:
+        try:
+            writable(path, window.exports.inputs())
+        except ExportError as exc:
+            reason = str(exc)
+    if reason is not None:
+        refuse(window, reason)
+        return False
+    window.record_action.setChecked(True)
+    window.state.recording_seen = False
+    target(window).start_recording(str(path))
+    return True
+
+
+def refuse(window, reason: str) -> None:
+    window.record_action.setChecked(False)
+    QMessageBox.warning(window, DID_NOT_START, reason)
+
+
+def show_failure(window, error: str) -> bool:
+    """If error (a frame's) is the recording's: Record unchecked, a dialog about the recording (the
+    run goes on, so Play is left as it is), and True; else False, for the window to show it."""
+    title = failure_title(error)
+    if title is None:
+        return False
+    window.record_action.setChecked(False)
+    box = QMessageBox(QMessageBox.Warning, title, f"{error}\n\nThe run goes on; File > Record the run "
+                      "(Ctrl+Shift+R) records it to another file.", parent=window)
+    box.setModal(False)  # it came with a frame: a modal loop here would run the frame timer inside it
+    box.open()
+    return True

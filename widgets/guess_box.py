@@ -1,0 +1,93 @@
+"""The number box a scenario's guess is typed in: it takes the whole text as typed and judges it
+when the guess is committed.
+
+A QDoubleSpinBox filters each keystroke against its range and decimals: "1e9" arrived as 19 (the
+"e" dropped), "150" in a box up to 100 as 15, "-5" as "-", and on Enter Qt put the previous value
+back without a word -- and that value was locked in as the guess. Here every keystroke is kept;
+Enter with text the box cannot hold keeps the text, says why (``refused``) and commits nothing,
+and so does leaving the box. ``problem()`` is the one judgement, for whatever commits the guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QValidator
+from PySide6.QtWidgets import QDoubleSpinBox
+
+from kvscope.widgets.kept_value_notice import shown_value
+
+_COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+# digits as Python writes a float, an exponent included ("1e9", "2.5E3"); not "nan", "inf" or "0x1F"
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+class GuessBox(QDoubleSpinBox):
+    refused = Signal(str)  # why the text in the box is not a guess it takes, in one line
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setKeyboardTracking(False)
+
+    # -- the judgement ---------------------------------------------------------------------------
+    def _typed(self, text: str) -> str:
+        # the unit typed by hand too ("150 %"): Qt appends its suffix to text that does not end in it
+        typed = text.removeprefix(self.prefix()).removesuffix(self.suffix()).strip()
+        unit = self.suffix().strip()
+        return typed.removesuffix(unit).strip() if unit else typed
+
+    def read(self, text: str | None = None) -> tuple[float | None, str | None]:
+        """(the value, None) for text the box holds as typed (its current text by default), else
+        (None, why not)."""
+        typed = self._typed(self.text() if text is None else text)
+        low, high = shown_value(self, self.minimum()), shown_value(self, self.maximum())
+        if not typed:
+            return None, f"type a guess first: a number from {low} to {high}"
+        value, ok = self.locale().toDouble(typed)
+        if not ok and _PLAIN_NUMBER.fullmatch(typed):
+            value, ok = float(typed), True
+        if not ok:
+            return None, f"{typed!r} is not a number: type a guess from {low} to {high}"
+        if not math.isfinite(value):
+            return None, f"{typed} is not a finite number: type a guess from {low} to {high}"
+        if value < self.minimum():
+            return None, f"{typed} is below the smallest guess this question takes, {low}"
+        if value > self.maximum():
+            return None, f"{typed} is above the largest guess this question takes, {high}"
+        if round(value, self.decimals()) != value:
+            places = f"{self.decimals()} decimal{'s' if self.decimals() != 1 else ''}"
+            return None, (f"{typed} has more decimals than this guess keeps ({places}): "
+                          f"type {self.textFromValue(round(value, self.decimals()))}, say")
+        return value, None
+
+    def problem(self) -> str | None:
+        """Why the text in the box is not a guess (None: it is one)."""
+        return self.read()[1]
+
+    # -- Qt's side -------------------------------------------------------------------------------
+    def validate(self, text: str, pos: int):
+        # never Invalid: Qt would drop the keystroke, and "1e9" would arrive as 19
+        state = QValidator.State.Acceptable if self.read(text)[1] is None else QValidator.State.Intermediate
+        return state, text, pos
+
+    def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt's name
+        value, why = self.read(text)
+        return self.value() if why is not None else value
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if event.key() in _COMMITTING_KEYS:
+            why = self.problem()
+            if why is not None:  # Qt would put the previous value back, and Enter would commit it
+                self.refused.emit(why)
+                event.accept()
+                return
+        super().keyPressEvent(event)
+
+    def focusOutEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        typed, why = self.lineEdit().text(), self.problem()
+        super().focusOutEvent(event)  # puts the previous value back when the text is not one
+        if why is not None:  # ... but the text is what the user typed: kept, to be mended
+            self.lineEdit().setText(typed)
+            self.refused.emit(why)
