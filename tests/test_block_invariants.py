@@ -516,7 +516,7 @@ def engine_scenarios(draw):
         num_gpu_blocks_override=num_blocks,
         block_size=block_size,
         max_model_len=max_model_len,
-        max_num_seqs=draw(st.integers(1, 12)),
+        max_num_seqs=draw(st.integers(1, min(12, budget))),  # vLLM refuses a budget below max_num_seqs
         max_num_batched_tokens=budget,
         enable_prefix_caching=draw(st.booleans()),
         enable_chunked_prefill=chunked,

@@ -38,8 +38,9 @@ class Parser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         """As argparse's, but a failed write (--help > /dev/full) is not swallowed: main() says it."""
-        if message:
-            (file or sys.stderr).write(message)
+        stream = file or sys.stderr
+        if message and stream is not None:  # stderr closed (2>&-): the exit code still says it
+            stream.write(message)
 
     def error(self, message: str):
         """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""

@@ -113,7 +113,13 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
     if too_long and engine.args.accounting == "vllm":  # as vLLM refuses to start; the lesson's accounting
         # is a what-if that may run a pool smaller than one request (the longer ones are rejected on arrival)
         raise ConfigError(f"{too_long}: give --max-model-len, more memory, or --accounting lesson to run it anyway")
-    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=text_tokenizer(engine),
+    try:
+        tokenizer = text_tokenizer(engine)
+    except ConfigError:  # a broken chat template: only a workload of text needs it
+        if spec.is_text:
+            raise
+        tokenizer = None
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=args.seed, tokenizer=tokenizer,
                                           longest_request=engine.resolved.max_model_len))
     return engine, spec
 

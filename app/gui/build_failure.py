@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QMessageBox
 
+from kvscope.app.host.session import BUILD_FAILED_STATUS
 from kvscope.widgets.palette import hex_color
 
 REASON_CHARS = 300  # a trace's whole path and reason; a longer one is in the dialog's details
@@ -44,8 +45,8 @@ class BuildWatch:
             self.failed = None
             self.banner.hide()
             return False
-        if not (self.awaiting and frame.error):
-            return False
+        if not (self.awaiting and frame.error and frame.status == BUILD_FAILED_STATUS):
+            return False  # another error (an old recording stopping) is not this Apply's
         self.awaiting = False
         reason = first_line(frame.error)
         self.failed = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS] + " ..."

@@ -114,6 +114,10 @@ def build_simulated_engine(config: RunConfig) -> Engine:
     return engine
 
 
+# The status of a frame whose Apply built no engine: the window tells that error from the others by it.
+BUILD_FAILED_STATUS = "could not build the engine"
+
+
 class EngineSession(Session):
     """The live engine: apply(RunConfig) builds it, record / stop_recording record it."""
 
@@ -379,8 +383,13 @@ class EngineSession(Session):
                 engine = create_real_engine(loaded, config.engine_args)
                 label = loaded.label
                 leave_a_core_to_the_window()
-                self._chat = chat_tokenizer_for(loaded)
                 self._no_text_reason = why_no_text("real", loaded)
+                try:
+                    self._chat = chat_tokenizer_for(loaded)
+                except ConfigError as exc:  # a broken chat template: only text needs it
+                    if config.workload.is_text:
+                        raise
+                    self._chat, self._no_text_reason = None, str(exc)
                 engine.add_workload(generate_requests(config.workload, engine.model.vocab_size, seed=config.seed,
                                                       tokenizer=self._chat, longest_request=engine.resolved.max_model_len))
             else:
@@ -388,10 +397,10 @@ class EngineSession(Session):
                 label = f"{config.model.name} (simulated on {config.hardware.name})"
                 self._no_text_reason = why_no_text(config.backend)
         except ConfigError as exc:
-            self._pending = FrameDelta(error=str(exc), status="could not build the engine")
+            self._pending = FrameDelta(error=str(exc), status=BUILD_FAILED_STATUS)
             return
         except Exception:  # noqa: BLE001 - shown to the user; the window keeps working
-            self._pending = FrameDelta(error=traceback.format_exc(), status="could not build the engine")
+            self._pending = FrameDelta(error=traceback.format_exc(), status=BUILD_FAILED_STATUS)
             return
         self.engine = engine
         self._label = label

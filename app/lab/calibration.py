@@ -229,7 +229,7 @@ def _terms(coef: np.ndarray, f: dict, rows: np.ndarray) -> dict:
     datasheet rate would decide some: either way the fitted steps' prices stay as fitted."""
     def efficiency(inverse: float, floor: np.ndarray, other_s: np.ndarray) -> float:
         if inverse > 0:
-            return float(min(1.0 / inverse, MAX_EFFICIENCY))
+            return float(min(max(1.0 / inverse, MIN_EFFICIENCY), MAX_EFFICIENCY))  # a fit, held to what a profile may say
         with np.errstate(divide="ignore", invalid="ignore"):
             tie = np.where(other_s > 0, floor / other_s, np.inf)
         return float(min(MAX_EFFICIENCY, max(1.0, float(tie.max(initial=0.0)))))

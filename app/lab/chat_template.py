@@ -25,6 +25,10 @@ MAX_RANGE_ITEMS = 1_000_000  # all of one render's range() calls together
 # text four times over, and a MiB for the template's own words (a tool list, a system prompt).
 MIN_TEMPLATE_TEXT = 1024**2
 MAX_TEMPLATE_NUMBER = 100_000  # a width, a count or a repeat a template passes: indent(4), range(n)
+# Real chat templates are 1 - 30 KB (tool-calling ones the longest); jinja2 compiles a long chain of
+# operators in time that grows faster than its length (200 terms: 38 s), before any bound can act.
+MAX_TEMPLATE_CHARS = 256 * 1024
+MEASURE_EVERY_STEPS = 16  # the values a template holds, measured every few lines: each is 2.5 us of locals
 # The conversations a template is tried on when it is loaded: one of them must render.
 PROBES = ([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hello"}],
           [{"role": "user", "content": "Hello"}])
@@ -118,9 +122,18 @@ def _environment(budget_of):
         def _body(self, caller):
             return caller()
 
+    class BoundedCodeGenerator(jinja2.compiler.CodeGenerator):
+        def visit_Concat(self, node, frame):  # `~` joins through the environment, which measures it first
+            self.write("environment.bounded_concat((")
+            for item in node.nodes:
+                self.visit(item, frame)
+                self.write(", ")
+            self.write("))")
+
     class Bounded(ImmutableSandboxedEnvironment):
         # intercepted, these are also never folded at compile time ('x' * 10**10 is refused, not built)
-        intercepted_binops = frozenset(("*", "**", "%"))
+        intercepted_binops = frozenset(("*", "**", "%", "+"))
+        code_generator_class = BoundedCodeGenerator
 
         def call_binop(self, context, operator, left, right):
             budget = budget_of()
@@ -130,6 +143,12 @@ def _environment(budget_of):
                             and len(seq) * max(times, 0) > budget.limit):
                         raise TemplateBound(f"it repeats a value {times:,} times, past the {budget.limit:,} items a "
                                             "prompt of this conversation needs")
+                if isinstance(left, int) and isinstance(right, int) and \
+                        abs(left).bit_length() + abs(right).bit_length() > 64 * MAX_TEMPLATE_NUMBER:
+                    raise TemplateBound("it multiplies numbers past any a prompt needs")
+            elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, type(left)) \
+                    and len(left) + len(right) > budget.limit:
+                raise TemplateBound(f"a + makes more than the {budget.limit:,} items a prompt of this conversation needs")
             elif operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
                 budget.number(right, "**")
                 if abs(left).bit_length() * right > 64 * MAX_TEMPLATE_NUMBER:
@@ -150,6 +169,14 @@ def _environment(budget_of):
                 elif name == "join" and args:
                     _check_join(args[0], owner, budget)
             return budget.size(super().call(__context, __obj, *args, **kwargs), f"{name or 'a call'}() made a value")
+
+        def bounded_concat(self, items):
+            """`a ~ b ~ c`: measured before it is joined (one expression of 2,000 terms, each a MiB, is 2 GB)."""
+            parts = [str(item) for item in items]
+            if sum(map(len, parts)) > budget_of().limit:
+                raise TemplateBound(f"a ~ joins more than the {budget_of().limit:,} characters a prompt of this "
+                                    "conversation needs")
+            return "".join(parts)
 
         def wrap_str_format(self, value):
             if getattr(value, "__name__", "") in ("format", "format_map"):
@@ -221,6 +248,7 @@ def _environment(budget_of):
     env.filters = {name: bounded_filter(name, function) for name, function in env.filters.items()}
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=TemplateDict(),
                        namespace=TemplateNamespace)
+    env.globals.pop("lipsum", None)  # jinja2's placeholder-text generator: no chat template needs it, and it is unbounded
     return env
 
 
@@ -245,6 +273,9 @@ class ChatTemplate:
         # per thread: the window's engine and a workload may render at once, each within its own budget
         self._local = threading.local()
         self._local.budget = _Budget(MIN_TEMPLATE_TEXT)  # compiling folds constants, within this one
+        if len(text) > MAX_TEMPLATE_CHARS:
+            raise ConfigError(f"{source} is {len(text):,} characters; a chat template has at most "
+                              f"{MAX_TEMPLATE_CHARS:,}")
         try:
             self._template = _environment(lambda: self._local.budget).from_string(text)
         except Exception as exc:  # noqa: BLE001 - TemplateSyntaxError, a bound crossed when folding constants
@@ -277,8 +308,8 @@ class ChatTemplate:
 class _StepCounter:
     """A trace function on the template's own code (jinja2 compiles it to Python named "<template>"):
     every line it runs counts a step, so a loop over anything, range() or not, ends within the
-    budget; and every value it holds is measured after each line, so a text doubled line by line
-    ({% set s = s ~ s %}, or a macro's argument) is refused at twice the budget, not at gigabytes."""
+    budget; and every few lines the values it holds are measured, a second line of defence behind
+    the bounded operators (a text doubled line by line, {% set s = s ~ s %}, is refused at the join)."""
 
     def __init__(self, budget: _Budget):
         self.budget = budget
@@ -294,7 +325,8 @@ class _StepCounter:
             self.budget.steps += 1
             if self.budget.steps > MAX_TEMPLATE_STEPS:
                 raise TemplateBound(f"it runs more than {MAX_TEMPLATE_STEPS:,} steps")
-            self._measure(frame)
+            if self.budget.steps % MEASURE_EVERY_STEPS == 0:  # every operator that grows a value is bounded itself
+                self._measure(frame)
         return self.line
 
     def _measure(self, frame) -> None:

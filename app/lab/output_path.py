@@ -84,7 +84,9 @@ def check_file_output(flag: str, path: str | None, what: str, inputs: dict | Non
     """check_output_path for an output that only a file can take (a recording, an image): '-',
     stdout for --json, would otherwise make a file named '-' in the current folder."""
     if names_standard_output(path):
-        raise ConfigError(f"{flag} {path}: {what} is written to a file, not to stdout; give a file name")
+        said = "" if path == "-" else " (another name of this command's standard output)"
+        raise ConfigError(f"{flag} {path}{said}: {what} is written to a file, not to stdout; give "
+                          f"{'another' if said else 'a'} file name")
     check_output_path(flag, path, inputs)
 
 

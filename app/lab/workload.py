@@ -73,7 +73,8 @@ class LengthDist:
             return float(self.smallest)
         if self.dist == "uniform":
             return (self.min + self.max) / 2
-        return min(float(self.max), self.median * math.exp(min(self.sigma, 20.0) ** 2 / 2))
+        spread = self.median * math.exp(min(self.sigma, 20.0) ** 2 / 2)
+        return min(float(self.max), max(float(self.min), spread))  # the clip at min counts too
 
     @property
     def smallest(self) -> int:
@@ -166,12 +167,12 @@ def _check_tokens_at_once(spec: WorkloadSpec, label: str) -> None:
     if spec.trace_path is not None or spec.chat is not None:
         return  # a trace's rows and chat text are bounded by their files
     rate = spec.arrival_rate_per_s
-    if rate > 0 and spec.num_requests / rate >= AT_ONCE_SPAN_S:
-        return  # they arrive over minutes: the engine pulls them as its clock reaches them
-    total = spec.num_requests * spec.prompt_tokens.mean
+    # the engine pulls requests as its clock reaches them: those of one minute may wait together
+    arriving = spec.num_requests if rate == 0 else min(spec.num_requests, math.ceil(rate * AT_ONCE_SPAN_S))
+    total = arriving * spec.prompt_tokens.mean
     if total > MAX_TOKENS_AT_ONCE:
-        when = "at once" if rate == 0 else f"within {spec.num_requests / rate:.3g} s"
-        raise ConfigError(f"{label}: {spec.num_requests:,} requests arriving {when} with ~{spec.prompt_tokens.mean:,.0f} "
+        when = "at once" if rate == 0 else f"within {AT_ONCE_SPAN_S:.0f} s"
+        raise ConfigError(f"{label}: {arriving:,} requests arriving {when} with ~{spec.prompt_tokens.mean:,.0f} "
                           f"prompt tokens each would hold {total:,.0f} token ids in memory together (at most "
                           f"{MAX_TOKENS_AT_ONCE:,}); give fewer requests, shorter prompts or a lower arrival rate")
 
@@ -179,7 +180,6 @@ def _check_tokens_at_once(spec: WorkloadSpec, label: str) -> None:
 def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.num_requests < 1:
         raise ConfigError(f"{label}: num_requests must be at least 1, got {spec.num_requests}")
-    _check_tokens_at_once(spec, label)
     if spec.num_requests > MAX_REQUESTS and not (spec.trace_path is not None and spec.num_requests == ALL_ROWS):
         raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {spec.num_requests:,}")
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
@@ -203,6 +203,7 @@ def _validate(spec: WorkloadSpec, label: str) -> None:
     real_number(spec.trace_speedup, f"{label}: trace_speedup", MIN_SPEEDUP, MAX_SPEEDUP)
     if spec.chat is not None and spec.trace_path is not None:
         raise ConfigError(f"{label}: a workload replays a trace or sends chat text, not both")
+    _check_tokens_at_once(spec, label)
 
 
 def refuse_ignored(given: list[str], label: str, because: str, hint: str = "") -> None:
@@ -417,7 +418,8 @@ class PromptOfLength:
 
 def generate_requests(spec: WorkloadSpec, vocab_size: int, seed: int = 0, tokenizer=None,
                       longest_request: int | None = None) -> Iterator[RequestSpec]:
-    """The workload's requests in arrival order, with synthetic token ids that depend only on seed.
+    """The workload's requests in arrival order, with synthetic token ids that depend only on seed
+    (and on longest_request: a request past it draws none, so the ids after it differ).
     A chat workload's are its text, tokenized by tokenizer (a ChatTokenizer) when given. A
     synthetic request of more than longest_request tokens (the engine's max_model_len), prompt and
     output, gets no token ids (PromptOfLength): the engine rejects it on arrival whatever they are."""

@@ -170,7 +170,7 @@ class Attachment:
         return self.open()
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        if exc_type is not None:
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):  # Ctrl+C ends it as --duration would
             # A failed attach replaces no recording the user had; a new file keeps what came before
             # the failure, closed and readable, with why it stops there.
             self.abandon_recording(f"the attach stopped early: {exc_type.__name__}: {str(exc)[:300]}".rstrip(": "))
