@@ -241,36 +241,15 @@ def _config_cases(f: Path, Case, write) -> list:
 
 
 def _small_recording(path: Path) -> Path:
-    from kvscope.app.lab.presets import load_hardware, load_model
-    from kvscope.app.lab.recording import RunRecorder
-    from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
-    from kvscope.engine import Engine
-    from kvscope.engine.config import EngineArgs
+    from hostile_inputs import small_recording  # here, not at the top: hostile_inputs imports this file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    engine = Engine(load_model("tiny-llama"), load_hardware("h100-80gb"),
-                    EngineArgs(kv_cache_memory_bytes=4 * 1024**2, max_num_seqs=8))
-    spec = WorkloadSpec("small", num_requests=12, arrival_rate_per_s=20.0,
-                        prompt_tokens=LengthDist("constant", value=100, max=100),
-                        output_tokens=LengthDist("constant", value=20, max=20))
-    engine.add_workload(generate_requests(spec, engine.model.vocab_size))
-    recorder = RunRecorder(engine, path, {"label": "hostile", "workload": spec}, keyframe_interval=16)
-    engine.run(on_step=recorder.record_step)
-    recorder.close(engine.summary())
-    return path
+    return small_recording(path)
 
 
 def _records_of(data: bytes) -> list:
-    from kvscope.app.lab.recording.format import FILE_HEADER, FRAME
+    from hostile_inputs import records_of
 
-    out, offset = [], FILE_HEADER.size
-    while offset + FRAME.size <= len(data):
-        marker, record_type, flags, length, _, _ = FRAME.unpack_from(data, offset)
-        if marker != b"KR":
-            break
-        out.append((offset, record_type, flags, length))
-        offset += FRAME.size + length
-    return out
+    return records_of(data)
 
 
 def _recording_cases(f: Path, Case, write) -> list:
