@@ -84,3 +84,35 @@ def _shown_widgets_outlive_the_test_body(request):
         for dialog in dialogs:
             dialog.close()
     kept.clear()
+
+
+# The attach tests' loopback vLLM: an HTTP server (tests/attach_fixtures.py) and a ZMQ publisher
+# (tests/test_vllm_subscriber.py), each stopped after its test.
+@pytest.fixture
+def server():
+    from attach_fixtures import FixtureServer, vllm_routes
+
+    started = []
+
+    def start(routes=None) -> FixtureServer:
+        started.append(FixtureServer(vllm_routes() if routes is None else routes))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def publisher():
+    from test_vllm_subscriber import LoopbackPublisher
+
+    started = []
+
+    def start(**options) -> LoopbackPublisher:
+        started.append(LoopbackPublisher(**options))
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.stop()

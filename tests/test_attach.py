@@ -14,8 +14,6 @@ import pytest
 
 from attach_fixtures import (
     WAIT_S,
-    FixtureServer,
-    LoopbackPublisher,
     cached_after_run1,
     expected_events,
     play_script,
@@ -28,32 +26,6 @@ from kvscope.app.lab.vllm.attachment import AttachTarget
 from kvscope.app.lab.vllm.prediction import predict
 from kvscope.engine.config import ModelConfig
 from kvscope.engine.snapshot import BLOCK_CACHED
-
-
-@pytest.fixture
-def server():
-    started = []
-
-    def start(routes=None) -> FixtureServer:
-        started.append(FixtureServer(vllm_routes() if routes is None else routes))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def publisher():
-    started = []
-
-    def start(**options) -> LoopbackPublisher:
-        started.append(LoopbackPublisher(**options))
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def free_port() -> int:

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 import zmq
 
-from attach_fixtures import FixtureServer, vllm_routes
-from test_vllm_subscriber import WAIT_S, LoopbackPublisher
+from attach_fixtures import vllm_routes
+from test_vllm_subscriber import WAIT_S
 
 from kvscope.app.cli.main import main
 from kvscope.app.lab.recording.attached_reader import AttachedRecording
@@ -50,32 +50,6 @@ def stored_batch(hashes, rank=None) -> bytes:
 
 def seq_frame(n: int) -> bytes:
     return n.to_bytes(8, "big", signed=True)
-
-
-@pytest.fixture
-def server():
-    started = []
-
-    def start(routes=None) -> FixtureServer:
-        started.append(FixtureServer(vllm_routes() if routes is None else routes))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-@pytest.fixture
-def publisher():
-    started = []
-
-    def start(**options) -> LoopbackPublisher:
-        started.append(LoopbackPublisher(**options))
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def follow_until(attachment: Attachment, done) -> None:

@@ -143,19 +143,6 @@ class LoopbackPublisher:
 
 
 @pytest.fixture
-def publisher():
-    started = []
-
-    def start(**options) -> LoopbackPublisher:
-        started.append(LoopbackPublisher(**options))
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.stop()
-
-
-@pytest.fixture
 def subscriber():
     opened = []
 

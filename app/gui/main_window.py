@@ -499,6 +499,7 @@ class MainWindow(QMainWindow):
         """Fold one frame into the state and hand it to every panel (the frame timer's work;
         benchmarks call it directly)."""
         started = time.perf_counter()
+        recording_was_seen = self.state.recording_seen  # take() forgets it when the recording stopped
         update = self.state.take(frame, replaying=self.replay_path is not None)
         if update.new_engine:
             self.panels.clear()
@@ -506,7 +507,7 @@ class MainWindow(QMainWindow):
             self.demo.engine_changed()
         live = self.replay_path is None
         failed_build = live and self.builds.take(frame, update)  # said there, with the previous run marked
-        if frame.error and not failed_build and not (live and recording_control.show_failure(self, frame.error)):
+        if frame.error and not failed_build and not (live and recording_control.show_failure(self, frame, recording_was_seen)):
             self._show_error(frame.error)
         self.panels.update(update)
         if frame.done or failed_build:

@@ -4,12 +4,11 @@ and a recording that did not start or stopped said as the recording's failure, w
 Record is checked only while a recording may be running. A path is refused here, before the engine
 is asked, when it cannot be written or is one of the run's inputs; the engine's process can still
 fail to open it (a /proc file, a device) or fill it (/dev/full): that error comes back in a frame,
-and `show_failure` tells it from the engine's own errors: the engine keeps running, so the dialog
+marked recording_stopped, and `show_failure` tells it from the engine's own errors: the engine keeps running, so the dialog
 is about the recording, not "The engine stopped"."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -19,22 +18,6 @@ from kvscope.app.gui.export_files import ExportError, writable
 
 DID_NOT_START = "Recording did not start"
 STOPPED = "Recording stopped"
-NOT_FINISHED = "The recording could not be finished"
-# The frame carries a recording's failure only as its error text, worded by the engine's process
-# (app/host/session.py, app/host/attach_session.py): these openings, and nothing else it says, are one.
-FAILURES = [
-    (re.compile(r"Nothing to record: "), DID_NOT_START),
-    (re.compile(r"Cannot record to "), DID_NOT_START),
-    (re.compile(r"Recording to .* stopped: ", re.DOTALL), STOPPED),
-    (re.compile(r"The recording .*could not be finished: ", re.DOTALL), NOT_FINISHED),
-]
-
-
-def failure_title(error: str) -> str | None:
-    """The dialog title for an engine error that is a recording's failure; None for any other error."""
-    return next((title for pattern, title in FAILURES if pattern.match(error)), None)
-
-
 def target(window):
     """What File > Record records: the attached server when its page shows, else the live engine."""
     attached = window.attached
@@ -94,14 +77,15 @@ def refuse(window, reason: str) -> None:
     QMessageBox.warning(window, DID_NOT_START, reason)
 
 
-def show_failure(window, error: str) -> bool:
-    """If error (a frame's) is the recording's: Record unchecked, a dialog about the recording (the
-    run goes on, so Play is left as it is), and True; else False, for the window to show it."""
-    title = failure_title(error)
-    if title is None:
+def show_failure(window, frame, was_recording: bool) -> bool:
+    """If the frame's error is its recording's (the engine's process marks it recording_stopped):
+    Record unchecked, a dialog about the recording (the run goes on, so Play is left as it is), and
+    True; else False, for the window to show it as the engine's."""
+    if not (frame.error and frame.recording_stopped):
         return False
+    title = STOPPED if was_recording else DID_NOT_START
     window.record_action.setChecked(False)
-    box = QMessageBox(QMessageBox.Warning, title, f"{error}\n\nThe run goes on; File > Record the run "
+    box = QMessageBox(QMessageBox.Warning, title, f"{frame.error}\n\nThe run goes on; File > Record the run "
                       "(Ctrl+Shift+R) records it to another file.", parent=window)
     box.setModal(False)  # it came with a frame: a modal loop here would run the frame timer inside it
     box.open()

@@ -329,6 +329,7 @@ class EngineSession(Session):
 
         if self.engine is None:
             self._pending.error = "Nothing to record: no engine is built (apply the settings first)."
+            self._pending.recording_stopped = True  # the window unchecks Record and says it of the recording
             return
         self._stop_recording("a new recording started")
         try:
@@ -336,6 +337,7 @@ class EngineSession(Session):
                                                              "seed": self._config.seed})
         except (OSError, ConfigError) as exc:
             self._pending.error = f"Cannot record to {path}: {exc}"
+            self._pending.recording_stopped = True
             return
         self._pending.status = f"recording to {path}"
 
