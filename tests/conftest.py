@@ -116,3 +116,15 @@ def publisher():
     yield start
     for p in started:
         p.stop()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    """The main window (2,000 requests, paused) with its presets in a scratch folder: the hostile-input
+    passes' window (a test file's own `window` fixture takes precedence over this one)."""
+    from test_gui_hostile_fourth import make_window
+
+    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    win = make_window(qtbot, autoplay=False)
+    yield win
+    win.close()

@@ -45,14 +45,6 @@ def make_window(qtbot, **kwargs) -> MainWindow:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("KVSCOPE_CONFIG_DIR", str(tmp_path / "config"))
-    win = make_window(qtbot, autoplay=False)
-    yield win
-    win.close()
-
-
-@pytest.fixture
 def warned(monkeypatch):
     said = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: said.append((title, text)))

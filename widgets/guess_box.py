@@ -56,11 +56,13 @@ class GuessBox(QDoubleSpinBox):
             return None, f"{typed} is below the smallest guess this question takes, {low}"
         if value > self.maximum():
             return None, f"{typed} is above the largest guess this question takes, {high}"
-        if round(value, self.decimals()) != value:
+        # "1e-400" is no number a float holds: read as 0, it was locked in as a guess of 0
+        underflow = value == 0 and re.search(r"[1-9]", typed.lower().split("e")[0]) is not None
+        if underflow or round(value, self.decimals()) != value:
             places = f"{self.decimals()} decimal{'s' if self.decimals() != 1 else ''}"
             return None, (f"{typed} has more decimals than this guess keeps ({places}): "
                           f"type {self.textFromValue(round(value, self.decimals()))}, say")
-        return value, None
+        return value + 0.0, None  # "-0" is the guess 0: never "You guessed -0.00 %"
 
     def problem(self) -> str | None:
         """Why the text in the box is not a guess (None: it is one)."""

@@ -24,10 +24,17 @@ def shown_value(box: QAbstractSpinBox, value) -> str:
     return f"{box.textFromValue(value)}{box.suffix()}"
 
 
+SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakable word, widened the form past its dock
+
+
 def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     """The line for typed text the box cannot hold: its range, and the value it keeps."""
     number, ok = (box.locale().toDouble(typed) if isinstance(box, QDoubleSpinBox)
                   else box.locale().toLongLong(typed.replace(box.locale().groupSeparator(), "")))
+    if not ok and typed.lstrip("+-").replace(box.locale().groupSeparator(), "").isdigit():
+        number, ok = float(typed.replace(box.locale().groupSeparator(), "")), True  # past what toLongLong holds
+    if len(typed) > SHOWN_CHARS:
+        typed = f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
     if ok and number < box.minimum():
         why = f"{typed} is below the smallest value this field takes, {shown_value(box, box.minimum())}"
     elif ok and number > box.maximum():
@@ -36,6 +43,21 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
         why = (f"{typed!r} is not a value this field takes ({shown_value(box, box.minimum())} to "
                f"{shown_value(box, box.maximum())})")
     return f"{why}: kept {shown_value(box, box.value())}"
+
+
+def typed_refusal(box: QAbstractSpinBox) -> str | None:
+    """Why the text in the box is not a value it takes (the line `kept_value_reason` gives), or None
+    when it holds a value: a number in range, or its special text ("default", "preset's"), which
+    Qt's validate calls Invalid -- Enter or Tab on a box left at "default" said it was refused."""
+    typed = box.cleanText().strip()
+    special = box.specialValueText()
+    if special and box.text().strip() == special:
+        return None
+    if not typed:  # emptied: Qt puts the value back as it does for text it cannot hold
+        return f"the field is empty: kept {shown_value(box, box.value())}"
+    if box.validate(box.text(), 0)[0] == QValidator.State.Acceptable:
+        return None
+    return kept_value_reason(box, typed)
 
 
 class KeptValueNotice(QObject):
@@ -51,9 +73,9 @@ class KeptValueNotice(QObject):
         kind = event.type()
         committing = kind == QEvent.Type.FocusOut or (kind == QEvent.Type.KeyPress and event.key() in _COMMITTING_KEYS)
         if committing:
-            typed = box.cleanText().strip()
-            if typed and box.validate(box.text(), 0)[0] != QValidator.State.Acceptable:
-                self._show(kept_value_reason(box, typed))
+            reason = typed_refusal(box)
+            if reason is not None:
+                self._show(reason)
         return False
 
 

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvscope.widgets.kept_value_notice import notice_kept_values
+from kvscope.widgets.number_box import DecimalBox, NumberBox
 from kvscope.widgets.settings_panel import (
     count_suffix,
     let_combos_shrink,
@@ -39,7 +40,7 @@ MODEL_FIELDS = [  # (key, label, tooltip)
 
 
 def _int_box(tooltip: str, suffix: str = "") -> QSpinBox:
-    box = QSpinBox()
+    box = NumberBox()
     # 0 can be typed: the engine refuses it with the reason, shown here, where a minimum of 1
     # changed the typed 0 back to 1 without a word
     box.setRange(0, 10_000_000)
@@ -51,7 +52,7 @@ def _int_box(tooltip: str, suffix: str = "") -> QSpinBox:
 
 
 def _float_box(tooltip: str, suffix: str, maximum: float, decimals: int = 1) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
+    box = DecimalBox()
     box.setRange(0.1, maximum)
     box.setDecimals(decimals)
     box.setSuffix(suffix)
@@ -137,6 +138,9 @@ class PresetEditor(QScrollArea):
 
         for box in [*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count]:
             box.valueChanged.connect(self.edited)
+        # once: installed at every set_hardware (each preset chosen), the boxes gathered a filter per choice
+        notice_kept_values([*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count],
+                           self._show_kept_value)
         self.weight_dtype.currentIndexChanged.connect(self.edited)
         self.save_model.clicked.connect(lambda: self._ask_name("models"))
         self.save_hardware.clicked.connect(lambda: self._ask_name("hardware"))
@@ -166,10 +170,11 @@ class PresetEditor(QScrollArea):
             box.blockSignals(False)
             self._exact_hardware[key] = (box.value(), values[key])
         refresh_count_suffixes(self)
-        notice_kept_values([*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count],
-                           self._show_kept_value)
 
-    def _show_kept_value(self, box, reason: str) -> None:
+    def _show_kept_value(self, _box, reason: str) -> None:
+        self.show_notice(reason)
+
+    def show_notice(self, reason: str) -> None:
         """Under the model's fields, where a refused value's reason goes too."""
         self.model_error.setText(reason)
         self.model_error.show()

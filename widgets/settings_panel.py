@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvscope.widgets.kept_value_notice import notice_kept_values
+from kvscope.widgets.number_box import DecimalBox, NumberBox
 
 DEFAULT_TEXT = "default"
 # The fields whose choices the app gives (value, label) for; the engine's config lists them.
@@ -37,7 +38,7 @@ CHOICE_FIELDS = ("backend", "kv_cache_dtype", "block_size", "scheduling", "alloc
 
 
 def _spin(minimum: int, maximum: int, suffix: str, tooltip: str, special: str | None = None, step: int = 1) -> QSpinBox:
-    box = QSpinBox()
+    box = NumberBox()
     box.setRange(minimum, maximum)
     box.setSuffix(suffix)
     box.setSingleStep(step)
@@ -51,7 +52,7 @@ def _spin(minimum: int, maximum: int, suffix: str, tooltip: str, special: str | 
 
 def _dspin(minimum: float, maximum: float, decimals: int, suffix: str, tooltip: str, step: float,
            special: str | None = None) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
+    box = DecimalBox()
     box.setRange(minimum, maximum)
     box.setDecimals(decimals)
     box.setSingleStep(step)
@@ -448,13 +449,19 @@ class SettingsPanel(QScrollArea):
             self._update_source_labels()
             self.changed.emit()
 
+    # A choice in the list is made after Qt's currentIndexChanged (emitted while the opened folder,
+    # config.json or trace still counted): `changed` again, else the editor kept the file's model and
+    # Apply ran the preset chosen edited to that shape -- or, the same name chosen again, the file's
+    # refusal stayed under a form that no longer held it.
     def _preset_chosen(self, _index: int) -> None:
         self.model_path = self.config_path = None
         self._update_source_labels()
+        self.changed.emit()
 
     def _workload_chosen(self, _index: int) -> None:
         self.trace_path = None
         self._update_source_labels()
+        self.changed.emit()
 
     def _update_source_labels(self) -> None:
         if self.model_path:

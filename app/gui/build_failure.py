@@ -73,13 +73,25 @@ class BuildWatch:
         box.setModal(False)  # it came with a frame: a modal loop here would run the frame timer inside it
         box.open()
 
+    # A recording opened after a failed build is not the previous run, and Step steps it: the banner,
+    # the status line's "no engine" and the refusal wait until the live engine is shown again.
+    def _replaying(self) -> bool:
+        return self.window.replay_path is not None
+
+    def set_replaying(self, on: bool) -> None:
+        """A recording was opened (on) or closed: the banner hides while it shows, and comes back
+        after it while the live engine is still the one that could not be built."""
+        self.banner.setVisible(not on and self.failed is not None)
+
     def status_line(self, text: str) -> str:
         """The status line: after a failed build it says first that its numbers are the previous run's."""
-        return f"no engine (the last Apply failed); the previous run: {text}" if self.failed is not None else text
+        if self.failed is None or self._replaying():
+            return text
+        return f"no engine (the last Apply failed); the previous run: {text}"
 
     def refused(self, what: str) -> bool:
         """Play or Step with no engine after a failed build: says why in the status bar, and True."""
-        if self.failed is None:
+        if self.failed is None or self._replaying():
             return False
         self.window.statusBar().showMessage(
             f"cannot {what}: there is no engine, it could not be built ({self.failed}); change the settings "

@@ -55,10 +55,16 @@ class ExportMenu:
         """The files the window reads ({what: path}): the open recording, the trace, a config.json, a
         model folder's files; those the form has selected and those the running engine was built from
         (the form may have moved on to others since the last Apply)."""
-        settings, config = self.window.settings, self.window.config
+        window = self.window
+        settings, config = window.settings, window.config
+        # the file File > Record is writing (an export over it, named .png, replaced it: the run's
+        # recording was gone, "saved" said), and an attached server's recording on its replay page
+        attached = getattr(window.attached, "recording", None)
         return files_read(
-            {"recording": self.window.replay_path, "trace": settings.trace_path, "config.json": settings.config_path,
-             "running trace": getattr(getattr(config, "workload", None), "trace_path", None)},
+            {"recording": window.replay_path, "trace": settings.trace_path, "config.json": settings.config_path,
+             "running trace": getattr(getattr(config, "workload", None), "trace_path", None),
+             "recording in progress": window.state.recording_path if window.record_action.isChecked() else None,
+             "server's recording": str(attached.path) if attached is not None else None},
             {"model folder": settings.model_path, "running model folder": getattr(config, "model_path", None)})
 
     def _save(self, title: str, default: str, formats: str, work) -> bool:

@@ -229,6 +229,7 @@ class MainWindow(QMainWindow):
         self.record_action.setEnabled(not on)
         self.export_actions["perfetto"].setEnabled(on)
         self.replay_bar.setVisible(on)
+        self.builds.set_replaying(on)
         if on:
             self.scrubber_timer.start()
         else:
@@ -392,9 +393,10 @@ class MainWindow(QMainWindow):
 
     # -- settings -------------------------------------------------------------------------------
     def apply_settings(self, play: bool = True) -> bool:
-        config = self.settings_form.current_config()
+        typed = self.settings_form.take_typed_value()  # a number typed in a box and not yet entered
+        config = None if typed else self.settings_form.current_config()
         if config is None:  # the refused field is brought into view and focused, its reason said here
-            reason = self.settings_form.reveal_refusal() or "a setting is refused (see the Settings panel)"
+            reason = typed or self.settings_form.reveal_refusal() or "a setting is refused (see the Settings panel)"
             self.statusBar().showMessage(f"not applied: {reason}", 10000)
             return False
         self.config = config

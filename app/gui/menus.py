@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QComboBox, QLabel, QSpinBox, QToolBar
+from PySide6.QtWidgets import QComboBox, QLabel, QToolBar
 
 from kvscope.app.gui.export_menu import ExportMenu
 from kvscope.app.gui.prompt_box import FOCUS_KEY
 from kvscope.app.lab.scenarios import load_scenario, scenario_names
 from kvscope.engine.config import ConfigError
+from kvscope.widgets.kept_value_notice import KeptValueNotice
+from kvscope.widgets.number_box import NumberBox
 
 # Engine seconds per wall-clock second (max: 0), in 1-2-5 steps so that "+" pressed five times from 1x
 # reaches 50x, one visible notch at a time, not 100x.
@@ -56,9 +58,10 @@ def build_run_controls(w) -> None:
     add_action(w, "Slower", Qt.Key_Minus, "run the simulated clock slower", lambda: w._nudge_speed(-1))
     bar.addSeparator()
     bar.addWidget(QLabel(" Seed "))
-    w.seed = QSpinBox()
+    w.seed = NumberBox()  # 99999999999 typed stays as typed, refused at Apply with why (number_box.py)
     w.seed.setRange(0, 2**31 - 1)
     w.seed.setToolTip(SEED_TIP)
+    KeptValueNotice(w.seed, lambda reason: w.statusBar().showMessage(f"seed: {reason}", 10000))
     bar.addWidget(w.seed)
     w.reset_action = add_action(w, "Reset", Qt.Key_R, "rebuild the engine and restart the workload with this seed",
                                 w.reset_pressed, bar)

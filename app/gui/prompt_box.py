@@ -16,6 +16,7 @@ from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from kvscope.app.gui.window_state import FrameUpdate
+from kvscope.app.lab.chat_workload import MAX_TEXT_CHARS
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.requests_table import STATUS_NAMES
 from kvscope.widgets.text_exchange import TextExchangeView
@@ -134,6 +135,10 @@ class PromptBox(QWidget):
         if not text.strip():
             self._say("Type a prompt first.", warning=True)
             return
+        if len(text) > MAX_TEXT_CHARS:  # a 10 MB paste held the engine's process ~10 s tokenizing it, to refuse it
+            self._say(f"Not sent: the prompt is {len(text):,} characters; a typed prompt has at most "
+                      f"{MAX_TEXT_CHARS:,}, as one message of a chat workload.", warning=True)
+            return
         self.awaiting = text
         self.refusal = None
         self.send_button.setEnabled(False)
@@ -205,9 +210,13 @@ class PromptBox(QWidget):
     def take(self, update: FrameUpdate) -> None:
         frame = update.frame
         self._state = update.state
-        if update.new_engine:
-            self.set_engine(update.state.engine_info)
         submitted, refused = getattr(frame, "submitted_request_id", None), getattr(frame, "prompt_refused", None)
+        if update.new_engine:
+            # a prompt sent while an Apply was building reaches the new engine, and its answer comes in
+            # the new engine's first frame: still awaited, else the sent text stayed in the box, as unsent
+            awaiting = self.awaiting if submitted is not None or refused is not None else None
+            self.set_engine(update.state.engine_info)
+            self.awaiting = awaiting
         if submitted is not None or refused is not None:
             self.answered(submitted, refused)
         elif frame.error and self.awaiting is not None:  # the engine stopped: no answer is coming

@@ -68,6 +68,7 @@ def start(window, path) -> bool:
         return False
     window.record_action.setChecked(True)
     window.state.recording_seen = False
+    window.state.recording_path = str(path)  # no export may write over it meanwhile (ExportMenu.inputs)
     target(window).start_recording(str(path))
     return True
 

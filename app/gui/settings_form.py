@@ -12,7 +12,7 @@ refused, if at all, with the reason in the field, never by an overflow in the ar
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMainWindow, QMessageBox
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QMainWindow, QMessageBox
 
 from kvscope.app.gui.panels import add_dock, tabbed
 from kvscope.app.gui.run_settings import (
@@ -39,6 +39,7 @@ from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.units import GiB
+from kvscope.widgets.kept_value_notice import typed_refusal
 from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.settings_panel import SettingsPanel
 
@@ -138,6 +139,27 @@ class SettingsForm:
         self.show_refused({})
         self.settings.show_preview(memory_preview(config))
         return config
+
+    def take_typed_value(self) -> str | None:
+        """Apply pressed while the keyboard is still in a number box of the form, the editor or the
+        seed takes the number typed there, as Enter would: a box keeps typed text as text until Enter
+        or Tab, and Ctrl+Return applied the value it showed before (2048 typed, the default run).
+        Text the box cannot take is not applied: the reason under its field (the seed's: the status
+        bar only), returned; the typed text stays, to be mended."""
+        box = QApplication.focusWidget()
+        while box is not None and not isinstance(box, QAbstractSpinBox):
+            box = box.parentWidget()
+        seed = self.window.seed
+        if box is None or not (box is seed or self.settings.isAncestorOf(box) or self.editor.isAncestorOf(box)):
+            return None
+        reason = typed_refusal(box)
+        if reason is None:
+            box.interpretText()  # its valueChanged checks the form again with the number
+        elif self.editor.isAncestorOf(box):
+            self.editor.show_notice(reason)
+        elif box is not seed:
+            self.settings.show_notice(next(key for key, field in self.settings.fields.items() if field is box), reason)
+        return reason
 
     def show_refused(self, errors: dict[str, str], unread: frozenset = frozenset()) -> None:
         """Each reason in the field it is about: a model or hardware field edited on the second tab

@@ -76,6 +76,7 @@ class WindowState:
         self.errors_shown: list[str] = []
         self.recording_steps: int | None = None  # steps recorded so far, while the live run records
         self.recording_seen = False  # a frame has confirmed that the engine records
+        self.recording_path: str | None = None  # what File > Record writes to, while Record is checked
         self.frame_times_ms: deque[float] = deque(maxlen=FRAME_TIMES_KEPT)
         self.frames_rendered = 0
 

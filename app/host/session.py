@@ -31,6 +31,7 @@ import numpy as np
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 from kvscope.engine.units import format_bytes
+from kvscope.app.lab.chat_workload import MAX_TEXT_CHARS
 from kvscope.app.lab.text_tokenizer import ChatTokenizer, chat_tokenizer_for, why_no_text
 from kvscope.app.lab.workload import WorkloadSpec, generate_requests
 
@@ -356,6 +357,13 @@ class EngineSession(Session):
 
     def _build(self, config: RunConfig) -> None:
         self._stop_recording("the engine was rebuilt")
+        stopped = self._pending  # what stopping it said ("written to", or why it could not be finished)
+        try:
+            self._build_engine(config)
+        finally:
+            _keep_recording_note(self._pending, stopped)
+
+    def _build_engine(self, config: RunConfig) -> None:
         self._config = config
         self.engine = None
         self._finished_seen = 0
@@ -425,6 +433,8 @@ class EngineSession(Session):
             reason = f"this engine cannot answer text: {self._no_text_reason}"
         elif not isinstance(text, str) or not text.strip():
             reason = "the prompt is empty"
+        elif len(text) > MAX_TEXT_CHARS:  # refused before it is tokenized (seconds for megabytes)
+            reason = f"the prompt is {len(text):,} characters; a typed prompt has at most {MAX_TEXT_CHARS:,}"
         if reason is None:
             chat = self._config.workload.chat
             system = [{"role": "system", "content": chat.system_prompt}] if chat is not None else []
@@ -559,6 +569,18 @@ class EngineSession(Session):
             frame.first_tokens.append(_first_token_row(requests[request_id]))
         # Only requests still in the engine can finish later: the array stays as big as the batch.
         self._first_token_sent = ids
+
+
+def _keep_recording_note(frame: FrameDelta, stopped: FrameDelta) -> None:
+    """An Apply or Reset while recording: the new engine's frame also says what became of the recording
+    (it replaced that note: one that could not be finished went without a word, as if written)."""
+    if not stopped.recording_stopped:
+        return
+    frame.recording_stopped = True
+    if stopped.error:
+        frame.error = f"{frame.error}\n\n{stopped.error}" if frame.error else stopped.error
+    elif stopped.status and frame.status != BUILD_FAILED_STATUS:  # that status marks a failed build
+        frame.status = f"{stopped.status} \u00b7 {frame.status}" if frame.status else stopped.status
 
 
 def _rejections_said(metrics) -> str:

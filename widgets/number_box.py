@@ -1,0 +1,49 @@
+"""Number boxes that keep what was typed, so that the form can say why it was not taken.
+
+Qt's QSpinBox and QDoubleSpinBox judge each keystroke and each paste against their range, and drop
+what could never be in it without a word: 99999999999 typed in the Requests box arrived as
+9,999,999 (the last digits dropped) and was applied; -5 typed in a box from 0 arrived as 5; a
+pasted 1e400 or -5 left the box as it was. Here a number out of range, or with more decimals than
+the box keeps, stays in the box as typed, as text Qt calls unfinished: on Enter or Tab Qt puts the
+value back, and the form's KeptValueNotice (kept_value_notice.py) says why, under the field; Apply
+refuses it the same way. What is not a number at all ("abc") is still dropped as it is typed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtGui import QValidator
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
+
+# a number as typed, possibly unfinished: a sign, digits with group separators, a point, an exponent
+_NUMBER_LIKE = re.compile(r"[+-]?[\d,]*\.?\d*([eE][+-]?\d*)?")
+
+
+def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) -> bool:
+    """Whether text Qt would drop (Invalid) is a number the box should keep, to be refused with its reason."""
+    if state != QValidator.State.Invalid or (box.specialValueText() and text == box.specialValueText()):
+        return False
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    # a sign alone too: dropped, "-5" typed in a box from 0 arrived as 5
+    return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
+
+
+class NumberBox(QSpinBox):
+    """A QSpinBox that keeps an out-of-range number as typed (see the module)."""
+
+    def validate(self, text: str, pos: int):
+        state, text_out, pos_out = super().validate(text, pos)
+        if _kept_as_typed(self, text, state):
+            return QValidator.State.Intermediate, text, pos
+        return state, text_out, pos_out
+
+
+class DecimalBox(QDoubleSpinBox):
+    """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed."""
+
+    def validate(self, text: str, pos: int):
+        state, text_out, pos_out = super().validate(text, pos)
+        if _kept_as_typed(self, text, state):
+            return QValidator.State.Intermediate, text, pos
+        return state, text_out, pos_out
