@@ -102,3 +102,24 @@ def test_a_damaged_attached_recording_leaves_the_window_as_it_was(attached, tmp_
     bad.write_bytes(b"\x89KVREC\r\n\x1a\n" + bytes(4))
     assert not window.open_recording(str(bad))
     assert len(shown) == 1 and "bad.kvrec" in shown[0] and window.attached.recording is None
+
+
+def test_play_step_and_reset_on_the_attached_page_leave_the_live_engine_alone(attached, qtbot):
+    """The attached server runs by itself: Space, Right and R there built and played the live engine
+    out of sight. They say so in the status bar instead."""
+    window, _pub = attached
+    assert window.pages.currentWidget() is window.attached
+    for action in (window.play_action, window.step_action, window.reset_action):
+        action.trigger()
+        assert "attached server runs by itself" in window.statusBar().currentMessage()
+    assert window.engine_info is None and window.latest_snapshot is None  # nothing was built or stepped
+    window.attached.stop()
+    window.pages.setCurrentWidget(window.panels.page)
+    window.reset_action.trigger()  # on the live page the keys act again: R builds and plays the engine
+    qtbot.waitUntil(lambda: window.latest_snapshot is not None, timeout=WAIT_S * 1000)
+
+
+def test_ctrl_k_from_another_page_shows_the_prompt_box(attached, qtbot):
+    window, _pub = attached
+    window.prompt_action.trigger()
+    assert window.pages.currentWidget() is window.panels.page

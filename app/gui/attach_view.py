@@ -262,7 +262,9 @@ def open_attached(window, target, recording=None) -> AttachView:
     else:
         index = window.pages.addTab(view, f"Replay: {recording.path.name}")
         window.pages.setTabToolTip(index, f"a recorded vLLM server: {recording.info['url']}")
-    window.pages.currentChanged.connect(lambda _i: _page_changed(window))
+    if not getattr(window, "watches_attached_page", False):  # once: each attach connected one more
+        window.pages.currentChanged.connect(lambda _i: _page_changed(window))
+        window.watches_attached_page = True
     window.pages.setCurrentWidget(view)
     _page_changed(window)
     return view

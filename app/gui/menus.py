@@ -42,8 +42,10 @@ def build_run_controls(w) -> None:
     bar = QToolBar("Run controls")
     bar.setObjectName("run controls")
     w.addToolBar(bar)
-    w.play_action = add_action(w, "Play", Qt.Key_Space, "play or pause the engine", w.play_pressed, bar)
-    w.step_action = add_action(w, "Step", [Qt.Key_Right, Qt.Key_S], "run exactly one engine step", w.step_pressed, bar)
+    w.play_action = add_action(w, "Play", Qt.Key_Space, "play or pause the engine",
+                               lambda: _on_screen(w, "play", w.play_pressed), bar)
+    w.step_action = add_action(w, "Step", [Qt.Key_Right, Qt.Key_S], "run exactly one engine step",
+                               lambda: _on_screen(w, "step", w.step_pressed), bar)
     bar.addSeparator()
     bar.addWidget(QLabel(" Speed "))
     w.speed = QComboBox()
@@ -64,13 +66,29 @@ def build_run_controls(w) -> None:
     KeptValueNotice(w.seed, lambda reason: w.statusBar().showMessage(f"seed: {reason}", 10000))
     bar.addWidget(w.seed)
     w.reset_action = add_action(w, "Reset", Qt.Key_R, "rebuild the engine and restart the workload with this seed",
-                                w.reset_pressed, bar)
+                                lambda: _on_screen(w, "reset", w.reset_pressed), bar)
     w.apply_action = add_action(w, "Apply", [QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")],
                                 "apply the settings: rebuild the engine in place", lambda: w.apply_settings(play=True))
     bar.addSeparator()
     w.theme_action = add_action(w, "Theme", QKeySequence("Ctrl+T"), "switch between the light and dark themes",
                                 w.toggle_theme, bar)
     w.quit_action = add_action(w, "Quit", QKeySequence.Quit, "close kvscope", w.close)
+
+
+def _focus_prompt(w) -> None:
+    """The prompt box is on the live page: from another page Ctrl+K went to it out of sight."""
+    w.pages.setCurrentWidget(w.panels.page)
+    w.prompt.focus_input()
+
+
+def _on_screen(w, what: str, act) -> None:
+    """Play, Step and Reset act on what the page shows; an attached server runs by itself, and the
+    keys pressed on its page built and played the live engine out of sight."""
+    if w.attached is not None and w.pages.currentWidget() is w.attached:
+        w.statusBar().showMessage(f"nothing to {what} here: the attached server runs by itself; Play, Step "
+                                  "and Reset act on the Live run and Compare pages", 10000)
+        return
+    act()
 
 
 def build_menus(w) -> None:
@@ -104,7 +122,7 @@ def build_menus(w) -> None:
     w.leave_demo_action.setEnabled(False)  # Esc means nothing else to this window
     view_menu.addAction(w.theme_action)
     w.prompt_action = add_action(w, "Type a prompt", QKeySequence(FOCUS_KEY),
-                                 "type a prompt for the running engine; Enter sends it", w.prompt.focus_input)
+                                 "type a prompt for the running engine; Enter sends it", lambda: _focus_prompt(w))
     view_menu.addAction(w.prompt_action)
     view_menu.addSeparator()
     for dock in w.docks():

@@ -353,7 +353,7 @@ class EngineSession(Session):
             self._pending.error = f"The recording {recorder.path} could not be finished: {exc}"
             return
         self._pending.status = (f"recording written to {recorder.path} ({format_bytes(size)}, "
-                                f"{recorder.num_steps:,} steps); open it with File > Open recording")
+                                f"{recorder.num_steps:,} step{'s' if recorder.num_steps != 1 else ''}); open it with File > Open recording")
 
     def _build(self, config: RunConfig) -> None:
         self._stop_recording("the engine was rebuilt")
