@@ -171,11 +171,15 @@ def test_the_same_preset_chosen_again_after_a_bad_model_folder_clears_the_folder
     settings = window.settings
     (tmp_path / "empty").mkdir()
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(tmp_path / "empty"))
+    assert settings.backend.currentData() == "simulated"
     settings.open_dir.click()
     assert "config.json: cannot read" in settings.errors["model"].text()
+    assert settings.backend.currentData() == "real"  # a model folder runs on the real backend
     choose(qtbot, settings.model, settings.model.currentText())  # the name the list still shows
     qtbot.waitUntil(lambda: settings.errors["model"].isHidden())
     assert settings.model_path is None and settings.apply_button.isEnabled()
+    # the folder's backend went with it: the preset runs where the run did (it stayed on real, with random weights)
+    assert settings.backend.currentData() == "simulated"
 
 
 # -- 5. a recording opened after a failed build ----------------------------------------------------------

@@ -134,6 +134,7 @@ class SettingsPanel(QScrollArea):
         self.fields: dict[str, QWidget] = {}
         self.errors: dict[str, QLabel] = {}
         self.model_path: str | None = None
+        self._backend_before_folder = None  # the backend before Open model folder switched it to real
         self.config_path: str | None = None
         self.trace_path: str | None = None
         # path -> why it cannot be replayed (None: it can); the app sets it, as the panel reads no file
@@ -424,6 +425,8 @@ class SettingsPanel(QScrollArea):
     def _choose_model_dir(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder")
         if path:
+            if self.model_path is None:  # a preset picked later goes back to it (_preset_chosen)
+                self._backend_before_folder = self.backend.currentData()
             self.model_path, self.config_path = path, None
             self.backend.setCurrentIndex(self.backend.findData("real"))
             self._update_source_labels()
@@ -454,6 +457,11 @@ class SettingsPanel(QScrollArea):
     # Apply ran the preset chosen edited to that shape -- or, the same name chosen again, the file's
     # refusal stayed under a form that no longer held it.
     def _preset_chosen(self, _index: int) -> None:
+        # the real backend came with the folder: a preset picked instead of it runs where the run
+        # did before (a broken folder left simulated presets on the real backend with random weights)
+        if self.model_path is not None and self._backend_before_folder and self.backend.currentData() == "real":
+            self.backend.setCurrentIndex(self.backend.findData(self._backend_before_folder))
+        self._backend_before_folder = None
         self.model_path = self.config_path = None
         self._update_source_labels()
         self.changed.emit()
