@@ -152,11 +152,14 @@ def run_window(target, args) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from kvscope.app.cli.gui import initial_values
+    from kvscope.app.cli.gui import initial_values, save_screenshot
     from kvscope.app.gui.main_window import MainWindow
 
     values = initial_values(argparse.Namespace(backend=None, model=None, hardware=None, workload=None,
                                                model_path=None))
+    from kvscope.app.cli.qt_system_libs import check_qt_system_libs
+
+    check_qt_system_libs()  # no display, or a missing X11 library: one line, as `kvscope gui` says it
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
     window = MainWindow(values, theme=args.theme or "dark", autoplay=False, attach=target)
@@ -165,15 +168,19 @@ def run_window(target, args) -> int:
     window.resize(1600, 960)
     window.show()
     window.arrange_docks()
+    failures: list[str] = []
     if args.quit_after is not None:
         def finish():
-            if args.screenshot:
-                window.grab().save(args.screenshot)
+            if args.screenshot:  # written whole, as `kvscope gui` writes it; a failure is said, not dropped
+                failures.extend(save_screenshot(window, args.screenshot))
             window.close()
             app.quit()
 
         QTimer.singleShot(int(args.quit_after * 1000), finish)
-    return app.exec()
+    code = app.exec()
+    if failures:
+        raise ConfigError(failures[0])
+    return code
 
 
 def _percent(value) -> str:
@@ -200,16 +207,52 @@ def check_mode_flags(args) -> None:
                           "before it closes)")
 
 
+def check_addresses(args) -> None:
+    """Addresses and the topic are text sent to the network: a byte that is no UTF-8 character
+    (argv of another encoding) made ZMQ raise UnicodeEncodeError mid-connect, and the subscriber then
+    hung closing its context; an inproc:// endpoint reaches only sockets of this very process."""
+    from kvscope.app.lab.vllm.events import MAX_TOPIC_BYTES
+
+    for flag, value in (("URL", args.url), ("--kv-events", args.kv_events), ("--kv-listen", args.kv_listen),
+                        ("--replay", args.replay), ("--topic", args.topic)):
+        if value is None:
+            continue
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ConfigError(f"{flag} {value!r}: holds bytes that are not UTF-8 text; give it in UTF-8") from None
+        if flag != "--topic" and value.lower().startswith("inproc://"):
+            raise ConfigError(f"{flag} {value}: an inproc:// endpoint reaches only sockets of this process, and the "
+                              "server is another: give tcp://HOST:PORT (or ipc://PATH on this machine)")
+        if flag == "--topic" and size > MAX_TOPIC_BYTES:
+            raise ConfigError(f"--topic of {size:,} bytes: a vLLM topic is a few words, and a message whose topic "
+                              f"is over {MAX_TOPIC_BYTES:,} bytes is not read; give the server's topic")
+
+
+def input_files(args) -> dict:
+    """The files attach reads (the model's preset or folder, the hardware preset): an output onto
+    one of them would replace it (--json is written even when the attach is refused)."""
+    from kvscope.app.lab.presets import preset_file
+
+    inputs = options.model_input_files(args.model, args.model_path)
+    hardware = preset_file("hardware", args.hardware) if args.hardware else None
+    if hardware:
+        inputs["hardware preset"] = str(hardware)
+    return inputs
+
+
 def run(args) -> int:
     check_mode_flags(args)
+    check_addresses(args)
     check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})
-    check_output_path("--json", args.json)
+    inputs = input_files(args)
+    check_output_path("--json", args.json, inputs)
     if args.record:
-        check_file_output("--record", args.record, "a recording")
+        check_file_output("--record", args.record, "a recording", inputs)
     if args.screenshot:
         from kvscope.app.cli.gui import check_screenshot_target
 
-        check_file_output("--screenshot", args.screenshot, "a screenshot")
+        check_file_output("--screenshot", args.screenshot, "a screenshot", inputs)
         check_screenshot_target(args.screenshot)
     target = target_from_args(args)
     if args.duration is None:

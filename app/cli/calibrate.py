@@ -46,9 +46,14 @@ def status(message: str) -> None:
 
 
 def run(args) -> int:
-    from kvscope.app.lab.output_path import check_output_path, write_json_output
+    from kvscope.app.lab.output_path import check_file_output, check_output_path, write_json_output
 
-    check_output_path("--json", args.json)
+    # A file only: the table takes the standard output (`--json -` mixed the two). Nor one of the files
+    # read: the model's preset or folder (the stored profile is checked once the machine is known).
+    inputs = options.model_input_files(args.model, args.model_path)
+    check_file_output("--json", args.json, "the fit's JSON (the table takes the standard output)", inputs)
+    if args.model and args.model_path:  # as `math` and `run` say: one source of weights
+        raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
     import torch
 
     from kvscope.app.lab import calibration
@@ -58,12 +63,13 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.model and args.model_path:  # as `math` and `run` say: one source of weights
-        raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
     model = args.model or calibration.default_calibration_model()
     status(f"loading {args.model_path or model} ...")
     loaded = load_for_real_backend(model, args.model_path, args.device, args.dtype, progress=status)
     machine = this_machine_key(use_cuda=loaded.device.type == "cuda")
+    if not args.no_save:  # --json onto the profile about to be stored would replace it with the report
+        check_output_path("--json", args.json, {"calibration profile this command stores":
+                                                str(calibration.profile_path(machine))})
     if not args.no_save:  # a cache that cannot hold the profile is said now, not after the run
         from kvscope.app.lab.verify.tiny_model import make_cache_folder
 

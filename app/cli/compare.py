@@ -170,6 +170,7 @@ def input_files(scenario) -> dict:
 
 
 def run(args) -> int:
+    options.check_scenario_path(args.scenario)  # a folder or a pipe is said as one, not "no such file"
     scenario = load_scenario(args.scenario)
     inputs = input_files(scenario)
     check_output_path("--json", args.json, inputs)

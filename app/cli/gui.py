@@ -145,6 +145,7 @@ def check_flags(args) -> dict:
     if scenario:
         from kvscope.app.lab.scenarios import load_scenario
 
+        options.check_scenario_path(scenario)  # a folder or a pipe is said as one, not "no such file"
         load_scenario(scenario).comparison_spec()  # an unknown name or a bad file fails here, with the reason
     if args.model_path:
         check_model_sources(args)

@@ -15,15 +15,42 @@ import os
 import re
 import sys
 
-from kvscope.engine.config import ConfigError
+from kvscope.app.cli.output import shown
 
-from kvscope.app.cli import options
+
+def starved(exc: BaseException) -> bool:
+    """Whether exc is the address space running out (a tiny `ulimit -v`) while loading code: a
+    MemoryError, ENOMEM, or a shared library that could not be mapped (numpy's OpenBLAS)."""
+    cause = exc.__cause__ or exc.__context__
+    text = f"{exc} {cause}"
+    return (isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM
+            or "failed to map segment" in text or "Cannot allocate memory" in text
+            or (cause is not None and cause is not exc and isinstance(cause, MemoryError)))
+
+
+try:
+    from kvscope.engine.config import ConfigError
+
+    from kvscope.app.cli import options, streams
+except (ImportError, MemoryError, OSError) as exc:  # numpy's libraries could not even be mapped (see main())
+    if not starved(exc):
+        raise  # a broken installation, not a memory limit: its own message is the one to read
+    STARTUP_FAILURE: BaseException | None = exc
+    ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
+else:
+    STARTUP_FAILURE = None
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + 13  # as a command killed by SIGPIPE exits, which is what a shell expects
 # In the order `kvscope --help` lists them; `bench` follows (its arguments live below).
 COMMANDS = ("math", "run", "gui", "scenarios", "compare", "export", "verify", "models", "presets", "attach",
             "calibrate")
+
+
+# A flag's leading dashes as word processors and web pages set them: en and em dashes, the minus sign.
+# (Patterns as text, compiled on use: compiling a Unicode class at import needs memory that a tiny
+# `ulimit -v` does not leave, before main() can say so.)
+TYPOGRAPHIC_DASHES = "^[\u2010-\u2015\u2212\ufe58\ufe63\uff0d]+-*"
 
 
 class Parser(argparse.ArgumentParser):
@@ -51,8 +78,13 @@ class Parser(argparse.ArgumentParser):
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         said = []
         for extra in extras:
-            close = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.6)
-            said.append(f"{extra} (did you mean {close[0]}?)" if extra.startswith("-") and close else extra)
+            name = extra.split("=", 1)[0]
+            # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
+            typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
+            close = difflib.get_close_matches(typed, flags, n=1, cutoff=0.6)
+            note = ", spelled with two hyphens" if typed != name else ""
+            said.append(f"{extra} (did you mean {close[0]}{note}?)" if (extra.startswith("-") or note) and close
+                        else extra)
         self.error(f"unrecognized arguments: {' '.join(said)}")
 
 
@@ -73,9 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_bench(a) -> int:
-    from kvscope.app.lab.output_path import check_output_path
+    from kvscope.app.lab.output_path import check_file_output
 
-    check_output_path("--json", a.json)  # before minutes of measuring, not after
+    # before minutes of measuring, not after; a file only: the tables take stdout (`--json -` mixed them)
+    check_file_output("--json", a.json, "the figures' JSON (the tables take the standard output)")
+    if a.scenario:
+        options.check_scenario_path(a.scenario)
     if getattr(a, "in_window", False) and a.what != "scenarios":
         raise ConfigError("--in-window goes with `kvscope bench scenarios`")
     if a.part != "both" and a.what != "gui":
@@ -162,14 +197,21 @@ def _lazy(module: str, name: str):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if streams is not None:  # `2>&-`: see give_closed_stderr_a_place
+        streams.give_closed_stderr_a_place()
     for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) gets "?" for "±"
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
-    if argv[:1] == ["--self-test"]:
+    if STARTUP_FAILURE is not None:
+        return _out_of_memory_at_start(STARTUP_FAILURE)
+    if argv[:1] == ["--self-test"]:  # its lines are standard output too: a full disk or `| head` is said as below
         from kvscope.app.bench.self_test import run_self_test
 
-        return run_self_test(argv[1:])
-    parser = build_parser()
+        return _said_if_output_fails(lambda: run_self_test(argv[1:]))
+    try:
+        parser = build_parser()
+    except (ImportError, MemoryError) as exc:  # importing the commands' modules under a tiny `ulimit -v`
+        return _out_of_memory_at_start(exc)
     try:
         args, extras = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help printed: said to fail if it could not be written (> /dev/full)
@@ -191,14 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         refuse_blank_values(args)
         name_standard_output_dash(args)
+        streams.refuse_outputs_onto_standard_streams(args)
         code = args.func(args)
         sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
         return code
     except ConfigError as exc:
-        print(f"kvscope: error: {one_line(str(exc))}", file=sys.stderr)
+        _say(f"kvscope: error: {one_line(str(exc))}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("kvscope: interrupted", file=sys.stderr)
+        _say("kvscope: interrupted")
         return 130
     except BrokenPipeError:  # `kvscope presets | head -1`: the reader has all it wanted
         _silence_stdout()
@@ -206,20 +249,80 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno in STDOUT_ERRNOS and exc.filename is None:  # `kvscope math > /dev/full`, a full disk
             _silence_stdout()
-            print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
-                  file=sys.stderr)
+            _say(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere")
             return EXIT_USAGE
+        if exc.errno == errno.ENOMEM and _tiny_memory_limit():
+            return _out_of_memory_at_start(exc)
         if exc.errno not in PATH_ERRNOS:
             raise
         # A path the OS cannot even look up (a name over 255 bytes, a symlink loop): each reading
         # of a path would need its own check for these, and every one of them means the same thing.
-        print(f"kvscope: error: {_short_path(exc.filename)}: {exc.strerror}: give a path the system can open",
-              file=sys.stderr)
+        _say(f"kvscope: error: {_short_path(exc.filename)}: {exc.strerror}: give a path the system can open")
         return EXIT_USAGE
+    except ImportError as exc:  # a module imported on use (torch, Qt) under a tiny `ulimit -v`
+        return _out_of_memory_at_start(exc)
     except (MemoryError, RecursionError) as exc:  # the last resort: every input is bounded before use
+        if isinstance(exc, MemoryError) and _tiny_memory_limit():
+            return _out_of_memory_at_start(exc)  # not the input: the limit leaves no room to work at all
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deep"
-        print(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}",
-              file=sys.stderr)
+        _say(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}")
+        return EXIT_USAGE
+
+
+def _say(line: str) -> None:
+    """An error line on stderr; a stderr that cannot take it (`2>&1 | head -c 5` closed) leaves the
+    exit code to say it, rather than a traceback that could not be shown either (exit 1)."""
+    if sys.stderr is None:  # closed, and nowhere else to put it (print would pick stdout)
+        return
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+SMALLEST_WORKING_ADDRESS_SPACE = 1024**3  # a simulated run of the default model needs about 250 MiB
+
+
+def _tiny_memory_limit() -> bool:
+    """Whether this process's address space is limited below what any command needs (`ulimit -v`)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft != resource.RLIM_INFINITY and soft < SMALLEST_WORKING_ADDRESS_SPACE
+
+
+def _out_of_memory_at_start(exc: BaseException) -> int:
+    """A library that could not be loaded for want of address space (`ulimit -v 100000`): one line.
+    Any other import failure is a broken installation, and its traceback is what to read."""
+    if not starved(exc):
+        raise exc
+    import resource
+
+    cause = exc.__cause__ or exc  # numpy wraps the loader's error in a page of advice
+    said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = f" of {soft / 1024**2:,.0f} MiB" if soft != resource.RLIM_INFINITY else ""
+    _say(f"kvscope: error: out of memory under this process's address-space limit{limit} ({one_line(said)[:160]}); "
+         "kvscope needs a few hundred MiB, the real backend about 2 GiB: raise the limit (`ulimit -v`)")
+    return EXIT_USAGE
+
+
+def _said_if_output_fails(work) -> int:
+    """work()'s exit code; standard output closed by its reader or on a full disk ends as any
+    command's output does (exit 141, or one line and 2), not in a traceback."""
+    try:
+        code = work()
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in STDOUT_ERRNOS or exc.filename is not None:
+            raise
+        _silence_stdout()
+        _say(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere")
         return EXIT_USAGE
 
 
@@ -241,15 +344,10 @@ def _flush_stdout_or_say(failed: OSError | None = None) -> int:
         return EXIT_USAGE
 
 
-# The text outputs that take '-' for stdout: another name of stdout (/dev/stdout, the file that
-# `> out.txt` opened) is that '-', so the command's own text moves to stderr as it does for '-'.
-STDOUT_DASH_OUTPUTS = {"run": ("json",), "compare": ("json", "csv"), "verify": ("json",), "attach": ("json",)}
-
-
 def name_standard_output_dash(args) -> None:
     from kvscope.app.lab.output_path import names_standard_output
 
-    for dest in STDOUT_DASH_OUTPUTS.get(args.command, ()):
+    for dest in streams.STDOUT_DASH_OUTPUTS.get(args.command, ()):
         value = getattr(args, dest, None)
         if isinstance(value, str) and value != "-" and names_standard_output(value):
             setattr(args, dest, "-")
@@ -312,9 +410,11 @@ LONGEST_WORD_SAID = 200  # a value longer than this is said by its ends and its 
 
 def one_line(text: str) -> str:
     """A message as the one line the command prints (a path or a field may hold a newline); a
-    100,000-character value is said as its ends and its length, not repeated whole."""
+    100,000-character value is said as its ends and its length, not repeated whole; a control
+    character is shown escaped (\\x1b), not sent to the terminal."""
     if "\n" in text or "\r" in text:
         text = " ".join(text.split())
+    text = shown(text)  # ESC, BEL, a right-to-left override: escaped, not acted on by the terminal
     if len(text) > LONGEST_WORD_SAID:
         text = re.sub(rf"\S{{{LONGEST_WORD_SAID + 1},}}",
                       lambda m: f"{m[0][:40]}...{m[0][-30:]} ({len(m[0]):,} characters)", text)

@@ -10,6 +10,7 @@ from kvscope.app.lab.trained_model import TRAINED_MODEL, find_gguf, is_converted
 from kvscope.app.lab.verify.tiny_model import cache_dir
 from kvscope.engine.config import ConfigError
 from kvscope.engine.units import format_bytes
+from kvscope.app.cli.output import shown
 
 
 def add_parser(subparsers) -> None:
@@ -37,19 +38,19 @@ def run(args) -> int:
             description = load_model(name).description
         except ConfigError as exc:  # one broken user preset is listed as such; the others still are
             description = f"(invalid: {exc})"
-        print(f"  {name:<22} {description}")
+        print(f"  {shown(name):<22} {shown(description)}")  # user presets' and cached folders' names as typed
     cached = discover_cached_models()
     print(f"\nHugging Face cache ({hf_cache_root()}):")
     if not cached:
         print("  no models")
     for m in cached:
         note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
-        print(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}")
+        print(shown(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}"))
     built = sorted(p for p in (cache_dir() / "models").glob("*")
                    if not p.name.startswith(".") and (p / "config.json").is_file())
     print(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
     if not built:
         print("  none yet")
     for p in built:
-        print(f"  {p.name}")
+        print(f"  {shown(p.name)}")
     return 0

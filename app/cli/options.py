@@ -72,6 +72,15 @@ def whole(text: str) -> int:
     return value
 
 
+def byte_count(text: str) -> float:
+    """A size in bytes or a count of parameters, written as people do (80e9, 16.5e9): a whole number,
+    since int() would silently drop a fraction (--weights-bytes 1.5 was 1 byte, 0.5 was none)."""
+    value = number(text)
+    if _exact_whole(text) is None:
+        raise argparse.ArgumentTypeError(f"not a whole number (a count of bytes or parameters): {text!r}")
+    return value
+
+
 def bounded(low: float, high: float, whole_only: bool = False, low_open: bool = False):
     """An argparse type: a number (80e9, -1, 0.5) within [low, high] ((low, high] when low_open),
     refused with the bound it crosses: "argument --quit-after: must be 0 or more, got -1"."""
@@ -106,8 +115,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--attention-heads", type=whole, help="query heads (num_attention_heads); default: the model's")
     group.add_argument("--kv-heads", type=whole, help="KV heads (num_key_value_heads); default: the model's")
     group.add_argument("--head-dim", type=whole, help="elements per head (head_dim); default: the model's")
-    group.add_argument("--weights-bytes", type=number, help="weights size in bytes, such as 16e9 (default: derived from the model's shape)")
-    group.add_argument("--params", type=number, help="parameter count as a number, such as 8e9 for 8B; with "
+    group.add_argument("--weights-bytes", type=byte_count, help="weights size in bytes, such as 16e9 (default: derived from the model's shape)")
+    group.add_argument("--params", type=byte_count, help="parameter count as a number, such as 8e9 for 8B; with "
                        "--weight-dtype gives the weights size")
     group.add_argument("--weight-dtype", help=f"weight precision: {', '.join(WEIGHT_DTYPE_BYTES)}")
 
@@ -116,7 +125,7 @@ def add_hardware_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("hardware")
     group.add_argument("--hardware", metavar="PRESET", help=f"hardware preset (default {DEFAULT_HARDWARE}; this-machine detects)")
     memory = group.add_mutually_exclusive_group()
-    memory.add_argument("--memory-bytes", type=number, help="memory per device in bytes, such as 80e9 (default: the hardware preset's)")
+    memory.add_argument("--memory-bytes", type=byte_count, help="memory per device in bytes, such as 80e9 (default: the hardware preset's)")
     memory.add_argument("--memory-gib", type=number, help="memory per device in GiB (default: the hardware preset's)")
 
 
@@ -161,8 +170,8 @@ def add_engine_arg_flags(parser: argparse.ArgumentParser, group: str, leave_out:
             options["choices"] = field.metadata["choices"]
         elif kind is int and field.metadata["unit"] != "bytes":
             options["type"] = whole
-        elif kind in (int, float):
-            options["type"] = number  # bytes too: 80e9 reads better than 80000000000
+        elif kind in (int, float):  # bytes are whole, written as 80e9 (reads better than 80000000000)
+            options["type"] = byte_count if field.metadata["unit"] == "bytes" else number
         flags.add_argument(flag_name(field), **options)
 
 
@@ -275,3 +284,53 @@ def engine_args_from_args(args, **extra) -> EngineArgs:
     if getattr(args, "seed", None) is not None:
         given["seed"] = args.seed
     return EngineArgs(**given, **extra)
+
+
+# A model folder holds a config.json, its weights and tokenizer files, sharded weights a few hundred
+# at most: past this many entries the rest are not looked at (the folder is not walked for minutes).
+MODEL_FOLDER_FILES_CHECKED = 4096
+
+
+def model_input_files(model: str | None, model_path: str | None, default_model: str | None = None) -> dict:
+    """The files a command reads for its model, by what they are, for check_output_path's inputs:
+    every file of a --model-path folder (an output onto its weights or tokenizer would destroy
+    them, not only onto config.json), else the preset file --model (or the default) names."""
+    import itertools
+    import os
+
+    from kvscope.app.lab.presets import preset_file
+
+    if model_path:
+        try:
+            with os.scandir(model_path) as entries:
+                files = [e.path for e in itertools.islice(entries, MODEL_FOLDER_FILES_CHECKED) if e.is_file()]
+        except OSError:  # not a folder, or unreadable: the command says so when it loads it
+            files = [os.path.join(model_path, "config.json")]
+        return {f"file {os.path.basename(f)} of the --model-path folder": f for f in files}
+    name = model or default_model
+    path = preset_file("models", name) if name else None
+    return {"model preset": str(path)} if path else {}
+
+
+def check_scenario_path(value: str) -> None:
+    """A scenario given as a path (app/lab/scenarios.py reads it as one when it ends in .toml or holds
+    a slash) that exists but is no regular file is said as what it is: the loader says "no such
+    file" of a folder or a pipe. A path the system cannot look up raises OSError (said by main)."""
+    import os
+    import stat
+
+    if not (value.endswith(".toml") or "/" in value or "\\" in value):
+        return
+    try:
+        mode = os.stat(value).st_mode
+    except FileNotFoundError:
+        return  # the loader's "no such file" is right
+    except NotADirectoryError:
+        raise ConfigError(f"scenario file {value}: a part of the path before the name is a file, not a "
+                          "folder") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"scenario file {value}: is a folder; give a scenario .toml file or a name "
+                          "(`kvscope scenarios`)")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"scenario file {value}: not a regular file (a device or a pipe); give a scenario "
+                          ".toml file")

@@ -1,9 +1,28 @@
-"""Plain-text output of the command line: label/value tables."""
+"""Plain-text output of the command line: label/value tables, and text shown as it reads."""
 
 from __future__ import annotations
 
+import re
+
+# Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts a sequence that can
+# clear the screen or retitle the window, BEL rings, BS overwrites) and the bidirectional overrides
+# that reorder what follows. A file or preset name is shown as typed; these in it are shown escaped.
+# (Text, compiled on use: a Unicode class compiled at import needs memory a tiny `ulimit -v` lacks.)
+TERMINAL_CONTROLS = "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+
+
+def shown(text: str, keep: str = "") -> str:
+    """text with each terminal control character but those in `keep` escaped: "\\x1b[2J", not a
+    cleared screen."""
+    return re.sub(TERMINAL_CONTROLS, lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode("ascii"),
+                  str(text))
+
 
 def table(rows: list[tuple[str, str]], title: str | None = None) -> str:
+    """Rows of label and value under a title; a control character in any of them (a trace named with
+    ESC, a random-weights model's answer) is shown escaped, its line breaks kept."""
+    rows = [(shown(label, "\n"), shown(value, "\n")) for label, value in rows]
+    title = shown(title, "\n") if title else title
     width = max(len(label) for label, _ in rows)
     lines = [title, "-" * len(title)] if title else []
     lines += [f"{label:<{width}}  {value}" for label, value in rows]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvscope.engine.config import ConfigError
+from kvscope.app.cli.output import shown
 from kvscope.app.lab.presets import KINDS, load_hardware, load_model, load_workload, preset_names
 
 
@@ -22,5 +23,5 @@ def run(args) -> int:
                 description = loaders[kind](name).description
             except ConfigError as exc:
                 description = f"(invalid: {exc})"
-            print(f"  {name:<22} {description}")
+            print(f"  {shown(name):<22} {shown(description)}")  # a user's file named with ESC does not clear the screen
     return 0

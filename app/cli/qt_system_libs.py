@@ -97,11 +97,72 @@ def problem(libraries: list[str]) -> str | None:
     return f"{what}; {' and '.join(fixes)}; or run headless with QT_QPA_PLATFORM=offscreen"
 
 
+def platform_keys() -> set[str] | None:
+    """The platform names Qt's plugins answer to (a plugin may have several: wayland, wayland-egl),
+    read from their metadata without loading them; None when they cannot be listed."""
+    from PySide6.QtCore import QLibraryInfo, QPluginLoader
+
+    folder = Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms"
+    try:
+        plugins = sorted(folder.iterdir())
+    except OSError:
+        return None
+    keys = {str(key).lower() for plugin in plugins
+            for key in QPluginLoader(str(plugin)).metaData().get("MetaData", {}).get("Keys", [])}
+    return keys or None
+
+
+def unknown_platform(environ=os.environ) -> str | None:
+    """QT_QPA_PLATFORM naming no plugin Qt has (a typo, "nonsense"): Qt aborts with a core dump
+    (exit 134). It may list fallbacks ("wayland;xcb") and give a plugin arguments ("vnc:size=800x600");
+    with a plugin folder of the user's own (QT_QPA_PLATFORM_PLUGIN_PATH, QT_PLUGIN_PATH) Qt finds
+    more than this can list, and it is left to Qt."""
+    given = environ.get("QT_QPA_PLATFORM", "").strip()
+    if not given or environ.get("QT_QPA_PLATFORM_PLUGIN_PATH") or environ.get("QT_PLUGIN_PATH"):
+        return None
+    names = [part.split(":")[0].strip().lower() for part in given.split(";") if part.strip()]
+    keys = platform_keys()
+    if keys is None or any(name in keys for name in names):
+        return None
+    return (f"QT_QPA_PLATFORM={given[:80]!r}: Qt has no such platform plugin (it would abort); it has "
+            f"{', '.join(sorted(keys))}: use offscreen to run headless, or unset it")
+
+
+def x_display_problem(environ=os.environ) -> str | None:
+    """Qt's X11 plugin with no X server to talk to (no DISPLAY on a headless machine, or one that
+    does not answer): Qt aborts with a core dump. libxcb is asked as Qt would ask it."""
+    display = environ.get("DISPLAY", "")
+    headless = "; on a machine without a display run it headless with QT_QPA_PLATFORM=offscreen"
+    if not display.strip():
+        return "the window needs a display, and DISPLAY is not set (no X server to open it on)" + headless
+    import ctypes
+
+    try:
+        xcb = ctypes.CDLL("libxcb.so.1")
+    except OSError:  # missing: missing_for_xcb() has named its package already
+        return None
+    xcb.xcb_connect.restype = ctypes.c_void_p
+    xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+    xcb.xcb_disconnect.argtypes = [ctypes.c_void_p]
+    connection = xcb.xcb_connect(os.fsencode(display), None)
+    failed = xcb.xcb_connection_has_error(connection)
+    xcb.xcb_disconnect(connection)
+    if failed:
+        return (f"cannot open the X display DISPLAY={display[:80]!r} (no X server answers there, or it refused "
+                "this user)" + headless)
+    return None
+
+
 def check_qt_system_libs(environ=os.environ) -> None:
-    """Before QApplication: a missing X11 library is one ConfigError line, not Qt's abort."""
+    """Before QApplication: an unknown platform, a missing X11 library, or an X display that is not
+    there is one ConfigError line, not Qt's abort."""
+    message = unknown_platform(environ)
+    if message:
+        raise ConfigError(message)
     if not uses_xcb(environ):
         return
-    message = problem(missing_for_xcb())
+    message = problem(missing_for_xcb()) or x_display_problem(environ)
     if message:
         raise ConfigError(message)
 

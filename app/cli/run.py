@@ -62,8 +62,8 @@ def input_files(args) -> dict:
         config = str(Path(config) / "config.json")
     given = {"trace": args.trace, "model config": config,
              "workload file": args.workload if (args.workload or "").endswith(".toml") else None}
-    if args.model_path:
-        given["model config"] = str(Path(args.model_path) / "config.json")
+    if args.model_path:  # every file of the folder: its weights and tokenizer are read too
+        given.update(options.model_input_files(None, args.model_path))
     if given["workload file"]:
         with contextlib.suppress(ConfigError):  # a broken file is refused, with its reason, when it is read
             given["trace the workload file names"] = load_workload_file(args.workload).trace_path

@@ -99,8 +99,8 @@ def run(args) -> int:
     quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
     if args.json and args.json != "-" and not Path(os.path.realpath(args.json)).parent.is_dir():
         raise ConfigError(f"--json {args.json}: the folder does not exist")
-    check_output_path("--json", args.json,
-                      {"model config": str(Path(args.model_path) / "config.json")} if args.model_path else None)
+    # the model's preset file, or every file of its folder (its weights and tokenizer are read too)
+    check_output_path("--json", args.json, options.model_input_files(args.model, args.model_path))
     from kvscope.app.lab.verify.parity import run_parity
     from kvscope.app.lab.verify import quality
 

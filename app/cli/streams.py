@@ -1,0 +1,79 @@
+"""The process's standard streams, as the commands meet them: a closed standard error, and an
+output flag naming standard input or standard error by another name (/dev/stdin, /dev/fd/2,
+/proc/self/fd/0, or the very file `< in.txt` or `2> log.txt` opened).
+
+Standard output has its own rules (app/lab/output_path.py: '-' and names_standard_output); these
+are the other two. Writing an output "to" standard input renamed the report over the file the
+shell opened for reading (`kvscope run --json /dev/stdin < notes.txt` replaced notes.txt), and
+to standard error mixed a binary recording or a PNG into the command's messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kvscope.engine.config import ConfigError
+
+# Each command's flags that name a file it writes (argparse dests). A command not listed writes none.
+OUTPUT_FLAGS = {"run": ("json", "record"), "compare": ("json", "csv"), "verify": ("json",),
+                "attach": ("json", "record", "screenshot"), "export": ("perfetto", "csv"), "gui": ("screenshot",),
+                "bench": ("json",), "calibrate": ("json",)}
+# The text outputs that take '-' for stdout: another name of stdout (/dev/stdout, the file that
+# `> out.txt` opened) is that '-', so the command's own text moves to stderr as it does for '-'.
+STDOUT_DASH_OUTPUTS = {"run": ("json",), "compare": ("json", "csv"), "verify": ("json",), "attach": ("json",)}
+STREAMS = ((0, "standard input"), (2, "standard error"))
+
+
+def give_closed_stderr_a_place() -> None:
+    """`kvscope run 2>&-`: Python leaves sys.stderr None, and the progress line's isatty() was a
+    traceback (exit 1). It becomes /dev/null: the exit code still says a refusal. Opened now, the
+    null device also takes file descriptor 2, so no file the command opens later gets it (and with
+    it every library's stray message)."""
+    if sys.stderr is None:
+        try:
+            sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process's stderr until it exits
+        except OSError:
+            pass
+
+
+def stream_named(path: str) -> str | None:
+    """'standard input' or 'standard error' when `path` is another name of that stream's file;
+    None otherwise, and for /dev/null and for a stream that is also the standard output (one
+    terminal for all three): standard output's own rules take that one."""
+    try:
+        given = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if os.path.realpath(path) == os.devnull:
+        return None
+    try:
+        stdout = os.fstat(1)
+        stdout_id = (stdout.st_dev, stdout.st_ino)
+    except OSError:
+        stdout_id = None
+    for fd, name in STREAMS:
+        try:
+            stream = os.fstat(fd)
+        except OSError:  # closed
+            continue
+        same = (stream.st_dev, stream.st_ino)
+        if same == (given.st_dev, given.st_ino) and same != stdout_id:
+            return name
+    return None
+
+
+def refuse_outputs_onto_standard_streams(args) -> None:
+    """Every output flag of the command: one naming standard input or standard error is refused."""
+    for dest in OUTPUT_FLAGS.get(getattr(args, "command", None), ()):
+        path = getattr(args, dest, None)
+        if not isinstance(path, str) or path == "-":
+            continue
+        name = stream_named(path)
+        if name is not None:
+            flag = "--" + dest.replace("_", "-")
+            where = ("opened for reading; writing it would replace what it holds"
+                     if name == "standard input" else "where this command's messages go")
+            dash = dest in STDOUT_DASH_OUTPUTS.get(args.command, ())
+            raise ConfigError(f"{flag} {path}: is this command's {name} ({where}); give a file name"
+                              + (" or '-' for stdout" if dash else ""))
