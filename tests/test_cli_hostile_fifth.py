@@ -250,6 +250,16 @@ def test_a_tiny_address_space_is_one_line_not_a_traceback():
     refused(proc.returncode, proc.stderr, "out of memory", "ulimit -v")
 
 
+def test_an_address_space_openblas_could_not_start_its_threads_in_still_runs():
+    """`ulimit -v 125000`: OpenBLAS gave up allocating a buffer per core in C (a KeyboardInterrupt
+    traceback, exit 130, before main() ran); with one BLAS thread the command runs."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (125_000 * 1024, 125_000 * 1024))
+
+    proc = subprocess.run([str(KVSCOPE), "math"], capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    assert proc.returncode == 0 and "KV per token" in proc.stdout, proc.stderr[-500:]
+
+
 def test_an_import_error_that_is_not_memory_is_not_hidden():
     with pytest.raises(ImportError):
         cli_main._out_of_memory_at_start(ImportError("No module named 'numpy'"))

@@ -15,7 +15,23 @@ import os
 import re
 import sys
 
-from kvscope.app.cli.output import shown
+
+def _one_blas_thread_under_a_tiny_limit() -> None:
+    """Under a small `ulimit -v` (100 - 140 MiB) OpenBLAS, loaded with numpy, gave up allocating a
+    buffer per core and killed the process in C (exit 1, or a KeyboardInterrupt traceback) before
+    main() could say why. One thread's buffers fit, and main() then gives its one line if still short."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < 1024**3:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+_one_blas_thread_under_a_tiny_limit()  # before anything imports numpy
+
+from kvscope.app.cli.output import shown  # noqa: E402 - after the BLAS set-up above
 
 
 def starved(exc: BaseException) -> bool:
