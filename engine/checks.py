@@ -106,7 +106,9 @@ def whole_number(value, what: str, low: int = 1, high: int = MAX_BYTES) -> int:
 
 def real_number(value, what: str, low: float = 0.0, high: float = MAX_RATE, low_open: bool = False) -> float:
     """value as a float if it is a finite number in [low, high] ((low, high] when low_open)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    # an int is finite however large (math.isfinite(10**400) raises OverflowError): its bounds say
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float)
+                                                                        and not math.isfinite(value)):
         span = f"greater than {_bound(low)} and at most" if low_open else f"from {_bound(low)} to"
         raise ConfigError(f"{what} must be a number {span} {_bound(high)}, got {shown(value)}")
     if value < low or (low_open and value == low):

@@ -11,6 +11,7 @@ sparse files (no disk) or built lazily (the publisher's big batches exist only w
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -445,11 +446,68 @@ def _model_cases(f: Path, Case, write) -> list:
 # -- a vLLM look-alike on loopback ---------------------------------------------------------------------------
 
 
+def stored(hashes, **fields) -> dict:
+    """A vLLM BlockStored event of 32-token blocks."""
+    return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+            "token_ids": list(range(32 * len(hashes))), "block_size": 32, **fields}
+
+
+def zmq_publisher(context, messages) -> str:
+    """A ZMQ XPUB on loopback that sends messages() (lists of frames) to each subscriber as it
+    subscribes: the attach cases' fake vLLM KV-event stream. Its endpoint."""
+    import zmq
+
+    socket = context.socket(zmq.XPUB)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+
+    def loop():
+        while True:
+            try:
+                message = socket.recv()
+            except zmq.ZMQError:
+                return
+            if message[:1] == b"\x01":  # a subscription: a subscriber is there
+                time.sleep(0.1)
+                for frames in messages():
+                    socket.send_multipart(frames)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"tcp://127.0.0.1:{port}"
+
+
+def fake_http_server(routes: dict) -> str:
+    """A loopback HTTP server on a thread answering GET path -> bytes (or a callable that answers
+    itself); the attach cases' fake vLLM. Its address."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = routes.get(self.path)
+            if callable(body):
+                body(self)
+                return
+            self.send_response(200 if body is not None else 404)
+            body = body if body is not None else b"not found"
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def _attach_cases(f: Path, Case, write) -> list:
     """HTTP routes per path prefix, and ZMQ publishers / replay sockets per case, all threads of
     this process. A publisher (XPUB) sends its batches each time a subscriber subscribes, so the
     large ones exist only while a case runs."""
-    import http.server
 
     import msgspec
     import zmq
@@ -486,27 +544,7 @@ def _attach_cases(f: Path, Case, write) -> list:
         "/slow-version/version": lambda h: dribble(h, 100_000),
     }
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = routes.get(self.path)
-            if callable(body):
-                body(self)
-                return
-            self.send_response(200 if body is not None else 404)
-            body = body if body is not None else b"not found"
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    url = fake_http_server(routes)
     context = zmq.Context()
 
     def seq(n: int) -> bytes:
@@ -515,28 +553,7 @@ def _attach_cases(f: Path, Case, write) -> list:
     def batch(events, rank=None, ts=1.0) -> bytes:
         return encode([ts, events] + ([rank] if rank is not None else []))
 
-    def stored(hashes, **fields) -> dict:
-        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
-                "token_ids": list(range(32 * len(hashes))), "block_size": 32, **fields}
-
-    def publisher(messages) -> str:
-        socket = context.socket(zmq.XPUB)
-        socket.setsockopt(zmq.SNDHWM, 0)
-        port = socket.bind_to_random_port("tcp://127.0.0.1")
-
-        def loop():
-            while True:
-                try:
-                    message = socket.recv()
-                except zmq.ZMQError:
-                    return
-                if message[:1] == b"\x01":  # a subscription: a subscriber is there
-                    time.sleep(0.1)
-                    for frames in messages():
-                        socket.send_multipart(frames)
-
-        threading.Thread(target=loop, daemon=True).start()
-        return f"tcp://127.0.0.1:{port}"
+    publisher = functools.partial(zmq_publisher, context)
 
     def replay_socket(answer) -> str:
         """A ROUTER: the probe (seq 2**62) gets the end marker; a replay request is answered by answer(send, seq)."""

@@ -128,3 +128,11 @@ def window(qtbot, tmp_path, monkeypatch):
     win = make_window(qtbot, autoplay=False)
     yield win
     win.close()
+
+
+@pytest.fixture(scope="module")
+def recording_bytes(tmp_path_factory):
+    """The bytes of a small engine recording, for the hostile passes that damage one record at a time."""
+    from small_recording import record_small_run
+
+    return record_small_run(tmp_path_factory.mktemp("rec") / "small.kvrec").read_bytes()

@@ -32,7 +32,6 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.cost_model import MAX_EFFICIENCY, MIN_EFFICIENCY
 
 from cli_helper import cli
-from small_recording import record_small_run
 
 # -- calibration profiles ----------------------------------------------------------------------------------
 
@@ -169,11 +168,6 @@ def test_config_json_moe_intermediate_size_zero_is_refused_not_replaced():
 
 
 # -- recordings ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def recording_bytes(tmp_path_factory):
-    return record_small_run(tmp_path_factory.mktemp("rec") / "small.kvrec").read_bytes()
 
 
 def _records(data: bytes) -> list:

@@ -38,6 +38,33 @@ def nesting_depth(value) -> int:
     return deepest
 
 
+MAX_WHOLE = 2**63 - 1  # TOML's integers are 64-bit; no field of a preset, profile or header is larger
+
+
+def outsized_whole(value) -> tuple[str, int] | None:
+    """(where, number) of the first whole number past 64 bits inside value, None if there is none.
+    Such a number has no float (10**400 in a rate), so a check that compares it with one raises
+    OverflowError instead of naming the field; the TOML spec itself says it must be refused."""
+    stack = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and not -MAX_WHOLE - 1 <= item <= MAX_WHOLE:
+            return where or "a value", item
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in children
+                     if isinstance(child, (dict, list, int)))
+    return None
+
+
+def refuse_outsized_whole(value, label: str) -> None:
+    """A ConfigError naming the first whole number past 64 bits in value (a file just read)."""
+    found = outsized_whole(value)
+    if found is not None:
+        where, number = found
+        raise ConfigError(f"{label}: {str(where)[:80]} is a whole number of {len(str(abs(number))):,} digits, "
+                          "past the 64-bit range (no field is that large)")
+
+
 def unholdable_number(label: str, exc: Exception) -> ConfigError:
     """The error for a number a JSON or TOML file may spell but Python will not convert (a whole
     number of more than 4,300 digits): Python's advice (set_int_max_str_digits) is not the user's to take."""
@@ -71,6 +98,8 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
     """A regular file's bytes if it holds at most max_bytes; /dev/zero, a FIFO or a file too big
     for its kind is refused before anything is allocated for it."""
     path = Path(path)
+    if "\0" in str(path):  # a workload file's trace = "a\u0000b": open() raises ValueError, naming no field
+        raise ConfigError(f"{label}: cannot read: the path holds a NUL character, which no file name has")
     try:
         # O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes; opened this
         # way it returns at once and fstat refuses it. A regular file reads as usual.
@@ -92,3 +121,17 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
     if len(data) > max_bytes:  # it grew while being read
         raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
     return data
+
+
+def is_one_line(text, limit: int) -> bool:
+    """Text another program sent or wrote that kvscope shows (a version, a model's name): one line of
+    printable characters (no newline, no terminal escape code), not empty, at most `limit` long."""
+    return isinstance(text, str) and 0 < len(text) <= limit and text.isprintable()
+
+
+def escaped(text: str) -> str:
+    """text with each character that is not printable (a newline, ESC) written as its escape ("\\x1b"),
+    so a file that holds one cannot move the terminal's cursor or clear its screen when shown."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped, unholdable_number
+from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
+                                          unholdable_number)
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.checks import real_number, shown
@@ -321,6 +322,10 @@ def read_profile(path: Path) -> dict:
         raise ConfigError(f"{unholdable_number(label, exc)}{hint}") from None
     if not isinstance(profile, dict) or nesting_depth(profile) > MAX_JSON_DEPTH:
         raise ConfigError(f"{label}: not a JSON object{hint}")
+    try:  # an efficiency of 10**400 has no float: compared with one it raised OverflowError
+        refuse_outsized_whole(profile, label)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}{hint}") from None
     if profile.get("format") != PROFILE_FORMAT:
         raise ConfigError(f"{label}: format is {profile.get('format')!r:.40}, not {PROFILE_FORMAT!r}{hint}")
     if profile.get("version") != PROFILE_VERSION:

@@ -18,7 +18,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, nesting_depth, read_capped, unholdable_number
+from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
+                                          unholdable_number)
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
@@ -98,6 +99,7 @@ def read_toml(path, label: str) -> dict:
         raise unholdable_number(label, exc) from None
     if nesting_depth(table) > MAX_JSON_DEPTH:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels")
+    refuse_outsized_whole(table, label)  # 10**400 as a rate: the checks' float compare would raise OverflowError
     return table
 
 

@@ -248,6 +248,10 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
         raise ConfigError(f"{label}: missing field name")
     kwargs = {k: require_text(data[k], f"{label}: {k}") if k == "name" else _text(data[k], f"{label}: {k}")
               for k in ("name", "description", "source") if k in data}
+    for key, text in kwargs.items():  # printed in `run`'s title and tables, as a model preset's are: one line
+        if not text.isprintable():
+            raise ConfigError(f"{label}: {key} {text[:60]!r} must be one line of printable text (no newline, tab "
+                              "or control character)")
     for key in _NUMBER_FIELDS:
         if key in data:
             kwargs[key] = _whole(data[key], f"{label}: {key}")
@@ -262,7 +266,10 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
             kwargs[key] = dist_from_dict(data[key], f"{label}: {key}")
     if "trace" in data:
         refuse_ignored_by_trace([k for k in TRACE_SETS if k in data], label)
-        trace = Path(require_text(data["trace"], f"{label}: trace"))
+        trace = require_text(data["trace"], f"{label}: trace")
+        if "\0" in trace:  # no file name holds one (open() would raise ValueError, not say which field)
+            raise ConfigError(f"{label}: trace {trace[:60]!r} holds a NUL character; give the trace CSV's path")
+        trace = Path(trace)
         if trace_dir is not None and not trace.is_absolute():
             found = Path(trace_dir) / trace
             if not found.exists() and fallback_trace_dir is not None and (Path(fallback_trace_dir) / trace).exists():

@@ -101,11 +101,46 @@ def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
             )
         if not has_pickle:
             raise ConfigError(f"model directory {path}: no weights (*.safetensors) found")
+    shards = ["model.safetensors"]
     if (path / "model.safetensors.index.json").exists():
-        missing = sorted(s for s in _index_shards(path) if not (path / s).is_file())
+        shards = sorted(_index_shards(path))
+        missing = [s for s in shards if not (path / s).is_file()]
         if missing:
             raise ConfigError(f"model directory {path}: missing weight shard(s) {', '.join(missing)}")
+    if not cfg.get("quantization_config"):
+        for shard in shards:
+            _check_float_weights(path, shard)
     return cfg
+
+
+# safetensors dtypes of whole numbers: an unquantised model's parameter stored as one is cast to a
+# float on load (an I32 holding a float's bits becomes 1e9-sized weights) and the model runs on nonsense
+_WHOLE_NUMBER_DTYPES = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"}
+MAX_SAFETENSORS_HEADER = 100 * 1024**2  # the safetensors library's own limit
+
+
+def _check_float_weights(path: Path, shard: str) -> None:
+    """Each tensor of a weight file transformers will read holds floats (its header says its dtype).
+    A header that cannot be read is left to the load, whose error names what is wrong."""
+    label = f"model directory {path}: {shard}"
+    try:
+        with open(path / shard, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 2 <= size <= MAX_SAFETENSORS_HEADER:
+                return
+            header = load_json(handle.read(size), label)
+    except (OSError, ConfigError):
+        return
+    if not isinstance(header, dict):
+        return
+    for name, entry in header.items():
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        # parameters only: older checkpoints keep buffers of whole numbers beside them (GPT-NeoX's
+        # boolean `attention.bias` mask, position_ids), which load as they are
+        if dtype in _WHOLE_NUMBER_DTYPES and isinstance(name, str) and name.endswith(".weight"):
+            raise ConfigError(f"{label}: tensor {shown(name)} is stored as {dtype} (whole numbers), but config.json "
+                              "has no quantization_config: the weights of a model kvscope runs are floats (F32, F16, "
+                              "BF16); this file is not this model's weights, or is quantised in a way it does not say")
 
 
 def _names(keys) -> str:
@@ -203,10 +238,16 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
     if quantization:
         kwargs["quantization_config"] = _bitsandbytes_config(quantization, dev, dtype)
         kwargs["device_map"] = {"": dev}
+    verbosity = hf_logging.get_verbosity()
+    # transformers logs a LOAD REPORT table (30 lines, colour codes) of missing or unexpected weights:
+    # check_weights_match says the same in the one line a refusal is
+    hf_logging.set_verbosity_error()
     try:
         hf_model, loading_info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
     except Exception as exc:  # corrupt or mismatched weights raise many kinds (SafetensorError among them)
         raise ConfigError(f"model directory {path}: cannot load: {_first_line(exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     check_weights_match(path, loading_info)
     if not quantization:
         hf_model.to(dev)

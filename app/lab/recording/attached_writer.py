@@ -44,6 +44,7 @@ from kvscope.app.lab.recording.format import (
     encode_payload,
     frame_record,
 )
+from kvscope.app.lab.recording.schema import MAX_NOTICE_TEXT
 from kvscope.app.lab.recording.writer import _RecordWriter
 from kvscope.app.lab.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 from kvscope.app.lab.vllm.prefix_cache_map import map_state
@@ -172,10 +173,10 @@ class AttachRecorder:
                 batches += 1
             else:
                 self._notices.append([tick, batches, record.kind.value, stream, record.first_seq, record.last_seq,
-                                      record.count, record.message])
+                                      record.count, _kept(record.message)])
         has_point = scraped is not None and not isinstance(scraped, str)
         if isinstance(scraped, str):
-            self._failures.append([tick, scraped])
+            self._failures.append([tick, _kept(scraped)])
         elif has_point:
             self._points.append(tuple(float(getattr(scraped, name)) for name in self._columns))
         restarts = attachment.counts.metric_restarts
@@ -241,3 +242,9 @@ class AttachRecorder:
         trailer_head = TRAILER.pack(index_offset, TRAILER_TAG, 0)[:16]
         self._writer.write_last(index + trailer_head + struct.pack("<I", zlib.crc32(trailer_head)))
         return self._writer.offset
+
+
+def _kept(message: str) -> str:
+    """A notice's or a failed scrape's message as recorded: the reader takes at most MAX_NOTICE_TEXT
+    characters, and a longer one (a server's text quoted in it) made the whole recording unreadable."""
+    return message if len(message) <= MAX_NOTICE_TEXT else message[:MAX_NOTICE_TEXT - 3] + "..."

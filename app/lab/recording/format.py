@@ -11,6 +11,7 @@ docs/recording-format.md is the specification; writer.py and reader.py are its t
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 
@@ -151,17 +152,13 @@ def decode_payload(payload: bytes, where: str, head_only: bool = False,
             return head, {}
         plan, restored_bytes = [], 0
         for name, spec in specs.items():
-            dtype = np.dtype(spec["dtype"])
-            if dtype.kind not in "biuf":
-                raise ValueError(f"array {name} has dtype {dtype}")
+            dtype = _array_dtype(spec["dtype"], name)
             count, offset = int(spec["count"]), int(spec["offset"])
             if count < 0 or offset < 0 or base + offset + count * dtype.itemsize > len(payload):
                 raise ValueError(f"array {name} runs past the end of the record")
             if max_count is not None and count > max_count:
                 raise ValueError(f"array {name} has {count:,} entries, more than the {max_count:,} it can have")
-            restored = np.dtype(spec["as"]) if "as" in spec else None
-            if restored is not None and restored.kind not in "biuf":
-                raise ValueError(f"array {name} is restored as {restored}")
+            restored = _array_dtype(spec["as"], name) if "as" in spec else None
             delta = bool(spec.get("delta"))
             # a view costs nothing now, but the views of one payload may overlap, and a concatenation copies them
             widest = max(dtype.itemsize, 8 if delta else 0, restored.itemsize if restored is not None else 0)
@@ -184,6 +181,24 @@ def decode_payload(payload: bytes, where: str, head_only: bool = False,
             OverflowError) as exc:
         raise RecordingError(f"{where} is malformed ({str(exc)[:200]}): the file is corrupt") from None
     return head, arrays
+
+
+def _array_dtype(text, name: str) -> np.dtype:
+    """An array's dtype as the writer spells it ("<i4", "|u1", "<f8", "|b1"). Anything that is not a
+    one-letter kind and a size is refused before numpy parses it: np.dtype("i4,") raises SyntaxError
+    from inside ast, "(1000000000)i4" is 4 GB a row, and a table or a list makes a structured dtype."""
+    if not isinstance(text, str) or not _DTYPE_TEXT.fullmatch(text):
+        raise ValueError(f"array {str(name)[:40]!r} has dtype {str(text)[:40]!r}, not a number's")
+    try:
+        dtype = np.dtype(text)
+    except TypeError:  # "<i9": no such type
+        raise ValueError(f"array {str(name)[:40]!r} has dtype {text!r}, not a number's") from None
+    if dtype.kind not in "biuf":
+        raise ValueError(f"array {name} has dtype {dtype}")
+    return dtype
+
+
+_DTYPE_TEXT = re.compile(r"[<>|=]?[A-Za-z][0-9]{0,2}")
 
 
 def frame_record(record_type: int, payload: bytes, compress: bool) -> bytes:

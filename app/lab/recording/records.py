@@ -37,7 +37,7 @@ from kvscope.app.lab.recording.format import (
     decode_payload,
     inflate,
 )
-from kvscope.app.lab.recording.schema import check_header, whole
+from kvscope.app.lab.recording.schema import check_header, check_index_head, whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +120,7 @@ def open_records(path, allow_truncated: bool = False) -> OpenedFile:
             raise RecordingError(f"{name}: record 0 (the header) holds arrays, which a header never has: "
                                  "the file is corrupt")
         header = check_header(header, name, (major, minor))
+        index_head = check_index_head(index_head, name)
         return OpenedFile(handle, reader, header, entries, index_head, warning, size)
     except BaseException:
         handle.close()

@@ -22,7 +22,9 @@ from kvscope.app.lab.recording.format import (
     STEPS,
     RecordingError,
 )
-from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, ConfigError, real_number, shown, whole_number
+from kvscope.app.lab.bounded_reads import MAX_JSON_DEPTH, escaped, outsized_whole
+from kvscope.engine.checks import (MAX_BLOCK_SIZE, MAX_BYTES, MAX_NUM_BLOCKS, ConfigError, real_number, shown,
+                                   whole_number)
 from kvscope.engine.snapshot import REQUEST_DTYPE
 
 MAX_EVENT_KINDS = 256
@@ -44,6 +46,8 @@ def _number(value, what: str) -> float:
         return real_number(value, what, -1e300, 1e300)
     except ConfigError as exc:
         raise RecordingError(f"{exc}: the file is corrupt") from None
+    except OverflowError:  # a whole number past any float (10**400): real_number's compare raises this
+        raise _corrupt(f"{what} must be a number from -1e300 to 1e300, got {shown(value)}") from None
 
 
 def _corrupt(message: str) -> RecordingError:
@@ -75,7 +79,44 @@ def check_header(header, name: str, file_version: tuple) -> dict:
     for key in _HEADER_TEXTS:
         if key in header and not isinstance(header[key], str):
             raise _corrupt(f"{name}: the header's {key} must be text, got {shown(header[key])}")
-    return header
+    for key in ("model", "hardware", "workload"):  # each table's name is shown: `export` joins them as text
+        table = header.get(key)
+        if isinstance(table, dict) and table.get("name") is not None and not isinstance(table["name"], str):
+            raise _corrupt(f"{name}: the header's {key}.name must be text, got {shown(table['name'])}")
+    outsized = outsized_whole(header)  # the replay rebuilds the model and hardware from it: 10**400 has no float
+    if outsized is not None:
+        raise _corrupt(f"{name}: the header's {outsized[0][:80]} is {shown(outsized[1])}, past the 64-bit range")
+    plan = header.get("plan")
+    if isinstance(plan, dict) and plan.get("block_bytes") is not None:  # shown in KiB: 10**400 is no float
+        whole(plan["block_bytes"], f"{name}: the header's plan.block_bytes", 0, MAX_BYTES)
+    # absent, the format_version is the file's (`export` shows it, and read it as header["format_version"])
+    return printable_texts({**header, "format_version": version})
+
+
+def printable_texts(value, depth: int = 0):
+    """value (a header, a note) with every text in it shown escaped where it holds a newline or a
+    control character: a label with ESC[2J would clear the terminal `kvscope export` prints it on. Only
+    what is shown changes; a file kvscope wrote holds none (a model folder's name may, and is kept)."""
+    if isinstance(value, str):
+        return escaped(value)
+    if depth > MAX_JSON_DEPTH:  # load_json bounds the nesting already
+        return value
+    if isinstance(value, dict):
+        return {printable_texts(k, depth + 1): printable_texts(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_texts(v, depth + 1) for v in value]
+    return value
+
+
+def check_index_head(head: dict | None, name: str) -> dict | None:
+    """The index record's summary (a table) and note (text), which `export` shows, escaped as above."""
+    if head is None:
+        return None
+    if head.get("summary") is not None and not isinstance(head["summary"], dict):
+        raise _corrupt(f"{name}: the index's summary must be a table, got {shown(head['summary'])}")
+    if head.get("note") is not None and not isinstance(head["note"], str):
+        raise _corrupt(f"{name}: the index's note must be text, got {shown(head['note'])}")
+    return {**head, **{k: printable_texts(head[k]) for k in ("summary", "note") if head.get(k) is not None}}
 
 
 def _length(arrays: dict, name: str, expected: int, what: str) -> np.ndarray:
@@ -202,12 +243,17 @@ def _text(value, what: str, limit: int = MAX_NOTICE_TEXT) -> str:
 def check_attach_header(header: dict, name: str) -> dict:
     """The server an attached recording followed (header "attach") and how ("target")."""
     attach = _table(header.get("attach"), f"{name}: the header's attach")
+    from kvscope.app.lab.vllm.metrics import MAX_ENGINES, MAX_MODEL_NAMES  # an attached recording's only
+
     for key in _ATTACH_TEXTS:
         _text(attach.get(key), f"{name}: the header's attach.{key}", 2_000)
+    # as many as an attach takes: a server's LoRA adapters by the hundred, its metrics' 1,024 engines
+    most = {"model_names": MAX_MODEL_NAMES, "engines": MAX_ENGINES, "sources": MAX_EVENT_KINDS}
     for key in _ATTACH_LISTS:
         values = attach.get(key)
-        if not isinstance(values, list) or len(values) > MAX_EVENT_KINDS or not all(isinstance(v, str) for v in values):
-            raise _corrupt(f"{name}: the header's attach.{key} must be a list of texts, got {shown(values)}")
+        if not isinstance(values, list) or len(values) > most[key] or not all(isinstance(v, str) for v in values):
+            raise _corrupt(f"{name}: the header's attach.{key} must be a list of at most {most[key]:,} texts, "
+                           f"got {shown(values)}")
     whole(attach.get("num_gpu_blocks"), f"{name}: the header's attach.num_gpu_blocks", 1, MAX_NUM_BLOCKS)
     whole(attach.get("block_size"), f"{name}: the header's attach.block_size", 1, MAX_BLOCK_SIZE)
     if attach.get("replay") is not None:

@@ -31,6 +31,7 @@ END_OF_REPLAY_SEQ = -1  # the replay socket's last reply carries this seq and an
 # each byte can become a 28-byte int in a tuple, so a payload past this is refused before decoding.
 MAX_BATCH_BYTES = 64 * 1024**2
 MAX_TOPIC_BYTES = 4096  # vLLM's topics are a few words ("kv@pod@model"); each log row repeats it
+MAX_TYPE_NAME = 200  # an event type's name as kept and said (vLLM's are "BlockStored" and the like)
 _U64_MASK = (1 << 64) - 1
 
 
@@ -141,7 +142,7 @@ def decode_batch(payload: bytes | memoryview) -> EventBatch:
     decoder = _MAP_BATCH if _is_map(payload[0]) else _ARRAY_BATCH
     try:
         raw = decoder.decode(payload)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec raises the second for a str not UTF-8
         raise KvEventDecodeError(f"KV event batch: {_one_line(exc)}") from None
     except RecursionError:
         raise KvEventDecodeError(_TOO_DEEP.format("batch")) from None
@@ -230,11 +231,15 @@ def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
         wire = (_MAP_EVENT if as_map else _ARRAY_EVENT).decode(data)
     except RecursionError:
         raise KvEventDecodeError(f"KV event {index}: " + _TOO_DEEP.format("event")) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a medium or lora_name of bytes not UTF-8
         type_name = _type_name(data, as_map)
         if isinstance(type_name, str) and type_name not in _KNOWN_TYPES:
-            return UnknownEvent(type_name)
-        raise KvEventDecodeError(f"KV event {index} ({type_name or 'no type'}): {_one_line(exc)}") from None
+            # kept short: each is repeated in a log row (2,000 kept), and 50 MB of name made 100 GB of rows
+            return UnknownEvent(type_name if len(type_name) <= MAX_TYPE_NAME else type_name[:MAX_TYPE_NAME] + "...")
+        # a tag that is no name (a list of 8,000,000 ints) is not quoted: the message is a recorded notice
+        said = type_name if isinstance(type_name, str) else "no type" if type_name is None else \
+            f"a {type(type_name).__name__} where the type belongs"
+        raise KvEventDecodeError(f"KV event {index} ({said}): {_one_line(exc)[:MAX_TYPE_NAME]}") from None
     if isinstance(wire, (_StoredMap, _StoredArray)):
         return BlockStored(
             block_hashes=tuple(_normal_hash(h) for h in wire.block_hashes),
@@ -253,7 +258,7 @@ def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
 def _type_name(data: bytes, as_map: bool):
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     if as_map and isinstance(value, dict):
         return value.get("type")

@@ -25,13 +25,17 @@ from dataclasses import dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvscope.app.lab.bounded_reads import load_json
+from kvscope.app.lab.bounded_reads import escaped, is_one_line, load_json
 from kvscope.engine.config import ConfigError
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_RESPONSE_BYTES = 16 * 1024**2  # an exposition is about 50 KB
 MAX_ENGINES = 1024  # DP engines one exposition may label (`kvscope attach --data-parallel-size` takes 256)
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
+# A server's texts kvscope shows and records: each one printable line, few enough for a recording
+MAX_VERSION_CHARS = 200
+MAX_MODEL_NAME_CHARS = 512
+MAX_MODEL_NAMES = 4096  # a base model and its LoRA adapters
 
 # figure -> the sample names it is read from, newest first
 SCALAR_SOURCES = {
@@ -141,7 +145,7 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     try:
         samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
     except ValueError as exc:
-        raise MetricsError(f"{source} is not a Prometheus exposition: {exc}") from None
+        raise MetricsError(f"{source} is not a Prometheus exposition: {_label(exc, 200)}") from None  # quotes its text
     by_name: dict[str, list] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)
@@ -157,8 +161,10 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     engines = {engine: _engine_metrics(by_name, engine, rejected) for engine in engine_names}
     cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
                     for s in by_name.get(CACHE_CONFIG_INFO, [])}
-    model_names = tuple(sorted({s.labels["model_name"] for name, group in by_name.items()
-                                if name.startswith("vllm:") for s in group if "model_name" in s.labels}))
+    model_names = tuple(sorted({s.labels["model_name"] for name, group in by_name.items() if name.startswith("vllm:")
+                                for s in group if is_one_line(s.labels.get("model_name"), MAX_MODEL_NAME_CHARS)}))
+    if len(model_names) > MAX_MODEL_NAMES:  # they only name the model: passed over, not kept by the thousand
+        model_names = ()
     return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names, tuple(rejected))
 
 
@@ -169,9 +175,14 @@ def _in_range(value: float, figure: str) -> bool:
 
 
 def _rejected(name: str, engine: str, value, why: str) -> str:
-    where = f"{{engine={engine}}}" if engine != "0" else ""
-    shown = f"{value:g}" if isinstance(value, float) else str(value)
-    return f"{name}{where} {shown} ({why})"
+    """A sample ignored, as the warning line names it: its labels (the server's text) short and escaped."""
+    where = f"{{engine={_label(engine)}}}" if engine != "0" else ""
+    return f"{name}{where} {value:g} ({why})" if isinstance(value, float) else f"{name}{where} {_label(value)} ({why})"
+
+
+def _label(text, most: int = 40) -> str:
+    text = str(text)
+    return escaped(text if len(text) <= most else f"{text[:most - 3]}...")
 
 
 def _engine_metrics(by_name: dict[str, list], engine: str, rejected: list[str]) -> EngineMetrics:
@@ -371,6 +382,9 @@ def server_url(address: str) -> str:
     no host ("https://", "http:/x"), a malformed host ("http://[::1:8000"), a port that is not one
     (0, 99999, -1, "８０"), or credentials ("user:pass@host") is refused with what to give instead."""
     address = address.strip()
+    if len(address) > MAX_ADDRESS_CHARS:  # a recording keeps it, and reads back one of at most this many
+        raise ServerUnreachable(f"{address[:40]}...: an address of {len(address):,} characters; give the server's "
+                                f"(at most {MAX_ADDRESS_CHARS:,}), e.g. http://127.0.0.1:8000")
     if "://" not in address and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", address):
         address = f"http://{address}"  # "host:8000"
     example = "e.g. http://127.0.0.1:8000"
@@ -400,6 +414,7 @@ def server_url(address: str) -> str:
 
 
 MAX_PORT = 65535
+MAX_ADDRESS_CHARS = 2000
 
 
 def valid_port(text: str) -> bool:
@@ -446,7 +461,7 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
             declared = int(length) if length.isascii() and length.isdigit() and len(length) < 20 else 0
             body = b"" if declared > MAX_RESPONSE_BYTES else response.read(MAX_RESPONSE_BYTES + 1)
     except urllib.error.HTTPError as exc:
-        raise ServerUnreachable(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+        raise ServerUnreachable(f"{url} answered HTTP {exc.code} {_label(exc.reason, 200)}") from None  # its text
     except urllib.error.URLError as exc:
         if deadline.expired:
             raise ServerUnreachable(too_slow) from None
@@ -568,7 +583,11 @@ def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
             raise TypeError(version)
     except (ConfigError, KeyError, TypeError):  # ConfigError: not JSON, or JSON nested thousands deep
         raise MetricsError(f"{url} did not answer {{\"version\": ...}}: {text[:80]!r}") from None
-    return str(version)
+    if not is_one_line(version, MAX_VERSION_CHARS):  # printed and recorded: a newline or ESC would be too
+        raise MetricsError(f"{url} answered version {version[:60]!r}{'...' if len(version) > 60 else ''} "
+                           f"({len(version):,} characters), not one line of at most {MAX_VERSION_CHARS} printable "
+                           "characters as vLLM's (\"0.32.0\")")
+    return version
 
 
 def _opener_for(url: str, deadline: _Deadline) -> urllib.request.OpenerDirector:

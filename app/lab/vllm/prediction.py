@@ -47,7 +47,8 @@ class PredictedFigure:
         """(predicted - observed) / observed; None where either is missing or the count was forced."""
         if self.predicted is None or not self.observed or "forced" in self.note:
             return None
-        return (self.predicted - self.observed) / self.observed
+        error = (self.predicted - self.observed) / self.observed
+        return error if math.isfinite(error) else None
 
     def as_dict(self) -> dict:
         return {"name": self.name, "unit": self.unit, "predicted": self.predicted, "observed": self.observed,
@@ -60,19 +61,23 @@ def _label(cache_config: dict, name: str) -> str | None:
 
 
 def _int_label(cache_config: dict, name: str) -> int | None:
-    value = _label(cache_config, name)
-    try:
-        return int(float(value)) if value is not None else None
-    except ValueError:
-        return None
+    """A label read as a whole number; None where the server wrote none (int(float("inf")) would raise
+    OverflowError, and 1e300 is no count of bytes or blocks either)."""
+    value = _float_label(cache_config, name)
+    return int(value) if value is not None and abs(value) < _MOST_LABEL else None
 
 
 def _float_label(cache_config: dict, name: str) -> float | None:
+    """A label read as a number; None where it is none, or is not finite ("nan", "inf", "1e999")."""
     value = _label(cache_config, name)
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        number = float(value) if value is not None else None
+    except (ValueError, TypeError):
         return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+_MOST_LABEL = float(1 << 62)  # past any count of bytes, blocks or tokens a server has
 
 
 def observed_max_model_len(cache_config: dict) -> int | None:
@@ -83,7 +88,8 @@ def observed_max_model_len(cache_config: dict) -> int | None:
     tokens, concurrency = _int_label(cache_config, "kv_cache_size_tokens"), _float_label(
         cache_config, "kv_cache_max_concurrency")
     if tokens and concurrency:
-        return round(tokens / concurrency)
+        length = tokens / concurrency  # a concurrency of 1e-300 makes it inf
+        return round(length) if 0 < length < _MOST_LABEL else None
     return None
 
 
@@ -122,6 +128,8 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
             observed_blocks: int | None = None) -> list[PredictedFigure]:
     observed_blocks = observed_blocks or _int_label(cache_config, "num_gpu_blocks")
     observed_concurrency = _float_label(cache_config, "kv_cache_max_concurrency")
+    if observed_concurrency is not None and not 1e-9 < observed_concurrency < _MOST_LABEL:
+        observed_concurrency = None  # 1e-300 sequences is no server's; an error against it is 10**300 %
     if model is None:
         why = "no model shape: pass --model-path DIR (its config.json) or --model PRESET"
         return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),

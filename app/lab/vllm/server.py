@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from kvscope.app.lab.bounded_reads import load_json
+from kvscope.app.lab.bounded_reads import is_one_line, load_json
 from kvscope.app.lab.vllm.events import END_OF_REPLAY_SEQ, KvEventDecodeError, decode_seq
 from kvscope.app.lab.vllm.metrics import (
     DEFAULT_TIMEOUT_S,
+    MAX_MODEL_NAME_CHARS,
+    MAX_MODEL_NAMES,
     MetricsError,
     ServerMetrics,
     ServerUnreachable,
@@ -98,13 +100,18 @@ def _cache_count(url: str, name: str, text: str, most: int, why: str) -> int:
 
 def served_models(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, ...]:
     """The ids /v1/models lists (the served model names); () when it has none to give. The list only
-    names the model, so an answer that is not one (nested 100,000 deep, say) is passed over."""
+    names the model, so an answer that is not one (nested 100,000 deep, say) is passed over, as is one
+    whose ids are not each one printable line (a newline or ESC would reach the terminal) or that
+    lists more models than a server serves (a recording keeps the names)."""
     url = f"{server_url(address)}/v1/models"
     try:
         data = load_json(fetch_text(url, timeout_s), url)
-        return tuple(str(entry["id"]) for entry in data["data"])
+        ids = tuple(entry["id"] for entry in data["data"])
     except (ConfigError, ValueError, KeyError, TypeError):
         return ()
+    if len(ids) > MAX_MODEL_NAMES or not all(is_one_line(i, MAX_MODEL_NAME_CHARS) for i in ids):
+        return ()
+    return ids
 
 
 def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
