@@ -355,3 +355,44 @@ def test_a_whole_number_past_any_float_is_refused_by_the_bound_it_crosses(value,
 
     with pytest.raises(ConfigError, match=said):
         real_number(value, "arrival_rate_per_s")
+
+
+def test_a_subscriber_whose_topic_cannot_be_set_fails_at_once_instead_of_hanging_in_close():
+    """A topic of bytes that are not UTF-8 raised inside the socket's set-up; the socket was never
+    closed and the subscriber's close() waited for it for ever (the CLI refuses such topics first)."""
+    import threading
+
+    from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, PublisherEndpoint
+
+    outcome = []
+
+    def subscribe():
+        try:
+            KvEventSubscriber([PublisherEndpoint("tcp://127.0.0.1:1")], topic="kv\udcff")
+        except UnicodeEncodeError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=subscribe, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and outcome
+
+
+def test_a_calibration_profile_whose_version_is_true_is_refused(tmp_path):
+    """JSON's true is Python's True, which equals 1: the profile was read as version 1."""
+    import kvscope.app.lab.calibration as calibration
+
+    path = tmp_path / "profile.json"
+    profile = {"format": calibration.PROFILE_FORMAT, "version": True}
+    path.write_text(json.dumps(profile))
+    with pytest.raises(ConfigError, match="version True is not"):
+        read_profile(path)
+
+
+def test_a_model_path_that_is_a_pipe_is_not_called_missing(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a directory"):
+        check_model_directory(fifo)

@@ -328,7 +328,7 @@ def read_profile(path: Path) -> dict:
         raise ConfigError(f"{exc}{hint}") from None
     if profile.get("format") != PROFILE_FORMAT:
         raise ConfigError(f"{label}: format is {profile.get('format')!r:.40}, not {PROFILE_FORMAT!r}{hint}")
-    if profile.get("version") != PROFILE_VERSION:
+    if type(profile.get("version")) is not int or profile["version"] != PROFILE_VERSION:  # true == 1 in Python
         raise ConfigError(f"{label}: version {profile.get('version')!r:.20} is not {PROFILE_VERSION}, the version "
                           f"this kvscope reads{hint}")
     if "calibration" not in profile:

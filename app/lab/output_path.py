@@ -60,7 +60,7 @@ def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
         # O_NONBLOCK: a FIFO no one reads would keep open() waiting forever; it fails at once (ENXIO)
         os.close(os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666))
     except OSError as exc:
-        if exc.errno == errno.ENXIO:
+        if exc.errno == errno.ENXIO and _is_fifo(out):  # ENXIO is also a terminal device with no terminal
             raise ConfigError(f"{flag} {path}: a pipe that nothing reads; give a file name") from None
         raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
     if not existed:
@@ -173,3 +173,10 @@ def write_json_output(flag: str, path: str, value) -> None:
         print(text, end="")
     else:
         write_text_atomic(flag, path, text)
+
+
+def _is_fifo(path) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False

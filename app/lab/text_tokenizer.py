@@ -27,7 +27,9 @@ class ChatTokenizer:
 
     def encode(self, text: str) -> list[int]:
         # The template already wrote the special tokens the model expects; adding a BOS again would double it.
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # verbose=False: transformers warned on stderr of a prompt past the model's length, which the
+        # engine refuses (or the prompt box explains) in its own words.
+        return list(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def chat_prompt(self, messages: list[dict]) -> tuple[list[int], str]:
         text = self.render(messages)

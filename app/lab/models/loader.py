@@ -39,8 +39,9 @@ def _read_config(path: Path) -> dict:
     if path.is_file():
         raise ConfigError(f"model directory {path}: is a file; give the directory that holds config.json and the "
                           "weights")
-    if not path.is_dir():
-        raise ConfigError(f"model directory {path}: no such directory")
+    if not path.is_dir():  # a FIFO or a device exists too: "no such directory" named the wrong cause
+        said = "not a directory (a pipe or a device)" if path.exists() else "no such directory"
+        raise ConfigError(f"model directory {path}: {said}")
     if not config_file.is_file():
         raise ConfigError(f"model directory {path}: missing config.json")
     label = f"model directory {path}: config.json"

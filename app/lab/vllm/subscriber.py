@@ -228,7 +228,12 @@ class KvEventSubscriber:
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         socket.setsockopt(zmq.RCVHWM, 0)  # vLLM's PUB keeps 100,000; losing batches here would make gaps
-        socket.setsockopt_string(zmq.SUBSCRIBE, topic)
+        try:
+            # a topic that is not UTF-8 raises here: a socket not closed kept close()'s term() waiting forever
+            socket.setsockopt_string(zmq.SUBSCRIBE, topic)
+        except BaseException:
+            socket.close(linger=0)
+            raise
         try:
             if publisher.listen:
                 socket.bind(publisher.endpoint)
