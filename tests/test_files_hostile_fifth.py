@@ -396,3 +396,20 @@ def test_a_model_path_that_is_a_pipe_is_not_called_missing(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a directory"):
         check_model_directory(fifo)
+
+
+def test_a_server_redirect_is_followed_to_http_and_https_only():
+    """urllib's own handler followed a /metrics redirect to ftp://, opening a connection to a host
+    the user never named."""
+    import urllib.error
+    import urllib.request
+
+    from kvscope.app.lab.vllm.http_redirects import HttpOnlyRedirects
+
+    handler = HttpOnlyRedirects()
+    request = urllib.request.Request("http://127.0.0.1:8000/metrics")
+    for target in ("ftp://example.com/metrics", "file:///etc/passwd"):
+        with pytest.raises(urllib.error.HTTPError, match="does not follow"):
+            handler.redirect_request(request, None, 302, "Found", {}, target)
+    followed = handler.redirect_request(request, None, 302, "Found", {}, "http://127.0.0.1:8000/metrics/")
+    assert followed.full_url == "http://127.0.0.1:8000/metrics/"

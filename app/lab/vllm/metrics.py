@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvscope.app.lab.vllm.http_redirects import HttpOnlyRedirects
 from kvscope.app.lab.bounded_reads import escaped, is_one_line, load_json
 from kvscope.engine.config import ConfigError
 
@@ -591,7 +592,7 @@ def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
 
 
 def _opener_for(url: str, deadline: _Deadline) -> urllib.request.OpenerDirector:
-    handlers = [_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)]
+    handlers = [_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline), HttpOnlyRedirects()]
     # A proxy set for the outside world must not swallow a server on this machine.
     host = urllib.parse.urlsplit(url).hostname or ""
     if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
