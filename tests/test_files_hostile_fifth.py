@@ -413,3 +413,12 @@ def test_a_server_redirect_is_followed_to_http_and_https_only():
             handler.redirect_request(request, None, 302, "Found", {}, target)
     followed = handler.redirect_request(request, None, 302, "Found", {}, "http://127.0.0.1:8000/metrics/")
     assert followed.full_url == "http://127.0.0.1:8000/metrics/"
+
+
+def test_a_utf16_trace_is_named_utf16_not_binary(tmp_path):
+    from kvscope.app.lab.workload import read_trace
+
+    path = tmp_path / "u16.csv"
+    path.write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n".encode("utf-16"))
+    with pytest.raises(ConfigError, match="UTF-16 text; save it as CSV in UTF-8"):
+        read_trace(path)

@@ -324,6 +324,8 @@ def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     data = read_capped(path, f"trace {path}", MAX_TRACE_BYTES, "trace CSV file")
     nul = data.find(b"\0")  # binary data (a sparse file of zeros): said at once, not after decoding a GiB
     if nul >= 0:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a spreadsheet's "Unicode text": every other byte is 0
+            raise ConfigError(f"trace {path}: UTF-16 text; save it as CSV in UTF-8")
         line = data.count(b"\n", 0, nul) + 1
         raise ConfigError(f"trace {path} line {line}: binary data (a NUL byte), not CSV text")
     if (limit is None or limit >= ALL_ROWS) and data.count(b"\n") > MAX_REQUESTS + 1:  # before parsing them all
