@@ -77,12 +77,10 @@ def _toml_cases(f: Path, Case, write) -> list:
 
 
 def _calibration_cases(f: Path, Case, write) -> list:
-    try:
-        from kvscope.app.lab.this_machine import this_machine_key
+    from hostile_inputs_fourth_files import cpu_calibration_key
 
-        key = this_machine_key(use_cuda=False)
-    except Exception as exc:  # noqa: BLE001 - a machine whose key cannot be made runs the other cases
-        print(f"(no calibration profile cases: {exc})")
+    key = cpu_calibration_key()
+    if key is None:
         return []
     cases = []
     profiles = {
@@ -190,14 +188,10 @@ def _recording_cases(f: Path, Case, write) -> list:
 
 
 def _model_cases(f: Path, Case, write) -> list:
-    from kvscope.app.lab.verify.tiny_model import build_random_model
-    from kvscope.engine.config import ModelConfig
+    from hostile_inputs_fourth_files import hostile_model
 
     m = f / "models"
-    shape = ModelConfig(name="hostile", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=16, hidden_size=64, intermediate_size=128, vocab_size=512,
-                        max_position_embeddings=512, weight_dtype="fp32")
-    good = build_random_model(shape, m / "good")
+    good = hostile_model(m / "good")
     raw = (good / "model.safetensors").read_bytes()
     (n,) = struct.unpack_from("<Q", raw)
     head, body = json.loads(raw[8:8 + n]), raw[8 + n:]

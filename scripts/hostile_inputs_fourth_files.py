@@ -175,13 +175,20 @@ def _preset_cases(f: Path, Case, write) -> list:
 # -- calibration profiles (what --hardware this-machine reads) -------------------------------------------
 
 
-def _calibration_cases(f: Path, Case, write) -> list:
+def cpu_calibration_key() -> str | None:
+    """This machine's key for calibration profiles; None (said) where it cannot be made."""
     try:
         from kvscope.app.lab.this_machine import this_machine_key
 
-        key = this_machine_key(use_cuda=False)
+        return this_machine_key(use_cuda=False)
     except Exception as exc:  # noqa: BLE001 - a machine whose key cannot be made runs the other cases
         print(f"(no calibration profile cases: {exc})")
+        return None
+
+
+def _calibration_cases(f: Path, Case, write) -> list:
+    key = cpu_calibration_key()
+    if key is None:
         return []
     base = {"format": "kvscope-calibration", "version": 1, "calibration": {"label": "x", "flops_efficiency": 0.5}}
     profiles = {
@@ -347,17 +354,22 @@ def _hf_cache_cases(f: Path, Case, write) -> list:
 # -- model folders: tokenizers and chat templates -----------------------------------------------------------
 
 
-def _model_cases(f: Path, Case, write) -> list:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
+def hostile_model(folder: Path) -> Path:
+    """A 2-layer random-weight model folder (fp32, 512 ids): the good model the model-folder cases break."""
     from kvscope.app.lab.verify.tiny_model import build_random_model
     from kvscope.engine.config import ModelConfig
 
-    m = f / "models"
     shape = ModelConfig(name="hostile", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         head_dim=16, hidden_size=64, intermediate_size=128, vocab_size=512,
                         max_position_embeddings=512, weight_dtype="fp32")
-    good = build_random_model(shape, m / "good")
+    return build_random_model(shape, folder)
+
+
+def _model_cases(f: Path, Case, write) -> list:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    m = f / "models"
+    good = hostile_model(m / "good")
 
     def tokenizer_json(size: int) -> str:
         """A word-level tokenizer of `size` ids; words it does not know are its last id."""

@@ -7,7 +7,6 @@ nothing the user had, typed or recorded is lost or replaced by another value wit
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -23,12 +22,11 @@ from kvscope.app.host.protocol import FrameDelta
 from kvscope.app.lab.chat_workload import MAX_TEXT_CHARS
 from kvscope.app.lab.recording import Recording, RecordingError
 from kvscope.app.lab.scenarios import load_scenario
-from kvscope.app.lab.workload import WorkloadSpec
 from kvscope.widgets.kept_value_notice import KeptValueNotice
 
 from small_recording import record_small_run
 from test_engine_session import session_with_engine
-from test_gui_hostile_fourth import TIMEOUT_MS, close_boxes, guess_panel, running, type_guess
+from test_gui_hostile_fourth import TIMEOUT_MS, close_boxes, fail_a_build, guess_panel, running, type_guess
 
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "intermediate_size": 128,
@@ -187,13 +185,7 @@ def test_the_same_preset_chosen_again_after_a_bad_model_folder_clears_the_folder
 def test_a_recording_opened_after_a_failed_build_is_not_called_the_previous_run_and_steps(window, qtbot, tmp_path,
                                                                                         monkeypatch):
     running(window, qtbot)
-    empty = tmp_path / "empty.csv"
-    empty.write_text("")
-    good = window.settings_form.current_config()
-    bad = dataclasses.replace(good, workload=WorkloadSpec(name="empty", trace_path=str(empty), num_requests=10))
-    monkeypatch.setattr(window.settings_form, "current_config", lambda: bad)
-    assert window.apply_settings(play=True)
-    qtbot.waitUntil(lambda: window.builds.failed is not None, timeout=TIMEOUT_MS)
+    good = fail_a_build(window, qtbot, tmp_path, monkeypatch)
     close_boxes(window)
     monkeypatch.setattr(window.settings_form, "current_config", lambda: good)
     assert window.open_recording(str(record_small_run(tmp_path / "run.kvrec")))

@@ -249,9 +249,8 @@ def test_plots_zoomed_far_out_or_in_stop_at_a_limit_without_an_error(qtbot, delt
 
 # -- 5. after an Apply whose engine could not be built ---------------------------------------------
 
-def test_after_a_failed_build_the_previous_run_is_marked_and_play_and_step_say_why(window, qtbot, tmp_path,
-                                                                                   monkeypatch):
-    running(window, qtbot, steps=20)
+def fail_a_build(window, qtbot, tmp_path, monkeypatch):
+    """Apply a run the engine's process cannot build (an empty trace); the settings before it, returned."""
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     good = window.settings_form.current_config()
@@ -260,6 +259,13 @@ def test_after_a_failed_build_the_previous_run_is_marked_and_play_and_step_say_w
     monkeypatch.setattr(window.settings_form, "current_config", lambda: bad)
     assert window.apply_settings(play=True)
     qtbot.waitUntil(lambda: window.builds.failed is not None, timeout=TIMEOUT_MS)
+    return good
+
+
+def test_after_a_failed_build_the_previous_run_is_marked_and_play_and_step_say_why(window, qtbot, tmp_path,
+                                                                                   monkeypatch):
+    running(window, qtbot, steps=20)
+    good = fail_a_build(window, qtbot, tmp_path, monkeypatch)
     assert "empty" in window.builds.failed
     assert window.builds.banner.isVisible() and "previous run" in window.builds.banner.text()
     assert any(title == "The engine could not be built" for title, _ in open_boxes(window))

@@ -29,21 +29,19 @@ def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) ->
     return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
 
 
-class NumberBox(QSpinBox):
+class _KeepsTypedNumbers:
+    """validate() for a spin box: Qt's verdict, except that a number it would drop stays as typed."""
+
+    def validate(self, text: str, pos: int):
+        state, text_out, pos_out = super().validate(text, pos)
+        if _kept_as_typed(self, text, state):
+            return QValidator.State.Intermediate, text, pos
+        return state, text_out, pos_out
+
+
+class NumberBox(_KeepsTypedNumbers, QSpinBox):
     """A QSpinBox that keeps an out-of-range number as typed (see the module)."""
 
-    def validate(self, text: str, pos: int):
-        state, text_out, pos_out = super().validate(text, pos)
-        if _kept_as_typed(self, text, state):
-            return QValidator.State.Intermediate, text, pos
-        return state, text_out, pos_out
 
-
-class DecimalBox(QDoubleSpinBox):
+class DecimalBox(_KeepsTypedNumbers, QDoubleSpinBox):
     """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed."""
-
-    def validate(self, text: str, pos: int):
-        state, text_out, pos_out = super().validate(text, pos)
-        if _kept_as_typed(self, text, state):
-            return QValidator.State.Intermediate, text, pos
-        return state, text_out, pos_out
