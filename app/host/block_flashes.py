@@ -25,10 +25,5 @@ def collect_flashes(step_results, into: dict | None = None) -> dict:
     return changed
 
 
-def flashed_blocks(step_results) -> dict:
-    """{flash kind: int64 array of block ids}: what the block map flashes after these steps."""
-    return flash_arrays(collect_flashes(step_results))
-
-
 def flash_arrays(changed: dict) -> dict:
     return {kind: np.asarray(blocks, dtype=np.int64) for kind, blocks in changed.items()}
