@@ -130,11 +130,12 @@ def inflate(data: bytes, where: str, limit: int | None = None) -> bytes:
     return out
 
 
-def decode_payload(payload: bytes, where: str, head_only: bool = False,
-                   max_count: int | None = None) -> tuple[dict, dict]:
+def decode_payload(payload: bytes, where: str, head_only: bool = False, max_count: int | None = None,
+                   max_counts: dict | None = None) -> tuple[dict, dict]:
     """(head, arrays); arrays come back in the dtypes the writer had (views of the payload when
     stored as they were). head_only: the arrays are not decoded ({}). Every array is checked before
-    any is made: each holds at most max_count entries, and all of them restored at most
+    any is made: each holds at most max_count entries (those named in max_counts, {name: (most,
+    why)}, at most their own), and all of them restored at most
     MAX_RECORD_BYTES, as much as a record may hold. The head alone can claim more: 500 MB of zeros
     inflate from 500 KB, and restored as float64 (or summed as deltas to int64) they are 4 GB."""
     try:
@@ -158,6 +159,9 @@ def decode_payload(payload: bytes, where: str, head_only: bool = False,
                 raise ValueError(f"array {name} runs past the end of the record")
             if max_count is not None and count > max_count:
                 raise ValueError(f"array {name} has {count:,} entries, more than the {max_count:,} it can have")
+            most, why = (max_counts or {}).get(name, (None, ""))
+            if most is not None and count > most:
+                raise ValueError(f"{name} declares {count:,} entries, more than {why}")
             restored = _array_dtype(spec["as"], name) if "as" in spec else None
             delta = bool(spec.get("delta"))
             # a view costs nothing now, but the views of one payload may overlap, and a concatenation copies them

@@ -25,7 +25,7 @@ from kvscope.app.lab.recording.format import (
     decode_payload,
 )
 from kvscope.app.lab.recording.records import RecordEntry, is_attached, open_records
-from kvscope.app.lab.recording.schema import check_keyframe, check_record
+from kvscope.app.lab.recording.schema import check_keyframe, check_record, delta_limits
 from kvscope.engine.events import Event, EventKind
 from kvscope.engine.snapshot import REQUEST_DTYPE, Snapshot
 
@@ -133,7 +133,7 @@ class Recording:
             if entry.type not in (STEPS, DELTAS, KEYFRAME):
                 continue
             what = self._record_name(entry)
-            head, arrays = decode_payload(payload, what)
+            head, arrays = decode_payload(payload, what, max_counts=self._limits(entry))
             if entry.type == KEYFRAME:
                 check_keyframe(head, arrays, self.num_blocks, what)
             else:
@@ -149,6 +149,9 @@ class Recording:
             raise IndexError(f"step {i} is outside the recording's steps 0 .. {self.num_steps - 1}")
         return int(np.searchsorted(self._chunk_first, i, side="right")) - 1
 
+    def _limits(self, entry: RecordEntry) -> dict | None:
+        return delta_limits(entry.count, self.num_blocks) if entry.type == DELTAS else None
+
     def _decoded_record(self, entry: RecordEntry):
         key = entry.offset
         cached = self._decoded.get(key)
@@ -156,7 +159,7 @@ class Recording:
             self._decoded.move_to_end(key)
             return cached
         what = self._record_name(entry)
-        head, arrays = decode_payload(self._handle.payload(entry), what)
+        head, arrays = decode_payload(self._handle.payload(entry), what, max_counts=self._limits(entry))
         check_record(entry.type, head, arrays, entry.count, self.num_blocks, len(self._event_kinds), what)
         if entry.type == STEPS:
             arrays["batch.offsets"] = _offsets(arrays["step.batch_size"])

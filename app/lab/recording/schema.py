@@ -190,9 +190,23 @@ def _check_steps(head: dict, arrays: dict, num_steps: int, num_kinds: int, what:
             _length(arrays, f"finished.{name}", finished, what)
 
 
+def delta_limits(num_steps: int, num_blocks: int) -> dict:
+    """What a DELTAS record's block arrays may declare, checked before they are decoded: a block's
+    field changes at most once a step, so a chunk holds at most num_steps x num_blocks changes of
+    it (a 200 KB file claimed 40,000,000 of them for a pool of 42 blocks: 560 MB, read as true)."""
+    most = num_steps * num_blocks
+    why = f"the {most:,} changes {num_steps:,} step(s) can make to a pool of {num_blocks:,} blocks"
+    limits = {f"{field}.{part}": (most, why) for field in BLOCK_FIELDS for part in ("index", "value")}
+    limits.update({f"{field}.counts": (num_steps, f"one count per step ({num_steps:,})") for field in BLOCK_FIELDS})
+    return limits
+
+
 def _check_deltas(arrays: dict, num_steps: int, num_blocks: int, what: str) -> None:
     for field in BLOCK_FIELDS:
         changed = _counts(arrays, f"{field}.counts", num_steps, what)
+        if num_steps and int(arrays[f"{field}.counts"].max()) > num_blocks:
+            raise _corrupt(f"{what}: {field}.counts must hold counts of at most {num_blocks:,} (the pool's blocks, "
+                           "each changed at most once a step)")
         _length(arrays, f"{field}.index", changed, what)
         _length(arrays, f"{field}.value", changed, what)
         _in_range(arrays, f"{field}.index", num_blocks, what)
