@@ -22,6 +22,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvscope.app.lab.vllm.attach_report import QUANTILES, UNAVAILABLE, attach_report, window_metrics
 from kvscope.app.lab.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, UnknownEvent, block_hash_u64
 from kvscope.app.lab.vllm.metrics import (
     DEFAULT_TIMEOUT_S,
@@ -40,6 +41,9 @@ from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, Obse
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
 from kvscope.app.lab.vllm.server import NotAPublisher, ServerInfo, check_replay_endpoint, probe_server
 from kvscope.app.lab.vllm.subscriber import (
+    RECEIVE_QUEUE_MESSAGES,
+    REPLAY_POLL_LIMIT_S,
+    UNFILLED,
     KvEventSubscriber,
     NoticeKind,
     ReceivedBatch,
@@ -50,6 +54,7 @@ from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
 SCRAPE_INTERVAL_S = 1.0
+MIN_SCRAPE_S = 0.25  # a scrape is not begun with less time than this left: a loopback one takes milliseconds
 # Every DP engine's cells together (about 90 bytes each): what a recording's map may hold
 # (attached_reader.MAX_CELLS), so whatever is drawn live can be recorded and read back.
 MAX_MAP_CELLS = MAX_NUM_BLOCKS
@@ -57,17 +62,6 @@ LOG_ROWS_KEPT = 2_000
 LOG_KINDS = ("stored", "removed", "cleared", "unknown", "gap", "replayed", "restart", "decode_error", "scrape")
 EVENT_NAMES = {BlockStored: "BlockStored", BlockRemoved: "BlockRemoved", AllBlocksCleared: "AllBlocksCleared",
                UnknownEvent: "unknown"}
-# What vLLM's events and metrics cannot tell, shown where the live run shows it.
-UNAVAILABLE = {
-    "block tables": "vLLM publishes block hashes, never block ids or which request holds a block: the cells are "
-                    "placed by kvscope, and no request owns one",
-    "requests": "vLLM publishes no per-request state: the requests table stays empty; the metrics count them",
-    "batch timeline": "vLLM publishes no batch membership, refill or per-step timing",
-    "frees": "a finished request's blocks stay cached and vLLM publishes nothing when it frees them or reuses "
-             "a prefix: every stored block is drawn as cached until its BlockRemoved",
-    "compute utilisation": "vLLM's metrics have no roofline figure",
-}
-QUANTILES = (0.5, 0.99)
 REJECTED_SHOWN = 3  # out-of-range metric samples named in the warning; the rest are counted
 
 
@@ -133,6 +127,7 @@ class Attachment:
         self.latency = None  # a LatencyModel (prediction.py) once attached
         self._ranks: set[int] | None = None  # the DP ranks given cells, once the first batch is checked
         self._unfilled_said = 0
+        self._overflows_said = 0
 
     # -- opening --------------------------------------------------------------------------------
     def open(self) -> "Attachment":
@@ -189,7 +184,8 @@ class Attachment:
         self._now = self._clock()
         self.follow(records)
         self._check_unfilled()
-        scraped = self._scrape() if self._now >= self._next_scrape else None
+        scraped = self._scrape(_scrape_timeout(self.target.timeout_s, deadline)) \
+            if self._now >= self._next_scrape else None
         if self.recorder is not None and (records or scraped is not None):
             self.recorder.record_tick(self, records, scraped)
         return sum(isinstance(record, ReceivedBatch) for record in records)
@@ -211,12 +207,16 @@ class Attachment:
             self.recorder.record_tick(self, [], scraped)
         return scraped if isinstance(scraped, ObservedPoint) else None
 
-    def _scrape(self):
-        """The scrape's ObservedPoint, or the failure's message."""
+    def _scrape(self, timeout_s: float | None = None):
+        """The scrape's ObservedPoint, or the failure's message; None when no time is left for one."""
+        if timeout_s is None:
+            timeout_s = self.target.timeout_s
+        elif timeout_s <= 0:
+            return None  # the poll's deadline is too near: the scrape stays due
         now = self._now
         self._next_scrape = now + self.target.scrape_interval_s
         try:
-            metrics = fetch_metrics(self.server.url, self.target.timeout_s)
+            metrics = fetch_metrics(self.server.url, timeout_s)
         except ConfigError as exc:
             self.scrape_failed(str(exc))
             return str(exc)
@@ -265,11 +265,12 @@ class Attachment:
             return
         for sample in new:
             self._rejected[sample] = None
-            self._row("scrape", f"ignored an out-of-range /metrics sample: {sample}")
+            self._row("scrape", f"ignored a /metrics sample: {sample}")
         seen = list(self._rejected)
         more = f" and {len(seen) - REJECTED_SHOWN} more" if len(seen) > REJECTED_SHOWN else ""
+        repeats = ", or given again (the first kept)" if any("given again" in sample for sample in seen) else ""
         self.warnings["metrics"] = (f"{self.server.url}/metrics served {len(seen)} value(s) out of range, ignored "
-                                    f"(shown as n/a): {'; '.join(seen[:REJECTED_SHOWN])}{more}")
+                                    f"(shown as n/a){repeats}: {'; '.join(seen[:REJECTED_SHOWN])}{more}")
 
     def _check_pool(self) -> None:
         """Blocks stored beyond the server's pool: the events do not fit its num_gpu_blocks (a log
@@ -286,12 +287,22 @@ class Attachment:
             self._row("gap", self.warnings["pool"])
 
     def _check_unfilled(self) -> None:
-        unfilled = self.subscriber.unfilled_gaps
+        subscriber = self.subscriber
+        unfilled = subscriber.unfilled_gaps
         if unfilled > self._unfilled_said:
             self._unfilled_said = unfilled
-            self.warnings["replay"] = (f"{unfilled:,} gap(s) in the KV events were not filled: the attach ended while "
-                                       "the replay socket was still answering; their batches are counted as lost "
-                                       "and the map may hold stale blocks")
+            why = ("the attach ended while the replay socket was still answering"
+                   if subscriber.unfilled_reason == UNFILLED else
+                   f"the replay socket took more than the {REPLAY_POLL_LIMIT_S:g} s kvscope waits for it")
+            self.warnings["replay"] = (f"{unfilled:,} gap(s) in the KV events were not filled: {why}; their batches "
+                                       "are counted as lost and the map may hold stale blocks")
+        if subscriber.overflow_gaps > self._overflows_said:
+            self._overflows_said = subscriber.overflow_gaps
+            self.warnings["queue"] = (f"kvscope fell behind the KV events: {subscriber.overflow_batches:,} batch(es) "
+                                      f"in {subscriber.overflow_gaps:,} gap(s) went missing while it was "
+                                      f"{RECEIVE_QUEUE_MESSAGES:,} messages behind, the most its queue holds; they "
+                                      "were asked of the replay socket, and are counted as lost where it had none")
+            self._row("gap", self.warnings["queue"])
 
     def rank_refusal(self, rank: int | None) -> str | None:
         """Why batches of this DP rank are not drawn, or None when they are. A rank gets
@@ -471,73 +482,11 @@ class Attachment:
                 "it is not the server's publisher (--kv-events-config endpoint)")
 
     def window_metrics(self) -> dict:
-        """The metric series' last values, named as `kvscope run --json` names what means the same;
-        counters are the server's totals, percentiles and the hit rate over the attached window."""
-        last = self.last_metrics.total if self.last_metrics is not None else EngineMetrics()
-        first = self.first_metrics
-        # the observations between the first and the last scrape (latency_percentiles sees a restart)
-        latency = latency_percentiles(first, last, QUANTILES) if first is not None and first is not last else {}
-        names = {"time_to_first_token": "ttft", "inter_token_latency": "itl", "queue_time": "queue_time",
-                 "e2e_request_latency": "e2e_latency"}
-        values = {
-            "num_running": last.num_requests_running, "num_waiting": last.num_requests_waiting,
-            "kv_usage": last.kv_cache_usage, "peak_running": self.peak_running,
-            # no peak when no scrape had a usage (the server served none, or none in range)
-            "peak_kv_usage": self.peak_kv_usage if any(not math.isnan(p.kv_usage) for p in self.points) else None,
-            "preemptions": last.num_preemptions_total, "prompt_tokens": last.prompt_tokens_total,
-            "output_tokens": last.generation_tokens_total,
-            "prefix_cache_queries_tokens": last.prefix_cache_queries_total,
-            "prefix_cache_hits_tokens": last.prefix_cache_hits_total,
-            "prefix_cache_hit_rate": prefix_cache_hit_rate(None, last),
-        }
-        for figure, short in names.items():
-            for q in QUANTILES:
-                values[f"{short}_p{round(q * 100)}_s"] = latency.get(figure, {}).get(q)
-        return values
+        return window_metrics(self)
 
     def report(self) -> dict:
         """What `kvscope attach --json` writes."""
-        server, subscriber, counts = self.server, self.subscriber.counts if self.subscriber else None, self.counts
-        map_counts = self.prefix_map.counts()
-        report = {
-            "server": server.url,
-            "server_version": server.version,
-            "model_names": list(server.model_names),
-            "num_gpu_blocks": server.num_gpu_blocks,
-            "block_size": server.block_size,
-            "data_parallel_engines": len(server.engines),
-            "duration_s": self.elapsed_s,
-            "event_sources": self.subscriber.sources if self.subscriber else [],
-            "streams": [{"source": s.source, "topic": s.topic, "data_parallel_rank": s.data_parallel_rank}
-                        for s in (self.subscriber.streams if self.subscriber else [])],
-            "events": dict(sorted(counts.events.items())),
-            "blocks_stored": counts.blocks_stored,
-            "blocks_removed": counts.blocks_removed,
-            "batches": subscriber.batches if subscriber else 0,
-            "batches_replayed": subscriber.replayed if subscriber else 0,
-            "gaps": subscriber.gaps if subscriber else 0,
-            "batches_lost": subscriber.missed if subscriber else 0,
-            "restarts": subscriber.restarts if subscriber else 0,
-            "decode_errors": subscriber.decode_errors if subscriber else 0,
-            "duplicates": subscriber.duplicates if subscriber else 0,
-            "blocks_cached": map_counts.cached_blocks,
-            "cells_placed": map_counts.placed_copies,
-            "blocks_unplaced": map_counts.unplaced,
-            "chains": map_counts.chains,
-            "unknown_removals": map_counts.unknown_removals,
-            "scrapes": counts.scrapes,
-            "scrape_failures": counts.scrape_failures,
-            "metric_restarts": counts.metric_restarts,
-            "metrics": self.window_metrics(),
-            "metrics_note": "counters (preemptions, prompt_tokens, output_tokens, prefix_cache_*_tokens) are the "
-                            "server's totals since it started; percentiles are of the histogram observations "
-                            "between the first and the last scrape (null: none observed)",
-            "prediction": [figure.as_dict() for figure in self.prediction + self.latency_prediction(math.inf)],
-            "unavailable": UNAVAILABLE,
-            "warning": self.no_events_reason,
-            "warnings": list(self.warnings.values()),
-        }
-        return _finite(report)
+        return attach_report(self)
 
 
 def attach_info(attachment: Attachment) -> dict:
@@ -550,15 +499,13 @@ def attach_info(attachment: Attachment) -> dict:
             "prediction": [figure.as_dict() for figure in attachment.prediction], "unavailable": dict(UNAVAILABLE)}
 
 
-def _finite(value):
-    """A report with each NaN or infinity as None: JSON has no such numbers."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
+def _scrape_timeout(timeout_s: float, deadline: float | None) -> float:
+    """A scrape's timeout within a poll that ends at `deadline` (time.monotonic()): a slow /metrics
+    must not hold the attach past its end. 0 (no scrape now) when less than MIN_SCRAPE_S is left."""
+    if deadline is None:
+        return timeout_s
+    left = deadline - time.monotonic()
+    return min(timeout_s, left) if left >= min(MIN_SCRAPE_S, timeout_s) else 0.0
 
 
 def _short_int(value: int) -> str:

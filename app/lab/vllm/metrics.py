@@ -13,24 +13,28 @@ interpolated within a bucket as Prometheus's histogram_quantile does (histogram_
 
 from __future__ import annotations
 
-import http.client
 import math
-import re
-import socket
-import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvscope.app.lab.vllm.http_redirects import HttpOnlyRedirects
-from kvscope.app.lab.bounded_reads import escaped, is_one_line, load_json
+from kvscope.app.lab.bounded_reads import is_one_line, load_json
+from kvscope.app.lab.vllm.http_fetch import (
+    DEFAULT_TIMEOUT_S,
+    MetricsError,
+    ServerUnreachable,
+    fetch_text,
+    server_url,
+    short_label,
+)
 from kvscope.engine.config import ConfigError
 
-DEFAULT_TIMEOUT_S = 2.0
-MAX_RESPONSE_BYTES = 16 * 1024**2  # an exposition is about 50 KB
+# The errors and server_url are the HTTP module's, named here too: callers catch them beside parse_metrics's.
+__all__ = ["DEFAULT_TIMEOUT_S", "EngineMetrics", "Histogram", "MetricsError", "ServerMetrics", "ServerUnreachable",
+           "counter_delta", "fetch_metrics", "fetch_text", "fetch_version", "histogram_delta", "histogram_quantile",
+           "is_ascii_whole", "latency_percentiles", "parse_metrics", "prefix_cache_hit_rate", "restarted_between",
+           "server_url"]
+
 MAX_ENGINES = 1024  # DP engines one exposition may label (`kvscope attach --data-parallel-size` takes 256)
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99)
 # A server's texts kvscope shows and records: each one printable line, few enough for a recording
@@ -62,14 +66,6 @@ _AVERAGED = {"kv_cache_usage"}
 _FRACTION_SLACK = 1e-9  # float rounding of 1 - free / total
 _RANGES = {"kv_cache_usage": (0.0, 1.0, "a fraction from 0 to 1")}
 _COUNT_RANGE = (0.0, math.inf, "a finite count, 0 or more")
-
-
-class MetricsError(ConfigError):
-    """A /metrics answer that is not a vLLM server's; the message says where it came from."""
-
-
-class ServerUnreachable(ConfigError):
-    """No answer from the server; the message names the URL and the reason."""
 
 
 @dataclass(frozen=True)
@@ -146,10 +142,13 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     try:
         samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
     except ValueError as exc:
-        raise MetricsError(f"{source} is not a Prometheus exposition: {_label(exc, 200)}") from None  # quotes its text
+        # the parser's message quotes the server's text: shortened and escaped
+        raise MetricsError(f"{source} is not a Prometheus exposition: {short_label(exc, 200)}") from None
     by_name: dict[str, list] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)
+    rejected: list[str] = []
+    _drop_repeats(by_name, rejected)
     if not any(name.startswith("vllm:") for name in by_name):
         raise MetricsError(f"{source} has no vllm: metric; is it a vLLM server's /metrics?")
 
@@ -158,7 +157,6 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     if len(engine_names) > MAX_ENGINES:  # each engine's series are gathered from every sample: n x n work
         raise MetricsError(f"{source} names {len(engine_names):,} engines; a vLLM server has at most "
                            f"{MAX_ENGINES:,} (its data-parallel ranks)")
-    rejected: list[str] = []
     engines = {engine: _engine_metrics(by_name, engine, rejected) for engine in engine_names}
     cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
                     for s in by_name.get(CACHE_CONFIG_INFO, [])}
@@ -169,6 +167,26 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names, tuple(rejected))
 
 
+def _drop_repeats(by_name: dict[str, list], rejected: list[str]) -> None:
+    """A vllm: series (its name and labels) given again: its first sample is kept, the rest named in
+    `rejected`. An engine's samples are summed over the labels that set them apart (model names),
+    so a repeat would be added in: 3 running requests shown as 6, a KV usage of 0.7 as 1."""
+    for name, group in by_name.items():
+        if not name.startswith("vllm:"):
+            continue
+        first: dict = {}
+        for sample in group:
+            key = tuple(sorted(sample.labels.items()))
+            if key in first:
+                shown = ",".join(f"{k}={short_label(v)}" for k, v in key if k != "engine")
+                rejected.append(_rejected(name, sample.labels.get("engine", "0"), sample.value,
+                                          f"{{{shown}}} given again, after {first[key].value:g}: the first kept"))
+            else:
+                first[key] = sample
+        if len(first) < len(group):
+            group[:] = first.values()
+
+
 def _in_range(value: float, figure: str) -> bool:
     low, high, _ = _RANGES.get(figure, _COUNT_RANGE)
     slack = _FRACTION_SLACK if figure in _RANGES else 0.0
@@ -177,13 +195,9 @@ def _in_range(value: float, figure: str) -> bool:
 
 def _rejected(name: str, engine: str, value, why: str) -> str:
     """A sample ignored, as the warning line names it: its labels (the server's text) short and escaped."""
-    where = f"{{engine={_label(engine)}}}" if engine != "0" else ""
-    return f"{name}{where} {value:g} ({why})" if isinstance(value, float) else f"{name}{where} {_label(value)} ({why})"
-
-
-def _label(text, most: int = 40) -> str:
-    text = str(text)
-    return escaped(text if len(text) <= most else f"{text[:most - 3]}...")
+    where = f"{{engine={short_label(engine)}}}" if engine != "0" else ""
+    shown = f"{value:g}" if isinstance(value, float) else short_label(value)
+    return f"{name}{where} {shown} ({why})"
 
 
 def _engine_metrics(by_name: dict[str, list], engine: str, rejected: list[str]) -> EngineMetrics:
@@ -375,200 +389,6 @@ def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) ->
     return hits / queries
 
 
-# -- over HTTP ----------------------------------------------------------------------------------------
-
-
-def server_url(address: str) -> str:
-    """"host:8000", "http://host:8000/" -> "http://host:8000"; an address in another protocol, with
-    no host ("https://", "http:/x"), a malformed host ("http://[::1:8000"), a port that is not one
-    (0, 99999, -1, "８０"), or credentials ("user:pass@host") is refused with what to give instead."""
-    address = address.strip()
-    if len(address) > MAX_ADDRESS_CHARS:  # a recording keeps it, and reads back one of at most this many
-        raise ServerUnreachable(f"{address[:40]}...: an address of {len(address):,} characters; give the server's "
-                                f"(at most {MAX_ADDRESS_CHARS:,}), e.g. http://127.0.0.1:8000")
-    if "://" not in address and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", address):
-        address = f"http://{address}"  # "host:8000"
-    example = "e.g. http://127.0.0.1:8000"
-    try:
-        parts = urllib.parse.urlsplit(address)
-    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
-        raise ServerUnreachable(f"{address}: not a valid address ({exc}); give the server's, {example}") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise ServerUnreachable(f"{address}: vLLM's server speaks HTTP; give an http:// or https:// address "
-                                f"(not {parts.scheme}:), {example}")
-    if "@" in parts.netloc:
-        shown = f"{parts.scheme}://...@{parts.netloc.rpartition('@')[2]}"  # the credentials are not repeated
-        raise ServerUnreachable(f"{shown}: the address holds credentials (user:password@), which kvscope does not "
-                                f"send; give it without them, {example}")
-    if not parts.hostname or "://" not in address:
-        raise ServerUnreachable(f"{address}: no host in the address; give the server's, {example}")
-    port = _port_text(parts.netloc)
-    if port and not valid_port(port):
-        raise ServerUnreachable(f"{address}: {shown_port(port)} is not a valid port; give a whole number from 1 to "
-                                f"65535, {example}")
-    if any(not ch.isprintable() or ch.isspace() for ch in address):
-        raise ServerUnreachable(f"{address!r}: the address holds spaces or control characters; give the server's, "
-                                f"{example}")
-    if not parts.path.isascii():  # a path prefix in another script goes out percent-encoded, as a browser sends it
-        address = urllib.parse.urlunsplit(parts._replace(path=urllib.parse.quote(parts.path, safe="/%")))
-    return address.rstrip("/")
-
-
-MAX_PORT = 65535
-MAX_ADDRESS_CHARS = 2000
-
-
-def valid_port(text: str) -> bool:
-    """A TCP port as written in an address: ASCII digits (not "８０", "²"), 1 to 65535."""
-    return text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PORT
-
-
-def shown_port(text: str) -> str:
-    """A port as a message quotes it: short, and its non-ASCII digits named as such."""
-    quoted = repr(text) if len(text) <= 20 else repr(text[:17] + "...")
-    return f"port {quoted}" + ("" if text.isascii() else " (not ASCII digits)")
-
-
-def _port_text(netloc: str) -> str:
-    """What follows the host's ':' in "host:port" or "[v6]:port" ("" when there is none)."""
-    host_port = netloc.rpartition("@")[2]
-    if host_port.startswith("["):
-        return host_port.partition("]")[2].partition(":")[2]
-    return host_port.rpartition(":")[2] if ":" in host_port else ""
-
-
-def _why_unreachable(reason) -> str:
-    """An OS error as a person reads it: "connection refused (nothing listens there)", not "[Errno 111] ..."."""
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused (is the server running, on that port?)"
-    if isinstance(reason, socket.gaierror):
-        return "no such host (the name does not resolve)"
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return "timed out: no answer in time"
-    if isinstance(reason, OSError) and reason.strerror:
-        return reason.strerror.lower()
-    return str(reason) or type(reason).__name__
-
-
-def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-    """The body of GET url, in at most timeout_s for the whole of it (headers, redirects, body) and
-    at most MAX_RESPONSE_BYTES; ServerUnreachable or MetricsError (one line) otherwise."""
-    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
-    deadline = _Deadline(timeout_s)
-    too_slow = f"cannot reach {url}: timed out: no whole answer within {timeout_s:g} s (--timeout)"
-    try:
-        with _opener_for(url, deadline).open(request, timeout=timeout_s) as response:
-            length = response.headers.get("Content-Length", "").strip()
-            declared = int(length) if length.isascii() and length.isdigit() and len(length) < 20 else 0
-            body = b"" if declared > MAX_RESPONSE_BYTES else response.read(MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise ServerUnreachable(f"{url} answered HTTP {exc.code} {_label(exc.reason, 200)}") from None  # its text
-    except urllib.error.URLError as exc:
-        if deadline.expired:
-            raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc.reason)}") from None
-    except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
-        if deadline.expired:  # the deadline cut the answer off mid-way (IncompleteRead)
-            raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"{url} did not answer in HTTP ({type(exc).__name__})") from None
-    except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
-        if deadline.expired:
-            raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc)}") from None
-    finally:
-        deadline.cancel()
-    if deadline.expired:  # an answer without a length ends where the deadline cut it: not all of it
-        raise ServerUnreachable(too_slow)
-    if declared > MAX_RESPONSE_BYTES:
-        raise MetricsError(f"{url} would send {declared:,} bytes, more than the {MAX_RESPONSE_BYTES // 1024**2} MiB "
-                           "kvscope reads")
-    if len(body) > MAX_RESPONSE_BYTES:
-        raise MetricsError(f"{url} sent more than {MAX_RESPONSE_BYTES // 1024**2} MiB")
-    return body.decode("utf-8", errors="replace")
-
-
-class _Deadline:
-    """A limit on a whole request. A socket's timeout bounds each read, so a server that sends a
-    byte every half second never times out; at the deadline this shuts the request's sockets down,
-    which ends whatever read waits on them, in headers or body alike."""
-
-    def __init__(self, seconds: float):
-        self.expired = False
-        self._sockets: list = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            expired = self.expired
-        if expired:
-            _shut(sock)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-
-def _shut(sock) -> None:
-    try:
-        # socket.socket's own shutdown, also for a TLS socket: SSLSocket.shutdown would drop its
-        # TLS state under the thread still reading it
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except (OSError, ValueError):  # closed already, or a TLS socket's plain one, detached
-        pass
-
-
-def _watched(connection_class, deadline: _Deadline):
-    """An http.client connection class whose sockets the deadline can shut."""
-
-    class Watched(connection_class):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            create = self._create_connection
-
-            def created(*a, **k):
-                sock = create(*a, **k)
-                deadline.watch(sock)  # http's whole answer, and a proxy tunnel's, are read from it
-                return sock
-
-            self._create_connection = created
-
-        def connect(self):
-            super().connect()
-            # for https, the TLS socket that replaced it (Python bounds the handshake by the
-            # timeout itself, but each read of the answer only)
-            deadline.watch(self.sock)
-
-    return Watched
-
-
-class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline):
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req):
-        return self.do_open(_watched(http.client.HTTPConnection, self._deadline), req)
-
-
-class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline):
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req):
-        return self.do_open(_watched(http.client.HTTPSConnection, self._deadline), req, context=self._context)
-
-
 def fetch_metrics(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerMetrics:
     url = f"{server_url(address)}/metrics"
     return parse_metrics(fetch_text(url, timeout_s), source=url)
@@ -589,12 +409,3 @@ def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
                            f"({len(version):,} characters), not one line of at most {MAX_VERSION_CHARS} printable "
                            "characters as vLLM's (\"0.32.0\")")
     return version
-
-
-def _opener_for(url: str, deadline: _Deadline) -> urllib.request.OpenerDirector:
-    handlers = [_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline), HttpOnlyRedirects()]
-    # A proxy set for the outside world must not swallow a server on this machine.
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
-        handlers.append(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener(*handlers)

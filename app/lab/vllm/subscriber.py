@@ -20,7 +20,12 @@ Each stream's seq starts at 0 when its publisher starts. So:
 Poll-based: `poll(timeout_ms)` returns what arrived as plain records; no thread of its own. It
 waits at most `timeout_ms` for the first message, then reads only what is already there (at most
 `max_messages_per_poll`); a replay waits at most `replay_timeout_s` for each reply, and stops at
-the poll's `deadline` (the attach's end): a gap it could not fill by then is counted as lost.
+the poll's `deadline` (the attach's end) or REPLAY_POLL_LIMIT_S into the poll, whichever is first:
+a gap it could not fill by then is counted as lost.
+
+Each socket queues at most RECEIVE_QUEUE_MESSAGES messages; past that ZMQ drops what the publisher
+sends (memory stays bounded whatever its rate). A dropped batch is a gap like any other, asked of
+the replay socket, and a gap found while kvscope was that far behind is counted as an overflow.
 """
 
 from __future__ import annotations
@@ -41,11 +46,15 @@ from kvscope.app.lab.vllm.events import (
     decode_seq,
     split_message,
 )
-from kvscope.app.lab.vllm.metrics import MAX_PORT, shown_port, valid_port
+from kvscope.app.lab.vllm.http_fetch import MAX_PORT, shown_port, valid_port
 from kvscope.engine.config import ConfigError
 
 DEFAULT_REPLAY_TIMEOUT_S = 2.0
-REPLAY_TOTAL_LIMIT_S = 30.0  # a whole replay of vLLM's 10,000-batch buffer takes well under this
+# What one poll may spend on replays, every gap it found together: the window's frames wait on the
+# poll, and vLLM replays its whole 10,000-batch buffer on loopback in well under a second.
+REPLAY_POLL_LIMIT_S = 5.0
+# vLLM keeps 10,000 batches for replay: a queue as deep loses nothing the replay cannot bring back.
+RECEIVE_QUEUE_MESSAGES = 10_000
 # A seq further ahead than this is no run of lost batches -- at 1,000 engine steps a second it is
 # 50 days of them -- but a publisher whose sequence jumped (restarted elsewhere, or not vLLM's
 # counter): it is followed as a restart, and nothing is counted as lost or asked of the replay.
@@ -168,7 +177,19 @@ class KvEventSubscriber:
         self.rank_check = rank_check
         self.counts = SubscriberCounts()
         self.unfilled_gaps = 0  # gaps whose replay the poll's deadline cut short (not recorded: not a count of batches)
+        self.unfilled_reason = ""  # why the last of them was cut short
+        # gaps found while a socket's queue had not been empty for RECEIVE_QUEUE_MESSAGES messages, and
+        # their batches: what the queue's limit most likely dropped (not recorded, as unfilled_gaps)
+        self.overflow_gaps = 0
+        self.overflow_batches = 0
         self._deadline: float | None = None
+        self._deadline_is_end = False  # the deadline is the attach's end, not REPLAY_POLL_LIMIT_S
+        self._backlog: dict[zmq.Socket, int] = {}  # messages read from each since its queue was last empty
+        # A socket whose backlog reached the queue's depth, until the gap it most likely left is found or
+        # a message after its queue emptied shows none. A storm ends with the drop: the next batch shows it.
+        self._filled: set[zmq.Socket] = set()
+        self._drained: set[zmq.Socket] = set()
+        self._behind = False  # the message being handled came after its socket's queue was full
         self._context = zmq.Context()
         self._poller = zmq.Poller()
         self._sockets: dict[zmq.Socket, tuple[str, PublisherEndpoint]] = {}
@@ -192,8 +213,11 @@ class KvEventSubscriber:
     def poll(self, timeout_ms: int = 0, deadline: float | None = None) -> list[SubscriberRecord]:
         """What arrived; a replay for a gap stops at `deadline` (time.monotonic()), if given."""
         records: list[SubscriberRecord] = []
-        self._deadline = deadline
         ready = dict(self._poller.poll(timeout_ms))
+        # from when messages are there: waiting for them is not replaying
+        limit = time.monotonic() + REPLAY_POLL_LIMIT_S
+        self._deadline_is_end = deadline is not None and deadline <= limit
+        self._deadline = deadline if self._deadline_is_end else limit
         handled = 0
         while ready and handled < self.max_messages_per_poll:
             for socket in ready:
@@ -202,10 +226,11 @@ class KvEventSubscriber:
                         # uncopied: a payload too large to decode is refused by its length, never copied
                         frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
+                        self._backlog[socket] = 0
+                        self._drained.add(socket)
                         break
                     handled += 1
-                    source, publisher = self._sockets[socket]
-                    self._handle(source, publisher, _plain(frames), records)
+                    self._handle_counted(socket, frames, records)
             ready = dict(self._poller.poll(0))
         return records
 
@@ -227,7 +252,7 @@ class KvEventSubscriber:
         socket = self._context.socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        socket.setsockopt(zmq.RCVHWM, 0)  # vLLM's PUB keeps 100,000; losing batches here would make gaps
+        socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
         try:
             # a topic that is not UTF-8 raises here: a socket not closed kept close()'s term() waiting forever
             socket.setsockopt_string(zmq.SUBSCRIBE, topic)
@@ -247,6 +272,19 @@ class KvEventSubscriber:
             raise SubscriberError(f"cannot {verb} KV event endpoint {publisher.endpoint!r}: {exc}") from None
         self._sockets[socket] = (source, publisher)
         self._poller.register(socket, zmq.POLLIN)
+
+    def _handle_counted(self, socket: zmq.Socket, frames, records: list[SubscriberRecord]) -> None:
+        """_handle, knowing whether the socket's queue was full before the message (see _filled)."""
+        backlog = self._backlog[socket] = self._backlog.get(socket, 0) + 1
+        if backlog >= RECEIVE_QUEUE_MESSAGES:
+            self._filled.add(socket)
+        self._behind = socket in self._filled
+        gaps = self.overflow_gaps
+        source, publisher = self._sockets[socket]
+        self._handle(source, publisher, _plain(frames), records)
+        if self.overflow_gaps > gaps or socket in self._drained:
+            self._filled.discard(socket)
+        self._drained.discard(socket)
 
     def _handle(self, source: str, publisher: PublisherEndpoint, frames: list[bytes],
                 records: list[SubscriberRecord]) -> None:
@@ -339,8 +377,14 @@ class KvEventSubscriber:
         first_missing = state.last_delivered_seq + 1
         missing = last_missing - first_missing + 1
         self.counts.gaps += 1
+        behind = ""
+        if self._behind:
+            self.overflow_gaps += 1
+            self.overflow_batches += missing
+            behind = (f" (kvscope was {RECEIVE_QUEUE_MESSAGES:,} messages behind, its queue's limit: the publisher "
+                      "sent faster than kvscope read, and the queue dropped them)")
         records.append(StreamNotice(NoticeKind.GAP, key, first_missing, last_missing, missing,
-                                    f"{_name(key)}: seq {first_missing}..{last_missing} did not arrive"))
+                                    f"{_name(key)}: seq {first_missing}..{last_missing} did not arrive{behind}"))
         if publisher.replay_endpoint is None:
             self._lost(key, state, first_missing, last_missing, missing, "no replay endpoint given", records)
             return
@@ -380,13 +424,9 @@ class KvEventSubscriber:
         that timed out must not be read as the answer to the next one."""
         replies: list[tuple[int, bytes]] = []
         now = time.monotonic()
-        give_up_at = now + REPLAY_TOTAL_LIMIT_S
-        cut_short = self._deadline is not None and self._deadline < give_up_at
-        if cut_short:
-            give_up_at = self._deadline
-            if give_up_at <= now:
-                self.unfilled_gaps += 1
-                return replies, UNFILLED
+        give_up_at = self._deadline if self._deadline is not None else now + REPLAY_POLL_LIMIT_S
+        if give_up_at <= now:
+            return replies, self._unfilled()
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
@@ -400,12 +440,10 @@ class KvEventSubscriber:
                 wait_s = min(self.replay_timeout_s, left_s)
                 if wait_s <= 0 or not socket.poll(int(wait_s * 1000) + 1):
                     # A replay that keeps answering, slowly or with batches already had, must not
-                    # hold the attach past its end: what it sent is kept, the rest counted lost.
-                    if cut_short and wait_s < self.replay_timeout_s:
-                        self.unfilled_gaps += 1
-                        return replies, UNFILLED
-                    if left_s <= 0:
-                        return replies, f"replay from {endpoint} was still sending after {REPLAY_TOTAL_LIMIT_S:g} s"
+                    # hold the attach past its end, nor a window's frame: what it sent is kept, the
+                    # rest counted lost.
+                    if wait_s < self.replay_timeout_s:
+                        return replies, self._unfilled()
                     return replies, f"replay from {endpoint} gave no answer within {self.replay_timeout_s:g} s"
                 frames = _plain(socket.recv_multipart(copy=False))
                 if frames and frames[0] == b"":
@@ -424,8 +462,14 @@ class KvEventSubscriber:
         finally:
             socket.close(linger=0)
 
+    def _unfilled(self) -> str:
+        self.unfilled_gaps += 1
+        self.unfilled_reason = UNFILLED if self._deadline_is_end else UNFILLED_IN_TIME
+        return self.unfilled_reason
+
 
 UNFILLED = "not filled: the attach ended before the replay did"
+UNFILLED_IN_TIME = f"not filled: the replay took more than the {REPLAY_POLL_LIMIT_S:g} s a poll may spend on it"
 
 
 def _plain(frames: list) -> list:
