@@ -18,7 +18,7 @@ from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.live_plots import let_title_shrink, sticky_range
 from kvscope.widgets.minmax_decimation import decimate_minmax
 from kvscope.widgets.palette import DARK, Theme, hex_color
-from kvscope.widgets.view_limits import limit_zoom
+from kvscope.widgets.view_limits import CLOCK_MAX_S, clock_limit_for, limit_zoom, set_clock_limit
 
 # plot key -> (title, y axis label)
 PLOTS = {
@@ -80,6 +80,7 @@ class ComparePlots(QWidget):
         self.moment_lines: list[tuple] = []  # (plot, line)
         self._following = True  # ranges follow the data until the user pans or zooms
         self._shown: dict[tuple, tuple] = {}  # (plot key, axis) -> range shown
+        self._clock_limit_s = CLOCK_MAX_S  # widened for runs whose clock passes it (view_limits.py)
         self.asked_title = ""
         self.set_asked_plot(None)
         self.plots["kv_usage"].setYRange(0, 105, padding=0)
@@ -173,6 +174,7 @@ class ComparePlots(QWidget):
             if not xs:
                 continue
             axes = [("x", 0.0, max(hi for _, hi in xs))]
+            self._set_clock_limit(clock_limit_for(axes[0][2], self._clock_limit_s))
             if key != "kv_usage":
                 axes.append(("y", min(0.0, min(lo for lo, _ in ys)), max(hi for _, hi in ys)))
             for axis, lo, hi in axes:
@@ -181,12 +183,19 @@ class ComparePlots(QWidget):
                     self._shown[(key, axis)] = shown
                     (plot.setXRange if axis == "x" else plot.setYRange)(*shown, padding=0)
 
+    def _set_clock_limit(self, limit_s: float) -> None:
+        if limit_s != self._clock_limit_s:
+            self._clock_limit_s = limit_s
+            for plot in self.plots.values():
+                set_clock_limit(plot, limit_s)
+
     def clear(self) -> None:
         for per_config in self.curves:
             for item in per_config.values():
                 item.setData([], [])
         self.mark_moment(None)
         self._shown.clear()
+        self._set_clock_limit(CLOCK_MAX_S)
         self._following = True
 
     def curve_data(self, index: int, key: str) -> tuple:

@@ -22,7 +22,7 @@ from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.throttle import Throttle
 from kvscope.widgets.trailing_mean import GAP_MIN_S, TrailingMean
 from kvscope.widgets.uniform_scatter import give_spots_in_one_go
-from kvscope.widgets.view_limits import limit_zoom
+from kvscope.widgets.view_limits import CLOCK_MAX_S, clock_limit_for, limit_zoom, set_clock_limit
 
 TIME_LABEL = "engine clock (s)"
 LOG_FLOOR_S = 1e-3  # on the log latency axis, shorter times (a zero queue time) are drawn here
@@ -298,6 +298,7 @@ class LivePlots(QWidget):
                 give_spots_in_one_go(item.scatter)
             self.curves[key] = item
         self._x_bounds = None
+        self._clock_limit_s = CLOCK_MAX_S  # widened for a run whose clock passes it (view_limits.py)
         self._view.scene().sigMouseClicked.connect(self._on_click)
         self.set_theme(theme)
 
@@ -384,6 +385,12 @@ class LivePlots(QWidget):
         finally:
             self._syncing = False
 
+    def _set_clock_limit(self, limit_s: float) -> None:
+        if limit_s != self._clock_limit_s:
+            self._clock_limit_s = limit_s
+            for plot in self.plots.values():
+                set_clock_limit(plot, limit_s)
+
     def _apply_x_range(self) -> None:
         if not self._follow_x or self._x_bounds is None:
             return
@@ -434,6 +441,7 @@ class LivePlots(QWidget):
             decimator.clear()
         self._steps_throttle.cancel()
         self._x_bounds = None
+        self._set_clock_limit(CLOCK_MAX_S)
         self._follow_x = True
         self._shown_x = None
         self._shown_y = {}
@@ -455,6 +463,8 @@ class LivePlots(QWidget):
             self._in_set_series = False
         self._x_bounds = _bounds(_array(series, "time_s"), _array(series, "first_token_time_s"),
                                  _array(series, "finish_time_s"))
+        if self._x_bounds is not None:
+            self._set_clock_limit(clock_limit_for(self._x_bounds[1], self._clock_limit_s))
         self._apply_x_range()
         self._apply_y_ranges()
 
