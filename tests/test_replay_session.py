@@ -192,3 +192,19 @@ def test_a_record_damaged_after_opening_stops_the_replay_with_the_readers_senten
     assert errors, "no seek read the damaged chunk"
     assert "Traceback" not in errors[0] and "\n" not in errors[0].strip()
     assert str(damaged) in errors[0] or "damaged.kvrec" in errors[0]
+
+
+def test_a_damaged_position_is_said_once_not_in_every_frame_after_it(recording_path, tmp_path):
+    """The window asks for a frame 60 times a second; a position whose snapshot cannot be read was
+    read again, and its error sent again, in each of them."""
+    cut = tmp_path / "cut.kvrec"
+    cut.write_bytes(recording_path.read_bytes())
+    session = ReplaySession()
+    session.handle(APPLY, (str(cut), False))
+    session.take_frame()
+    cut.write_bytes(cut.read_bytes()[:200])
+    session.handle(SEEK, session.num_steps)
+    errors = [session.take_frame().error for _ in range(5)]
+    session.close()
+    assert errors[0] and "truncated" in errors[0]
+    assert errors[1:] == [None] * 4

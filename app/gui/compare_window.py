@@ -20,7 +20,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
-    QMessageBox,
     QSplitter,
     QStackedWidget,
     QTabWidget,
@@ -40,6 +39,7 @@ from kvscope.app.lab.compare import QUALITY_FIELDS
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
     METRIC_ROWS, asked_plot, asked_values, building_text, result_rows)
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
+from kvscope.app.gui.error_box import ErrorBox
 from kvscope.app.gui.scenario_verdict import guess_verdict
 from kvscope.app.gui.view_export import export_csv
 
@@ -108,6 +108,7 @@ class CompareView(QWidget):
         self.revealed: tuple | None = None  # (answer text, verdict text) once revealed
         self._reveal_shown = False  # the results laid out once the runs ended (a plain comparison too)
         self.errors_shown: list[str] = []
+        self.error_box = ErrorBox(self)
         self.status_text = ""
         self.series: list[_Columns] = []
         self.finished_counts: list[int] = []
@@ -571,14 +572,8 @@ class CompareView(QWidget):
 
     def _show_error(self, error: str) -> None:
         self.errors_shown.append(error)
-        first_line = error.strip().splitlines()[-1] if "Traceback" in error else error
-        box = QMessageBox(QMessageBox.Warning, "The comparison stopped",
-                          f"{first_line}\n\nThe window keeps working: press R to run it again, or open another "
-                          "scenario.", parent=self)
-        if "Traceback" in error:
-            box.setDetailedText(error)
-        box.setModal(False)
-        box.open()
+        self.error_box.show("The comparison stopped", error, "The window keeps working: press R to run it again, "
+                            "or open another scenario.")
         self._set_playing(False)
 
     # -- theme and export ----------------------------------------------------------------------------

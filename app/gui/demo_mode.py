@@ -18,6 +18,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QToolBar
 
 from kvscope.widgets.live_plots import fit_title_row
+from kvscope.widgets.palette import THEMES
 
 DEMO_FONT_SCALE = 1.5  # a 9 pt desktop font becomes 13.5 pt (18 px): readable from the back of a room at 1280x720
 DEMO_THEME = "contrast"
@@ -159,6 +160,9 @@ class DemoMode:
         self.window = window
         self.font_scale = font_scale
         self.theme = theme
+        # The window's size while presenting: a projector's, given with --size to rehearse on a larger
+        # screen or to take its screenshot. None: the whole screen.
+        self.size: tuple[int, int] | None = None
         self.fonts = GraphicsFontScaler(window)
         self._saved: _Saved | None = None
 
@@ -182,6 +186,24 @@ class DemoMode:
         else:
             self.enter()
 
+    def start(self, size: tuple[int, int] | None = None, theme: str | None = None) -> None:
+        """Demo mode at `size` (None: fullscreen) in `theme` (None: high contrast), now and each time
+        F11 enters it again: the size and theme a talk was started with are its projector's."""
+        if theme is not None and theme not in THEMES:  # refused before the window is half in demo mode
+            raise ValueError(f"theme {theme!r}: one of {', '.join(THEMES)}")
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise ValueError(f"size {size!r}: a width and a height of at least 1 pixel")
+        self.size = None if size is None else (int(size[0]), int(size[1]))
+        self.theme = theme or DEMO_THEME
+        self.enter()
+
+    def _announce(self) -> None:
+        w = self.window
+        w.demo_action.setChecked(self.active)
+        w.leave_demo_action.setEnabled(self.active)
+        w.statusBar().showMessage("demo mode: Space play/pause, Right step, + / - speed, 1-9 scenario, R reset, "
+                                  "Esc or F11 leaves" if self.active else "demo mode off", 6000)
+
     def enter(self) -> None:
         if self.active:
             return
@@ -199,12 +221,17 @@ class DemoMode:
         w.set_theme(self.theme)
         self.fonts.apply(self.font_scale)
         w.prompt.set_presenting(True, DEMO_ANSWER_POINTS)
-        w.showFullScreen()
-        # Without a window manager (a bare X server, a kiosk) fullscreen is only a wish: the window
-        # stays its size, and what it needs beyond it is cut off at the right edge.
-        QTimer.singleShot(FULLSCREEN_GRANTED_MS, w, self._cover_the_screen)  # dropped with the window
+        if self.size is not None:
+            w.showNormal()
+            w.resize(*self.size)
+        else:
+            w.showFullScreen()
+            # Without a window manager (a bare X server, a kiosk) fullscreen is only a wish: the window
+            # stays its size, and what it needs beyond it is cut off at the right edge.
+            QTimer.singleShot(FULLSCREEN_GRANTED_MS, w, self._cover_the_screen)  # dropped with the window
         self._arrange(True)
         self._start_live_run()
+        self._announce()
 
     def leave(self) -> None:
         if not self.active:
@@ -234,6 +261,7 @@ class DemoMode:
             # A window manager may still move or grow the frame as it leaves fullscreen (1551x776
             # on a 1280x720 screen): once it has, the rectangle is put back again.
             QTimer.singleShot(FULLSCREEN_GRANTED_MS, w, lambda: self._put_back(rect))
+        self._announce()
 
     def _put_back(self, rect: QRect) -> None:
         """The window at exactly `rect`. The layouts first take the desk font: until they have, the
@@ -248,7 +276,7 @@ class DemoMode:
     def _cover_the_screen(self) -> None:
         w = self.window
         screen = w.screen() or QApplication.primaryScreen()
-        if self.active and screen is not None and w.geometry() != screen.geometry():
+        if self.active and self.size is None and screen is not None and w.geometry() != screen.geometry():
             w.setGeometry(screen.geometry())
 
     def _start_live_run(self) -> None:

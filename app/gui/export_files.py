@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from kvscope.app.lab.output_path import atomic_output, check_output_path
+from kvscope.app.lab.said_paths import said_path
 from kvscope.engine.config import ConfigError
 
 
@@ -32,8 +33,7 @@ FOLDER_FILES_CHECKED = 1000  # a model folder holds tens of files; past this man
 
 def shown_name(path) -> str:
     """A file's name for a message: a 300-character name would fill the dialog and hide the reason."""
-    name = Path(path).name
-    return name if len(name) <= 60 else f"{name[:30]}...{name[-20:]} ({len(name):,} characters)"
+    return said_path(Path(path).name)
 
 
 def files_read(files: dict, folders: dict) -> dict:

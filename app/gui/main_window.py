@@ -24,6 +24,8 @@ from kvscope.app.gui import menus, panels, recording_control
 from kvscope.app.gui.app_theme import apply_theme
 from kvscope.app.gui.build_failure import BuildWatch
 from kvscope.app.gui.demo_mode import DemoMode
+from kvscope.app.gui.error_box import ErrorBox
+from kvscope.app.lab.said_paths import os_error_text
 from kvscope.app.gui.run_settings import settings_choices, weight_dtype_choices
 from kvscope.app.gui.scenario_texts import scenario_texts
 from kvscope.app.gui.settings_form import SettingsForm
@@ -85,6 +87,7 @@ class MainWindow(QMainWindow):
         self.timer.start()
         self.live_worker = self.worker  # self.worker is the replay while a recording is open
         self.demo = DemoMode(self)
+        self.error_box = ErrorBox(self)
         self.replay_path: str | None = None
         self._values_before_replay: dict = {}
         self._seek_target: tuple | None = None  # (position, when asked) of a seek not yet taken
@@ -168,8 +171,9 @@ class MainWindow(QMainWindow):
 
                 return open_attached_replay(self, path)
             info = read_replay_info(path)
-        except (RecordingError, OSError) as exc:
-            QMessageBox.warning(self, "Cannot open the recording", f"{exc}\n\nThe window keeps what it showed.")
+        except (RecordingError, OSError, ValueError) as exc:  # ValueError: a NUL in the name
+            reason = str(exc) if isinstance(exc, RecordingError) else os_error_text(path, exc)
+            QMessageBox.warning(self, "Cannot open the recording", f"{reason}\n\nThe window keeps what it showed.")
             return False
         if self.replay_path is not None:
             self.worker.stop()
@@ -374,17 +378,13 @@ class MainWindow(QMainWindow):
     # -- demo mode, exports ----------------------------------------------------------------------
     def toggle_demo(self) -> None:
         self.demo.toggle()
-        self._demo_changed()
+
+    def start_demo(self, size: tuple[int, int] | None = None, theme: str | None = None) -> None:
+        """`kvscope gui --demo --size 1280x720 --theme dark`: demo mode at that size in that theme."""
+        self.demo.start(size, theme)
 
     def leave_demo(self) -> None:
         self.demo.leave()
-        self._demo_changed()
-
-    def _demo_changed(self) -> None:
-        self.demo_action.setChecked(self.demo.active)
-        self.leave_demo_action.setEnabled(self.demo.active)
-        self.statusBar().showMessage("demo mode: Space play/pause, Right step, + / - speed, 1-9 scenario, R reset, "
-                                     "Esc or F11 leaves" if self.demo.active else "demo mode off", 6000)
 
     def _ask_save_path(self, title: str, default: str, formats: str) -> str | None:
         """The file dialog of every export (tests replace this method)."""
@@ -502,6 +502,7 @@ class MainWindow(QMainWindow):
         benchmarks call it directly)."""
         started = time.perf_counter()
         recording_was_seen = self.state.recording_seen  # take() forgets it when the recording stopped
+        steps_recorded = self.state.recording_steps
         update = self.state.take(frame, replaying=self.replay_path is not None)
         if update.new_engine:
             self.panels.clear()
@@ -510,7 +511,7 @@ class MainWindow(QMainWindow):
         live = self.replay_path is None
         failed_build = live and self.builds.take(frame, update)  # said there, with the previous run marked
         if frame.error and not failed_build and not (live and recording_control.show_failure(self, frame, recording_was_seen)):
-            self._show_error(frame.error)
+            self._show_error(frame.error, recording_control.kept_note(self, update, steps_recorded))
         self.panels.update(update)
         if frame.done or failed_build:
             self.play_action.setText("Play")
@@ -523,14 +524,13 @@ class MainWindow(QMainWindow):
         self.status.setText(self.builds.status_line(self.state.status_text()))
         self.state.frame_drawn(time.perf_counter() - started)
 
-    def _show_error(self, error: str) -> None:
-        first_line = error.strip().splitlines()[-1] if "Traceback" in error else error
-        box = QMessageBox(QMessageBox.Warning, "The engine stopped",
-                          f"{first_line}\n\nThe window keeps working: change a setting and apply, or reset.", parent=self)
-        if "Traceback" in error:
-            box.setDetailedText(error)
-        box.setModal(False)
-        box.open()
+    def _show_error(self, error: str, recording_note: str = "") -> None:
+        if self.replay_path is not None:
+            self.error_box.show("The replay stopped", error, "The window keeps working: open another recording, "
+                                "or File > Back to the live engine (Ctrl+L).")
+        else:
+            self.error_box.show("The engine stopped", error, f"{recording_note}The window keeps working: change a "
+                                "setting and apply, or reset.")
         self.play_action.setText("Play")
 
     def arrange_docks(self) -> None:

@@ -78,6 +78,18 @@ def refuse(window, reason: str) -> None:
     QMessageBox.warning(window, DID_NOT_START, reason)
 
 
+def kept_note(window, update, steps_recorded: int | None) -> str:
+    """For the dialog of an engine that stopped while recording (its process killed): what the file
+    keeps. Its recorder writes the steps in chunks of at most about a second of the run, so all but
+    the last chunk are there, though the file was never finished."""
+    path = window.state.recording_path
+    if not update.recording_ended or path is None:
+        return ""
+    of = f" of the {steps_recorded:,} recorded" if steps_recorded is not None else ""
+    return (f"The recording {path} was cut off: it keeps the steps written before the engine stopped (all but "
+            f"about the last second of the run{of}); File > Open recording... (Ctrl+O) replays them.\n\n")
+
+
 def show_failure(window, frame, was_recording: bool) -> bool:
     """If the frame's error is its recording's (the engine's process marks it recording_stopped):
     Record unchecked, a dialog about the recording (the run goes on, so Play is left as it is), and

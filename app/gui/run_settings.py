@@ -23,6 +23,7 @@ from kvscope.engine.config import (
 )
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
+from kvscope.app.lab.said_paths import os_error_text, said_path
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, read_trace
 from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 
@@ -100,11 +101,8 @@ def field_of(message: str) -> str:
 
 
 def _base_model(values: dict):
-    if values.get("model_path"):
-        return load_hf_config(values["model_path"])
-    if values.get("config_path"):
-        return load_hf_config(values["config_path"])
-    return load_model(values["model"])
+    path = values.get("model_path") or values.get("config_path")
+    return load_hf_config(path) if path else load_model(values["model"])
 
 
 # (path, size, mtime) -> (rows asked for, the reason it was refused or None, the whole file was read)
@@ -119,13 +117,13 @@ def trace_reason(path: str, num_requests: int | None = None) -> str | None:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        return f"trace {path}: cannot read: no such file"
+        return f"trace {said_path(path)}: cannot read: no such file"
     except (OSError, ValueError) as exc:
-        return f"trace {path}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+        return f"trace {os_error_text(path, exc)}"
     if stat.S_ISDIR(info.st_mode):
-        return f"trace {path}: is a folder, not a trace CSV file"
+        return f"trace {said_path(path)}: is a folder, not a trace CSV file"
     if not stat.S_ISREG(info.st_mode):
-        return f"trace {path}: not a regular file (a device or a pipe); give a trace CSV file"
+        return f"trace {said_path(path)}: not a regular file (a device or a pipe); give a trace CSV file"
     limit = num_requests or ALL_ROWS
     key = (str(path), info.st_size, info.st_mtime_ns)
     asked, reason, whole = _traces_checked.get(key, (0, None, False))

@@ -334,6 +334,9 @@ class ReplaySession(Session):
                 self._last_summary = now
                 self._force_summary = False
         except Exception:  # noqa: BLE001 - as in handle()
+            # said once: the same position is not read again on every frame that follows
+            self._snapshot_position = self.position
+            self._force_summary = False
             self.playing = False
             frame.playing = False
             frame.error = _error_text()

@@ -17,6 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from kvscope.app.lab.said_paths import said_short
 from kvscope.engine.config import ConfigError
 
 
@@ -40,8 +41,7 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
     try:
         _check_output_path(flag, path, inputs)
     except OSError as exc:  # a name over 255 bytes, a symlink loop: the system cannot even look it up
-        said = path if len(str(path)) <= 80 else f"{str(path)[:40]}...{str(path)[-30:]} ({len(str(path)):,} characters)"
-        raise ConfigError(f"{flag} {said}: {exc.strerror or exc}; give a path the system can open") from None
+        raise ConfigError(f"{flag} {said_short(str(path))}: {exc.strerror or exc}; give a path the system can open") from None
 
 
 def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:

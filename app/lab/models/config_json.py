@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields
+from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import ceiling
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, build_config, normalize_dtype
 
@@ -199,7 +200,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
 
 def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
-    if path.is_dir():
+    try:
+        is_folder = path.is_dir()
+    except (OSError, ValueError) as exc:  # a name over 255 bytes (ENAMETOOLONG), a NUL in it
+        raise ConfigError(f"config {os_error_text(path, exc)}") from None
+    if is_folder:
         path = path / "config.json"
     cfg = load_json(read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json"), f"config {path}")
     if not isinstance(cfg, dict):
