@@ -55,16 +55,6 @@ class ServerInfo:
     model_names: tuple[str, ...] = ()  # /v1/models ids, else the metrics' model_name labels
     engines: tuple[str, ...] = ("0",)  # the metrics' `engine` labels: one per DP engine
 
-    def cache_config_int(self, name: str) -> int | None:
-        value = self.cache_config.get(name)
-        return int(value) if isinstance(value, str) and is_ascii_whole(value) else None
-
-    def cache_config_float(self, name: str) -> float | None:
-        try:
-            return float(self.cache_config[name])
-        except (KeyError, TypeError, ValueError):
-            return None
-
 
 def probe_server(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[ServerInfo, ServerMetrics]:
     """The server's version, cache configuration and served models, and a first scrape of its
