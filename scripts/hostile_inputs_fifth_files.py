@@ -77,7 +77,7 @@ def _toml_cases(f: Path, Case, write) -> list:
 
 
 def _calibration_cases(f: Path, Case, write) -> list:
-    from hostile_inputs_fourth_files import cpu_calibration_key
+    from hostile_fixtures import cpu_calibration_key
 
     key = cpu_calibration_key()
     if key is None:
@@ -188,7 +188,7 @@ def _recording_cases(f: Path, Case, write) -> list:
 
 
 def _model_cases(f: Path, Case, write) -> list:
-    from hostile_inputs_fourth_files import hostile_model
+    from hostile_fixtures import hostile_model
 
     m = f / "models"
     good = hostile_model(m / "good")
@@ -226,7 +226,7 @@ def _model_cases(f: Path, Case, write) -> list:
 
 def _attach_cases(f: Path, Case, write) -> list:
     """HTTP routes per path prefix and a ZMQ publisher per case, threads of this process for the run."""
-    from hostile_inputs_fourth_files import fake_http_server, stored, zmq_publisher
+    from hostile_fixtures import fake_http_server, stored, zmq_publisher
 
     import msgspec
     import zmq

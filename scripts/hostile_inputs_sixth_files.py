@@ -104,7 +104,7 @@ _kept: list = []
 
 
 def _attach_cases(f: Path, Case, write) -> list:
-    from hostile_inputs_fourth_files import fake_http_server, stored, zmq_publisher
+    from hostile_fixtures import fake_http_server, stored, zmq_publisher
 
     import msgspec
     import zmq

@@ -1,0 +1,90 @@
+"""What the hostile passes' cases share, for scripts/hostile_inputs*.py: the fixtures that several
+passes build (a small random-weight model folder, this machine's calibration key) and a vLLM
+look-alike on loopback (an HTTP server on a thread answering fixed routes, a ZMQ publisher of KV
+event batches), each served by threads of the harness's own process for the whole run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+
+def cpu_calibration_key() -> str | None:
+    """This machine's key for calibration profiles; None (said) where it cannot be made."""
+    try:
+        from kvscope.app.lab.this_machine import this_machine_key
+
+        return this_machine_key(use_cuda=False)
+    except Exception as exc:  # noqa: BLE001 - a machine whose key cannot be made runs the other cases
+        print(f"(no calibration profile cases: {exc})")
+        return None
+
+
+def hostile_model(folder: Path) -> Path:
+    """A 2-layer random-weight model folder (fp32, 512 ids): the good model the model-folder cases break."""
+    from kvscope.app.lab.verify.tiny_model import build_random_model
+    from kvscope.engine.config import ModelConfig
+
+    shape = ModelConfig(name="hostile", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, hidden_size=64, intermediate_size=128, vocab_size=512,
+                        max_position_embeddings=512, weight_dtype="fp32")
+    return build_random_model(shape, folder)
+
+
+def stored(hashes, **fields) -> dict:
+    """A vLLM BlockStored event of 32-token blocks."""
+    return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+            "token_ids": list(range(32 * len(hashes))), "block_size": 32, **fields}
+
+
+def zmq_publisher(context, messages) -> str:
+    """A ZMQ XPUB on loopback that sends messages() (lists of frames) to each subscriber as it
+    subscribes: the attach cases' fake vLLM KV-event stream. Its endpoint."""
+    import zmq
+
+    socket = context.socket(zmq.XPUB)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+
+    def loop():
+        while True:
+            try:
+                message = socket.recv()
+            except zmq.ZMQError:
+                return
+            if message[:1] == b"\x01":  # a subscription: a subscriber is there
+                time.sleep(0.1)
+                for frames in messages():
+                    socket.send_multipart(frames)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"tcp://127.0.0.1:{port}"
+
+
+def fake_http_server(routes: dict) -> str:
+    """A loopback HTTP server on a thread answering GET path -> bytes (or a callable that answers
+    itself); the attach cases' fake vLLM. Its address."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = routes.get(self.path)
+            if callable(body):
+                body(self)
+                return
+            self.send_response(200 if body is not None else 404)
+            body = body if body is not None else b"not found"
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
