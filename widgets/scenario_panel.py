@@ -32,6 +32,7 @@ class ScenarioPanel(QFrame):
         self._theme = theme
         self.setFrameShape(QFrame.StyledPanel)
         self.committed_guess = None
+        self._revealed = None  # the reveal's parts, written again in a new theme's colours
         self._kind = "number"
 
         # Sizes relative to the widget's font (rich text), so demo mode's larger font scales them too.
@@ -116,6 +117,7 @@ class ScenarioPanel(QFrame):
         self.guess_choice.setEnabled(True)
         self.commit_button.setEnabled(True)
         self.commit_button.setText("Commit guess and run")
+        self._revealed = None
         self.reveal.clear()
         self.reveal.hide()
         self.say_refused("")
@@ -156,6 +158,7 @@ class ScenarioPanel(QFrame):
     def show_reveal(self, answer: str, verdict: str, lesson: str = "", source: str = "") -> None:
         """answer: the measured value with its unit; source: where the run measured it; verdict: how
         the guess compares; lesson: the claim the scenario demonstrates."""
+        self._revealed = (answer, verdict, lesson, source)
         t = self._theme
         self.reveal.setText(f"<span style='font-size:large'><b style='color:{hex_color(t.accent)}'>Answer: "
                             f"{escape(answer)}</b></span>" + (f" &nbsp;({escape(source)})" if source else "")
@@ -167,5 +170,5 @@ class ScenarioPanel(QFrame):
         self._theme = theme
         self.question.setStyleSheet(f"color: {hex_color(theme.accent)};")
         self.guess_notice.setStyleSheet(f"color: {hex_color(theme.warning)};")
-        if self.reveal.isVisible() and self.reveal.text():
-            self.reveal.setText(self.reveal.text())
+        if self._revealed is not None:  # its answer is in the theme's accent, written into the text
+            self.show_reveal(*self._revealed)

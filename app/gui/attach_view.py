@@ -23,6 +23,8 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QTextBrowser, QVBox
 from kvscope.app.host.attach_replay import AttachReplaySession
 from kvscope.app.host.attach_session import AttachSession
 from kvscope.app.host.process_host import SessionHost
+from kvscope.app.lab.bounded_reads import escaped
+from kvscope.app.lab.said_paths import LONGEST_SAID, said_short
 from kvscope.app.lab.vllm.attachment import LOG_KINDS
 from kvscope.engine.units import format_percent, format_seconds
 from kvscope.widgets.attach_plots import AttachPlots
@@ -32,6 +34,7 @@ from kvscope.widgets.palette import hex_color
 from kvscope.widgets.prefix_cache_map_view import PrefixCacheMapView
 from kvscope.widgets.replay_scrubber import ReplayScrubber
 
+TAB_CHARS = 60  # a page's tab, beside the Live run and Compare tabs
 FRAME_INTERVAL_MS = 50  # the server is scraped once a second; events come in bursts
 SERIES_KEYS = ("kv_usage", "num_running", "num_waiting", "preemptions", "prefix_cache_hit_rate", "ttft_p50_s",
                "ttft_p99_s", "itl_p50_s", "itl_p99_s", "queue_time_p50_s", "queue_time_p99_s")
@@ -204,6 +207,10 @@ class AttachView(QWidget):
         for view in (self.blocks_bar, self.block_map, self.plots, self.scrubber):
             if view is not None:
                 view.set_theme(theme)
+        if self.info is not None:  # its notes are in the theme's faint colour; a paused replay sends no frame
+            self.details.setHtml(details_html(self.info, self.counts, theme, self.latency))
+        if self.latest_snapshot is not None:  # the blocks bar's segments carry the theme's colours
+            self._show_blocks()
 
     def stop(self) -> None:
         self.timer.stop()
@@ -257,17 +264,30 @@ def open_attached(window, target, recording=None) -> AttachView:
     view = AttachView(target, window.theme, recording=recording)
     window.attached = view
     if recording is None:
-        index = window.pages.addTab(view, f"Attached: {target.url}")
-        window.pages.setTabToolTip(index, "a live vLLM server's prefix cache and metrics")
+        index = window.pages.addTab(view, f"Attached: {address_for_tab(target.url)}")
+        window.pages.setTabToolTip(index, f"a live vLLM server's prefix cache and metrics: "
+                                          f"{address_for_tab(target.url, LONGEST_SAID)}")
     else:
-        index = window.pages.addTab(view, f"Replay: {recording.path.name}")
-        window.pages.setTabToolTip(index, f"a recorded vLLM server: {recording.info['url']}")
+        index = window.pages.addTab(view, f"Replay: {said_short(escaped(recording.path.name), TAB_CHARS)}")
+        window.pages.setTabToolTip(index, f"a recorded vLLM server: "
+                                          f"{address_for_tab(str(recording.info['url']), LONGEST_SAID)}")
     if not getattr(window, "watches_attached_page", False):  # once: each attach connected one more
         window.pages.currentChanged.connect(lambda _i: _page_changed(window))
         window.watches_attached_page = True
     window.pages.setCurrentWidget(view)
     _page_changed(window)
     return view
+
+
+def address_for_tab(address: str, longest: int = TAB_CHARS) -> str:
+    """The server's address as a tab says it: a password given in it is not shown, a character
+    that is not printable (a newline, a direction override that reversed the tab's text) is escaped,
+    and an address of thousands of characters is said by its ends, not as a tab wider than the window."""
+    scheme, sep, rest = address.partition("://")
+    netloc, slash, path = rest.partition("/")
+    if sep and "@" in netloc:
+        address = f"{scheme}://...@{netloc.rpartition('@')[2]}{slash}{path}"
+    return said_short(escaped(address), longest)
 
 
 def _page_changed(window) -> None:

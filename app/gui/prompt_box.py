@@ -11,6 +11,8 @@ request chosen in any view, else the newest typed one, else the newest still ans
 
 from __future__ import annotations
 
+import unicodedata
+
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QVBoxLayout, QWidget
@@ -120,6 +122,7 @@ class PromptBox(QWidget):
         self._selected = -1
         self._state = None  # the WindowState the latest frame was folded into
         self._drawn = None  # (request id, record version, snapshot) last drawn
+        self._warning = False  # the status line says a refusal, in the theme's warning colour
         self._set_enabled_for(NO_ENGINE)
         self.set_theme(theme)
 
@@ -138,6 +141,10 @@ class PromptBox(QWidget):
         if len(text) > MAX_TEXT_CHARS:  # a 10 MB paste held the engine's process ~10 s tokenizing it, to refuse it
             self._say(f"Not sent: the prompt is {len(text):,} characters; a typed prompt has at most "
                       f"{MAX_TEXT_CHARS:,}, as one message of a chat workload.", warning=True)
+            return
+        if not any(_visible(ch) for ch in text):  # the model would be asked nothing the user can see
+            self._say(f"Not sent: the prompt's {len(text):,} character(s) are all invisible (zero-width, "
+                      "direction or control characters such as NUL); type some words.", warning=True)
             return
         self.awaiting = text
         self.refusal = None
@@ -189,6 +196,8 @@ class PromptBox(QWidget):
         hint.setColor(QPalette.PlaceholderText, QColor(*((f + b) // 2 for f, b in zip(theme.foreground,
                                                                                       theme.background))))
         self.input.setPalette(hint)
+        if self._warning:  # a refusal said in the previous theme's colour
+            self._say(self.status.text(), warning=True)
         self._drawn = None
         self.refresh()
 
@@ -289,6 +298,7 @@ class PromptBox(QWidget):
             self.usable_changed.emit(on)
 
     def _say(self, text: str, warning: bool = False) -> None:
+        self._warning = warning
         self.status.setText(text)
         self.status.setStyleSheet(f"color: {hex_color(self._theme.warning)}" if warning else "")
 
@@ -309,6 +319,12 @@ def _progress(request_id: int, record, snapshot) -> str:
             return (f"{words}: {status}, {int(row['num_output_tokens']):,} of at most {int(row['max_tokens']):,} "
                     f"tokens written, {int(row['num_blocks']):,} KV blocks held")
     return f"{words}: answering"
+
+
+def _visible(ch: str) -> bool:
+    """Not whitespace, a control (Cc: NUL), format (Cf: zero-width, direction marks), unassigned or
+    surrogate character: one that shows on screen."""
+    return not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Cn", "Cs")
 
 
 def _last_user_turn(prompt: str) -> str:

@@ -33,7 +33,9 @@ from kvscope.app.lab.presets import (
     load_model,
     preset_names,
     user_preset_names,
+    user_presets_root,
 )
+from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
@@ -249,6 +251,9 @@ class SettingsForm:
                                 "the name is empty once the characters a file name cannot hold are removed (or "
                                 "none was given); name it with letters, digits, '-', '_' and '.'")
             return
+        if not self._may_replace(kind, name):
+            self.window.statusBar().showMessage(f"not saved: your preset {name} is kept as it was", 5000)
+            return
         values = self.settings.values()
         # the model the editor shows: an opened config.json or folder, else the preset chosen
         model_file = values.get("model_path") or values.get("config_path")
@@ -259,13 +264,35 @@ class SettingsForm:
         except ConfigError as exc:
             QMessageBox.warning(self.window, "Preset not saved", str(exc))
             return
+        except OSError as exc:  # the presets folder read-only, or a file in its place
+            QMessageBox.warning(self.window, "Preset not saved", _folder_refusal(kind, exc, "saved"))
+            return
         self._user_presets_changed(f"saved {name} to {path}")
+
+    def _may_replace(self, kind: str, name: str) -> bool:
+        """A name the user already has is asked about: saved over without a word, the preset's own
+        fields were gone."""
+        try:
+            taken = name in user_preset_names(kind)
+        except (ConfigError, OSError):  # an unreadable folder is said when the save fails
+            return True
+        if not taken:
+            return True
+        what = "model" if kind == "models" else "hardware"
+        answer = QMessageBox.question(
+            self.window, "Replace preset?",
+            f"You already have a {what} preset named {name}. Replace it with the fields shown in the editor?",
+            QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        return answer == QMessageBox.Yes
 
     def delete_user_preset(self, kind: str, name: str) -> None:
         try:
             delete_user_preset(kind, name)
         except ConfigError as exc:
             QMessageBox.warning(self.window, "Preset not deleted", str(exc))
+            return
+        except OSError as exc:
+            QMessageBox.warning(self.window, "Preset not deleted", _folder_refusal(kind, exc, "deleted"))
             return
         self._user_presets_changed(f"deleted your preset {name}")
 
@@ -287,5 +314,22 @@ class SettingsForm:
         self.window.statusBar().showMessage(message, 5000)
 
     def _list_user_presets(self) -> None:
-        self.editor.set_user_presets([("models", n) for n in user_preset_names("models")]
-                                     + [("hardware", n) for n in user_preset_names("hardware")])
+        try:
+            names = ([("models", n) for n in user_preset_names("models")]
+                     + [("hardware", n) for n in user_preset_names("hardware")])
+        except (ConfigError, OSError) as exc:  # the folder made unreadable, or a file, while the window ran
+            reason = getattr(exc, "strerror", None) or exc
+            self.window.statusBar().showMessage(f"your presets cannot be listed: {reason}", 10000)
+            names = []
+        self.editor.set_user_presets(names)
+
+
+def _folder_refusal(kind: str, exc: OSError, done: str) -> str:
+    """Why the presets folder took no change: the system's reason and the folder, said short."""
+    try:
+        folder = said_path(user_presets_root() / kind)
+    except ConfigError as root_refused:
+        return str(root_refused)
+    reason = exc.strerror or str(exc)
+    return (f"the preset could not be {done} in {folder}: {reason[:1].lower()}{reason[1:]}. Your presets live in "
+            "that folder (KVSCOPE_CONFIG_DIR, else ~/.config/kvscope): it must be a folder you can write to.")
