@@ -90,7 +90,7 @@ def test_a_file_where_the_presets_folder_goes_is_said_in_a_dialog(window, monkey
     blocked.write_text("not a folder")
     save_as(window, monkeypatch, kind, "mine")
     assert [(k, title) for k, title, _ in said] == [("warning", "Preset not saved")]
-    assert "could not be saved in" in said[0][2] and "must be a folder you can write to" in said[0][2]
+    assert "cannot make the folder" in said[0][2] and "your presets live there" in said[0][2]
     assert blocked.read_text() == "not a folder"
 
 
@@ -103,11 +103,11 @@ def test_a_read_only_presets_folder_is_said_at_save_and_at_delete(window, monkey
     monkeypatch.setattr(pathlib.Path, "unlink", refused)
     window.editor.user_presets.setCurrentIndex(window.editor.user_presets.findText("mine (model)"))
     window.editor.delete_button.click()
-    assert said[-1][:2] == ("warning", "Preset not deleted") and "permission denied" in said[-1][2]
+    assert said[-1][:2] == ("warning", "Preset not deleted") and "Permission denied" in said[-1][2]
     assert user_preset_names("models") == ["mine"] and window.editor.user_presets.findText("mine (model)") >= 0
     monkeypatch.setattr(pathlib.Path, "mkdir", refused)  # presets/hardware does not exist yet
     save_as(window, monkeypatch, "hardware", "rig")
-    assert said[-1][:2] == ("warning", "Preset not saved") and "permission denied" in said[-1][2]
+    assert said[-1][:2] == ("warning", "Preset not saved") and "Permission denied" in said[-1][2]
 
 
 # -- 3. an attached server's address in the page's tab ---------------------------------------------------

@@ -33,9 +33,7 @@ from kvscope.app.lab.presets import (
     load_model,
     preset_names,
     user_preset_names,
-    user_presets_root,
 )
-from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
@@ -264,9 +262,6 @@ class SettingsForm:
         except ConfigError as exc:
             QMessageBox.warning(self.window, "Preset not saved", str(exc))
             return
-        except OSError as exc:  # the presets folder read-only, or a file in its place
-            QMessageBox.warning(self.window, "Preset not saved", _folder_refusal(kind, exc, "saved"))
-            return
         self._user_presets_changed(f"saved {name} to {path}")
 
     def _may_replace(self, kind: str, name: str) -> bool:
@@ -290,9 +285,6 @@ class SettingsForm:
             delete_user_preset(kind, name)
         except ConfigError as exc:
             QMessageBox.warning(self.window, "Preset not deleted", str(exc))
-            return
-        except OSError as exc:
-            QMessageBox.warning(self.window, "Preset not deleted", _folder_refusal(kind, exc, "deleted"))
             return
         self._user_presets_changed(f"deleted your preset {name}")
 
@@ -322,14 +314,3 @@ class SettingsForm:
             self.window.statusBar().showMessage(f"your presets cannot be listed: {reason}", 10000)
             names = []
         self.editor.set_user_presets(names)
-
-
-def _folder_refusal(kind: str, exc: OSError, done: str) -> str:
-    """Why the presets folder took no change: the system's reason and the folder, said short."""
-    try:
-        folder = said_path(user_presets_root() / kind)
-    except ConfigError as root_refused:
-        return str(root_refused)
-    reason = exc.strerror or str(exc)
-    return (f"the preset could not be {done} in {folder}: {reason[:1].lower()}{reason[1:]}. Your presets live in "
-            "that folder (KVSCOPE_CONFIG_DIR, else ~/.config/kvscope): it must be a folder you can write to.")

@@ -21,6 +21,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
                                           unholdable_number)
 from kvscope.app.lab.output_path import write_text_atomic
+from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
 
@@ -247,7 +248,11 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
     data = {**{k: v for k, v in fields.items() if v is not None and k != "memory_is_budget"}, "name": name}
     (model_from_dict if kind == "models" else hardware_from_dict)(data, f"preset {name}")
     folder = user_presets_root() / kind
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only, or a file where the folder goes
+        raise ConfigError(f"preset {name}: cannot make the folder {said_path(folder)}: {exc.strerror or exc}; "
+                          "your presets live there (KVSCOPE_CONFIG_DIR, else ~/.config/kvscope)") from None
     path = folder / f"{name}.toml"
     lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
     lines += [f"\n[{key}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
@@ -259,7 +264,11 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
 def delete_user_preset(kind: str, name: str) -> None:
     if name not in user_preset_names(kind):
         raise ConfigError(f"{name!r} is not one of your presets")
-    (user_presets_root() / kind / f"{name}.toml").unlink()
+    path = user_presets_root() / kind / f"{name}.toml"
+    try:
+        path.unlink()
+    except OSError as exc:  # a read-only folder
+        raise ConfigError(f"preset {name}: cannot delete {said_path(path)}: {exc.strerror or exc}") from None
 
 
 def load_workload(name: str) -> WorkloadSpec:
