@@ -54,7 +54,7 @@ def add_parser(subparsers) -> None:
                                                              f"{LIVE_CHAT_MODEL}, {SIMULATED_WORKLOAD} on the "
                                                              f"simulated backend, else {DEFAULT_WORKLOAD})")
     parser.add_argument("--backend", choices=BACKENDS, help="default: real on this machine")
-    parser.add_argument("--theme", choices=("dark", "light", "contrast"), default="dark",
+    parser.add_argument("--theme", choices=("dark", "light", "contrast"), default=None,
                         help="colours: dark (default), light, or contrast (high contrast, as demo mode uses)")
     parser.add_argument("--size", type=_size, default=None, metavar="WxH",
                         help=f"window size (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, or the screen's if smaller)")
@@ -62,7 +62,8 @@ def add_parser(subparsers) -> None:
                         help="close after this many seconds")
     parser.add_argument("--screenshot", metavar="PNG", help="with --quit-after: save the window as a PNG first")
     parser.add_argument("--demo", action="store_true",
-                        help="demo mode for talks: fullscreen, large fonts, high contrast, settings hidden (F11 toggles)")
+                        help="demo mode for talks: fullscreen (or --size), large fonts, high contrast (or --theme), settings hidden "
+                             "(F11 toggles)")
     parser.add_argument("--replay", metavar="FILE", help="replay a recorded run (.kvrec): no model, no GPU needed")
     parser.add_argument("--scenario", metavar="NAME", help="open a guided scenario (see `kvscope scenarios`)")
     parser.set_defaults(func=run)
@@ -256,19 +257,19 @@ def run(args) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
-    window = MainWindow(values, theme=args.theme, replay=replay, scenario=scenario)
+    window = MainWindow(values, theme=args.theme or "dark", replay=replay, scenario=scenario)
     window.resize(*(args.size or default_size(app.primaryScreen().availableGeometry())))
     window.show()
     window.arrange_docks()
     if args.size is not None and not getattr(args, "demo", False):  # demo mode is fullscreen whatever the size
         refuse_size_below_minimum(window, args.size)
-    if getattr(args, "demo", False):
-        window.toggle_demo()
+    if getattr(args, "demo", False):  # at --size and in --theme when given (a projector's, rehearsed)
+        window.start_demo(size=args.size, theme=args.theme)
     failures = []
     if args.quit_after is not None:
         def finish():
             if args.screenshot:
-                failures.extend(grown_past(window, args.size, getattr(args, "demo", False))
+                failures.extend(grown_past(window, args.size, getattr(args, "demo", False) and args.size is None)
                                 or save_screenshot(window, args.screenshot))
             window.close()
             app.quit()

@@ -16,20 +16,27 @@ import re
 import sys
 
 
-def _one_blas_thread_under_a_tiny_limit() -> None:
-    """Under a small `ulimit -v` (100 - 140 MiB) OpenBLAS, loaded with numpy, gave up allocating a
-    buffer per core and killed the process in C (exit 1, or a KeyboardInterrupt traceback) before
-    main() could say why. One thread's buffers fit, and main() then gives its one line if still short."""
+def _address_space_limit() -> int | None:
+    """This process's soft `ulimit -v` in bytes; None where there is none (or no such limit: Windows)."""
     try:
         import resource
-    except ImportError:  # Windows: no such limit
-        return
+    except ImportError:
+        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY and soft < 1024**3:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
-_one_blas_thread_under_a_tiny_limit()  # before anything imports numpy
+ADDRESS_SPACE_LIMIT = _address_space_limit()
+# Below this the start-up's imports run out at a different place each run, and not all of them can
+# be caught: OpenBLAS aborts in C under 97 MiB (exit 1), CPython's parser reports a SyntaxError in
+# kvscope's own code, hashlib logs a page of tracebacks. `kvscope --help` needs 111 MiB, a command 116:
+# below 108 the start-up is not tried, and the one line is said the same way every time.
+SMALLEST_START_UP_ADDRESS_SPACE = 108 * 1024**2
+
+if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < 1024**3:
+    # Under 100 - 140 MiB OpenBLAS, loaded with numpy, gave up allocating a buffer per core and
+    # killed the process in C before main() could say why; one thread's buffers fit.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before anything imports numpy
 
 from kvscope.app.cli.output import shown  # noqa: E402 - after the BLAS set-up above
 
@@ -44,17 +51,23 @@ def starved(exc: BaseException) -> bool:
             or (cause is not None and cause is not exc and isinstance(cause, MemoryError)))
 
 
-try:
-    from kvscope.engine.config import ConfigError
-
-    from kvscope.app.cli import options, streams
-except (ImportError, MemoryError, OSError) as exc:  # numpy's libraries could not even be mapped (see main())
-    if not starved(exc):
-        raise  # a broken installation, not a memory limit: its own message is the one to read
-    STARTUP_FAILURE: BaseException | None = exc
+STARTUP_FAILURE: BaseException | None = None
+if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < SMALLEST_START_UP_ADDRESS_SPACE:
+    STARTUP_FAILURE = MemoryError(f"starting needs about {SMALLEST_START_UP_ADDRESS_SPACE // 1024**2} MiB")
     ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 else:
-    STARTUP_FAILURE = None
+    try:
+        from kvscope.engine.config import ConfigError
+
+        from kvscope.app.cli import options, streams
+    except Exception as exc:  # noqa: BLE001 - numpy's libraries could not even be mapped (see main())
+        # Under a limit that leaves no room, any failure of an import is the memory's: CPython's
+        # parser says SyntaxError or SystemError when it cannot allocate.
+        small = ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < 1024**3
+        if not (starved(exc) or (small and isinstance(exc, (SyntaxError, SystemError, ImportError, OSError)))):
+            raise  # a broken installation, not a memory limit: its own message is the one to read
+        STARTUP_FAILURE = exc if starved(exc) else MemoryError(f"{type(exc).__name__} while loading kvscope")
+        ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + 13  # as a command killed by SIGPIPE exits, which is what a shell expects
@@ -226,8 +239,20 @@ def main(argv: list[str] | None = None) -> int:
         return _said_if_output_fails(lambda: run_self_test(argv[1:]))
     try:
         parser = build_parser()
-    except (ImportError, MemoryError) as exc:  # importing the commands' modules under a tiny `ulimit -v`
+    except (ImportError, MemoryError, SyntaxError, SystemError) as exc:  # importing the commands' modules
+        if not starved(exc) and _tiny_memory_limit():  # CPython's parser, out of memory, says SyntaxError
+            exc = MemoryError(f"{type(exc).__name__} while loading kvscope")
         return _out_of_memory_at_start(exc)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except MemoryError as exc:  # argparse's own work under a tiny `ulimit -v`: nothing else to blame
+        if not _tiny_memory_limit():
+            raise
+        return _out_of_memory_at_start(exc)
+    return _run_parsed(parser, argv)
+
+
+def _run_parsed(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     try:
         args, extras = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help printed: said to fail if it could not be written (> /dev/full)
@@ -238,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         return _flush_stdout_or_say(sys.exc_info()[1])
     if extras:  # said by the command's own parser: it names the command and knows its flags
         command_parsers(parser).get(getattr(args, "command", None), parser).unknown_flags_error(extras)
-    refuse_repeated_flags(parser, argv, getattr(args, "command", None))
+    args.given_flags = refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()
         print("kvscope: error: give a command (above); `kvscope COMMAND --help` says what each takes", file=sys.stderr)
@@ -312,15 +337,26 @@ def _out_of_memory_at_start(exc: BaseException) -> int:
     Any other import failure is a broken installation, and its traceback is what to read."""
     if not starved(exc):
         raise exc
-    import resource
+    try:
+        import resource
 
-    cause = exc.__cause__ or exc  # numpy wraps the loader's error in a page of advice
-    said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    limit = f" of {soft / 1024**2:,.0f} MiB" if soft != resource.RLIM_INFINITY else ""
-    _say(f"kvscope: error: out of memory under this process's address-space limit{limit} ({one_line(said)[:160]}); "
-         "kvscope needs a few hundred MiB, the real backend about 2 GiB: raise the limit (`ulimit -v`)")
+        cause = exc.__cause__ or exc  # numpy wraps the loader's error in a page of advice
+        said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        # not one_line(): its Unicode class is compiled on first use, and that needs memory this
+        # process has not got (1 run in 15 at 107 MiB ended in that compile's traceback)
+        said = "".join(c if c.isprintable() else "?" for c in said[:160])
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        limit = f" of {soft / 1024**2:,.0f} MiB" if soft != resource.RLIM_INFINITY else ""
+        line = (f"kvscope: error: out of memory under this process's address-space limit{limit} ({said}); "
+                f"{OUT_OF_MEMORY_ADVICE}")
+    except MemoryError:  # too short even to say which library failed: the line without it
+        line = OUT_OF_MEMORY_LINE
+    _say(line)
     return EXIT_USAGE
+
+
+OUT_OF_MEMORY_ADVICE = "kvscope needs a few hundred MiB, the real backend about 2 GiB: raise the limit (`ulimit -v`)"
+OUT_OF_MEMORY_LINE = f"kvscope: error: out of memory under this process's address-space limit; {OUT_OF_MEMORY_ADVICE}"
 
 
 def _said_if_output_fails(work) -> int:
@@ -374,12 +410,14 @@ def command_parsers(parser: argparse.ArgumentParser) -> dict:
     return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
-def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> None:
+def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> frozenset:
     """A flag given twice with different values (--model a ... --model b, --x ... --no-x) is refused:
-    argparse would keep the last without a word. The same value twice is harmless and passes."""
+    argparse would keep the last without a word. The same value twice is harmless and passes.
+    Returns the dests of the flags typed, so a command can refuse one that would change nothing
+    (argparse gives a default and a typed default alike)."""
     sub = command_parsers(parser).get(command)
     if sub is None:
-        return
+        return frozenset()
     flags = {option: action for action in sub._actions for option in action.option_strings}
     seen: dict[str, tuple[str, str]] = {}
     i = argv.index(command) + 1 if command in argv else len(argv)
@@ -406,6 +444,7 @@ def refuse_repeated_flags(parser: argparse.ArgumentParser, argv: list[str], comm
             sub.error(f"argument {matches[0]}: contradicts {earlier}; give one of them" if action.nargs == 0 else
                       f"argument {matches[0]}: given twice ({earlier}, then {said}); give it once")
         seen.setdefault(action.dest, (value, said))
+    return frozenset(seen)
 
 
 def _silence_stdout() -> None:

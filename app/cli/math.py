@@ -128,6 +128,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
 
 
 def run(args) -> int:
+    options.refuse_what_the_lesson_ignores(args, "math")
     model = options.model_from_args(args)
     hardware = options.hardware_from_args(args)
     engine_args = options.engine_args_from_args(args)

@@ -271,6 +271,32 @@ def _whole_bytes(field: dataclasses.Field, value: float) -> int:
     return int(value)
 
 
+# What only vLLM's accounting reads, by the command that would ignore it under --accounting lesson
+# (memory x utilization - weights - reserve: no release, no CUDA graphs, no profiled activation).
+# `math` sizes nothing else, so its scheduler flags feed only vLLM's activation peak; `run` schedules
+# with them, and its real backend on CUDA runs eagerly under --enforce-eager.
+LESSON_IGNORES = {
+    "math": ("vllm_version", "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"),
+    "run": ("vllm_version", "enforce_eager"),
+    "run --backend real": ("vllm_version",),
+}
+
+
+def refuse_what_the_lesson_ignores(args, reader: str) -> None:
+    """--accounting lesson with a flag only vLLM's accounting reads (--vllm-version 0.5) ran the
+    lesson's formula without a word: the flag was taken and changed nothing."""
+    if getattr(args, "accounting", None) != "lesson":
+        return
+    given = getattr(args, "given_flags", frozenset())
+    ignored = [f"--{dest.replace('_', '-')}" for dest in LESSON_IGNORES[reader] if dest in given]
+    if ignored:
+        one = len(ignored) == 1
+        raise ConfigError(f"{', '.join(ignored)} {'is' if one else 'are'} read by vLLM's accounting only; "
+                          "--accounting lesson sizes the KV pool as memory x utilization - weights - reserve and "
+                          f"would ignore {'it' if one else 'them'}: drop {'it' if one else 'them'}, or use "
+                          "--accounting vllm")
+
+
 def engine_args_from_args(args, **extra) -> EngineArgs:
     """EngineArgs from the flags the command has; a field without a flag here keeps its default."""
     given = {}

@@ -97,6 +97,7 @@ def workload_from_args(args) -> WorkloadSpec:
 
 def build_engine(args) -> tuple[Engine, WorkloadSpec]:
     spec = workload_from_args(args)
+    options.refuse_what_the_lesson_ignores(args, "run --backend real" if args.backend == "real" else "run")
     if args.backend == "real":
         engine = build_real_engine(args)
     else:
@@ -336,7 +337,7 @@ def start_recording(engine: Engine, spec: WorkloadSpec, args):
 
     label = engine.runner.loaded.label if engine.runner.name == "real" else \
         f"{engine.model.name} (simulated on {engine.hardware.name})"
-    arguments = {k: v for k, v in vars(args).items() if k not in ("func", "command") and v is not None}
+    arguments = {k: v for k, v in vars(args).items() if k not in ("func", "command", "given_flags") and v is not None}
     return RunRecorder(engine, args.record, {"label": label, "workload": spec, "seed": args.seed,
                                              "arguments": arguments})
 
