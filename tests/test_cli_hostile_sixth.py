@@ -78,3 +78,11 @@ def test_demo_mode_takes_the_size_given_with_a_theme(tmp_path):
     assert proc.returncode == 0, proc.stderr[-800:]
     width, height = struct.unpack(">II", shot.read_bytes()[16:24])  # the PNG's IHDR
     assert (width, height) == (1280, 720)
+
+
+def test_a_path_over_255_bytes_is_said_short_once(capsys, tmp_path):
+    """The name came back already said short ("... (305 characters)", 90 characters) and was cut
+    again: "... (305 characters) (90 characters)"."""
+    rc, _, err = cli(capsys, "run", "--trace", str(tmp_path / ("b" * 300)))
+    line = refused(rc, err, "File name too long", "characters)")
+    assert line.count("characters)") == 1, line

@@ -225,6 +225,15 @@ def _lazy(module: str, name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except MemoryError as exc:  # argparse's or a check's own work under a tiny `ulimit -v`; a command's
+        if not _tiny_memory_limit():  # is said in _main, as too large an input where the limit is not tiny
+            raise
+        return _out_of_memory_at_start(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if streams is not None:  # `2>&-`: see give_closed_stderr_a_place
         streams.give_closed_stderr_a_place()
@@ -243,16 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         if not starved(exc) and _tiny_memory_limit():  # CPython's parser, out of memory, says SyntaxError
             exc = MemoryError(f"{type(exc).__name__} while loading kvscope")
         return _out_of_memory_at_start(exc)
-    try:
-        args, extras = parser.parse_known_args(argv)
-    except MemoryError as exc:  # argparse's own work under a tiny `ulimit -v`: nothing else to blame
-        if not _tiny_memory_limit():
-            raise
-        return _out_of_memory_at_start(exc)
-    return _run_parsed(parser, argv)
-
-
-def _run_parsed(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     try:
         args, extras = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help printed: said to fail if it could not be written (> /dev/full)
@@ -456,8 +455,10 @@ def _silence_stdout() -> None:
 
 
 def _short_path(filename) -> str:
-    text = one_line(os.fsdecode(filename)) if filename is not None else "a path"
-    return text if len(text) <= 80 else f"{text[:40]}...{text[-30:]} ({len(text):,} characters)"
+    from kvscope.app.lab.said_paths import said_short
+
+    # 120, as said_path: a name another layer already said short (90 characters) is not cut again
+    return said_short(one_line(os.fsdecode(filename)), 120) if filename is not None else "a path"
 
 
 LONGEST_WORD_SAID = 200  # a value longer than this is said by its ends and its length
