@@ -29,9 +29,10 @@ def _address_space_limit() -> int | None:
 ADDRESS_SPACE_LIMIT = _address_space_limit()
 # Below this the start-up's imports run out at a different place each run, and not all of them can
 # be caught: OpenBLAS aborts in C under 97 MiB (exit 1), CPython's parser reports a SyntaxError in
-# kvscope's own code, hashlib logs a page of tracebacks. `kvscope --help` needs 111 MiB, a command 116:
-# below 108 the start-up is not tried, and the one line is said the same way every time.
-SMALLEST_START_UP_ADDRESS_SPACE = 108 * 1024**2
+# kvscope's own code, hashlib logs a page of tracebacks, and at 109 MiB one run in a hundred was a
+# segmentation fault. `kvscope --help` needs 111 MiB, a command 116: below 120 the start-up is not
+# tried, and the one line is said the same way every time.
+SMALLEST_START_UP_ADDRESS_SPACE = 120 * 1024**2
 
 if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < 1024**3:
     # Under 100 - 140 MiB OpenBLAS, loaded with numpy, gave up allocating a buffer per core and
@@ -41,11 +42,38 @@ if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < 1024**3:
 from kvscope.app.cli.output import shown  # noqa: E402 - after the BLAS set-up above
 
 
+def _import_hashlib_quietly() -> None:
+    """hashlib, short of memory for its extension modules, calls logging.exception once per hash it
+    cannot load: eight tracebacks on stderr (the root logger gets a stderr handler) before the one
+    line. Imported here first with the root logger's output sent nowhere, and left as it was."""
+    import logging
+
+    root = logging.getLogger()
+    kept = root.handlers
+    root.handlers = [logging.NullHandler()]  # a handler present: logging.exception adds none of its own
+    try:
+        importlib.import_module("hashlib")
+    except Exception:  # noqa: BLE001 - what failed to load fails again, and is said, where it is used
+        pass
+    finally:
+        root.handlers = kept
+
+
+if ADDRESS_SPACE_LIMIT is not None and SMALLEST_START_UP_ADDRESS_SPACE <= ADDRESS_SPACE_LIMIT < 1024**3:
+    try:
+        _import_hashlib_quietly()
+    except MemoryError:  # said with the rest of the start-up's failures below
+        pass
+
+
 def starved(exc: BaseException) -> bool:
     """Whether exc is the address space running out (a tiny `ulimit -v`) while loading code: a
     MemoryError, ENOMEM, or a shared library that could not be mapped (numpy's OpenBLAS)."""
     cause = exc.__cause__ or exc.__context__
-    text = f"{exc} {cause}"
+    try:
+        text = f"{exc} {cause}"
+    except MemoryError:  # too short even to say it
+        text = "Cannot allocate memory"
     return (isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM
             or "failed to map segment" in text or "Cannot allocate memory" in text
             or (cause is not None and cause is not exc and isinstance(cause, MemoryError)))
@@ -54,12 +82,12 @@ def starved(exc: BaseException) -> bool:
 STARTUP_FAILURE: BaseException | None = None
 if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < SMALLEST_START_UP_ADDRESS_SPACE:
     STARTUP_FAILURE = MemoryError(f"starting needs about {SMALLEST_START_UP_ADDRESS_SPACE // 1024**2} MiB")
-    ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
+    ConfigError = options = output_flags = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 else:
     try:
         from kvscope.engine.config import ConfigError
 
-        from kvscope.app.cli import options, streams
+        from kvscope.app.cli import options, output_flags, streams
     except Exception as exc:  # noqa: BLE001 - numpy's libraries could not even be mapped (see main())
         # Under a limit that leaves no room, any failure of an import is the memory's: CPython's
         # parser says SyntaxError or SystemError when it cannot allocate.
@@ -67,9 +95,12 @@ else:
         if not (starved(exc) or (small and isinstance(exc, (SyntaxError, SystemError, ImportError, OSError)))):
             raise  # a broken installation, not a memory limit: its own message is the one to read
         STARTUP_FAILURE = exc if starved(exc) else MemoryError(f"{type(exc).__name__} while loading kvscope")
-        ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
+        ConfigError = options = output_flags = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 
 EXIT_USAGE = 2
+# No command takes a list: its flags once each and their values are under a hundred arguments. 50,000
+# `--json` (the same flag given again passes) kept argparse busy for minutes: quadratic in the options.
+MOST_ARGUMENTS = 1000
 EXIT_BROKEN_PIPE = 128 + 13  # as a command killed by SIGPIPE exits, which is what a shell expects
 # In the order `kvscope --help` lists them; `bench` follows (its arguments live below).
 COMMANDS = ("math", "run", "gui", "scenarios", "compare", "export", "verify", "models", "presets", "attach",
@@ -242,6 +273,10 @@ def _main(argv: list[str] | None) -> int:
             stream.reconfigure(errors="replace")
     if STARTUP_FAILURE is not None:
         return _out_of_memory_at_start(STARTUP_FAILURE)
+    if len(argv) > MOST_ARGUMENTS:  # argparse's time grows with the square of the options given
+        _say(f"kvscope: error: {len(argv):,} arguments; a command takes at most {MOST_ARGUMENTS:,} (each flag once, "
+             "a few dozen in all): see `kvscope COMMAND --help`")
+        return EXIT_USAGE
     if argv[:1] == ["--self-test"]:  # its lines are standard output too: a full disk or `| head` is said as below
         from kvscope.app.bench.self_test import run_self_test
 
@@ -274,6 +309,7 @@ def _main(argv: list[str] | None) -> int:
         refuse_blank_values(args)
         name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
+        output_flags.refuse_unwritable_outputs(args)
         code = args.func(args)
         sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
         return code

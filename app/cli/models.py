@@ -29,28 +29,33 @@ def _trained_model_state() -> str:
 
 
 def run(args) -> int:
-    print(f"trained (real weights and a tokenizer; --backend real --model {TRAINED_MODEL.name}):")
-    print(f"  {TRAINED_MODEL.name:<22} {TRAINED_MODEL.description} ({TRAINED_MODEL.licence})")
-    print(f"  {'':<22} {_trained_model_state()}")
-    print("\npresets (real backend: random weights of this shape, built on first use):")
+    # every line through shown(): the cache folders come from HF_HUB_CACHE, HF_HOME and
+    # KVSCOPE_CACHE_DIR, and a folder named with ESC [ 2 J cleared the terminal it was listed on
+    def say(text: str = "") -> None:
+        print(shown(text, "\n"))
+
+    say(f"trained (real weights and a tokenizer; --backend real --model {TRAINED_MODEL.name}):")
+    say(f"  {TRAINED_MODEL.name:<22} {TRAINED_MODEL.description} ({TRAINED_MODEL.licence})")
+    say(f"  {'':<22} {_trained_model_state()}")
+    say("\npresets (real backend: random weights of this shape, built on first use):")
     for name in preset_names("models"):
         try:
             description = load_model(name).description
         except ConfigError as exc:  # one broken user preset is listed as such; the others still are
             description = f"(invalid: {exc})"
-        print(f"  {shown(name):<22} {shown(description)}")  # user presets' and cached folders' names as typed
+        say(f"  {shown(name):<22} {description}")  # padded by the escaped name's width, as it shows
     cached = discover_cached_models()
-    print(f"\nHugging Face cache ({hf_cache_root()}):")
+    say(f"\nHugging Face cache ({hf_cache_root()}):")
     if not cached:
-        print("  no models")
+        say("  no models")
     for m in cached:
         note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
-        print(shown(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}"))
+        say(f"  {m.name:<40} {m.architecture:<22} {format_bytes(m.weights_bytes):<22} {m.path}{note}")
     built = sorted(p for p in (cache_dir() / "models").glob("*")
                    if not p.name.startswith(".") and (p / "config.json").is_file())
-    print(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
+    say(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
     if not built:
-        print("  none yet")
+        say("  none yet")
     for p in built:
-        print(f"  {shown(p.name)}")
+        say(f"  {p.name}")
     return 0

@@ -48,7 +48,18 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    if value == 0 and _written_value(text) not in (None, 0):
+        # 1e-400 is 0.0 as a float: --arrival-rate 1e-400 (one request in eons) ran all at once
+        raise argparse.ArgumentTypeError(f"too close to 0 for a number to hold: {text!r}; give 0 or a number "
+                                         "of at least 1e-300")
     return value
+
+
+def _written_value(text: str) -> decimal.Decimal | None:
+    try:
+        return decimal.Decimal(text.strip())
+    except (decimal.InvalidOperation, ValueError):
+        return None
 
 
 def _exact_whole(text: str) -> int | None:
