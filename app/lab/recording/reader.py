@@ -36,6 +36,22 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+# a Python tuple of REQUEST_DTYPE's 11 fields, and the int and float objects in it
+ROW_OBJECT_BYTES = 56 + 8 * len(REQUEST_DTYPE.names) + 32 * len(REQUEST_DTYPE.names)
+
+
+def _held_bytes(payload: bytes, arrays: dict) -> int:
+    """What a decoded record keeps alive: its inflated payload (which the arrays stored as they were
+    view), the arrays restored or derived from it, and the request rows made Python tuples."""
+    held = len(payload)
+    for name, values in arrays.items():
+        if isinstance(values, np.ndarray):
+            held += values.nbytes if values.flags.owndata else 0
+        else:
+            held += len(values) * (8 + ROW_OBJECT_BYTES)
+    return held
+
+
 class Recording:
     """A recording opened for reading. Steps are numbered 0 .. num_steps - 1 in the order they were
     recorded (StepResult.step is kept as the engine set it: a step the device ran out of memory in
@@ -43,6 +59,12 @@ class Recording:
     Its caches make it a one-thread object: a replay session owns the one it opens."""
 
     CACHED_CHUNKS = 16
+    # ... and at most this many bytes of them, decoded: a normal chunk holds a few MB, but a record
+    # may inflate to MAX_RECORD_BYTES, and 16 of those held 8 GB. The two records last used (a
+    # chunk's steps and deltas, which a seek reads in turn) are kept even when larger: dropping
+    # either would decode both again at every step read from them.
+    CACHED_BYTES = 256 * 1024**2
+    ALWAYS_CACHED = 2
 
     def __init__(self, path: Path, reader, header: dict, entries: list, index_head: dict | None,
                  warning: str | None, file_size: int):
@@ -83,7 +105,8 @@ class Recording:
         self._event_kinds = kinds
         self.block_size = header["block_size"]
         self.num_blocks = header["num_blocks"]
-        self._decoded: OrderedDict = OrderedDict()
+        self._decoded: OrderedDict = OrderedDict()  # record offset -> (head, arrays, bytes held)
+        self._decoded_bytes = 0
         self._cursor: dict | None = None
         self._series: dict | None = None
 
@@ -157,9 +180,10 @@ class Recording:
         cached = self._decoded.get(key)
         if cached is not None:
             self._decoded.move_to_end(key)
-            return cached
+            return cached[:2]
         what = self._record_name(entry)
-        head, arrays = decode_payload(self._handle.payload(entry), what, max_counts=self._limits(entry))
+        payload = self._handle.payload(entry)
+        head, arrays = decode_payload(payload, what, max_counts=self._limits(entry))
         check_record(entry.type, head, arrays, entry.count, self.num_blocks, len(self._event_kinds), what)
         if entry.type == STEPS:
             arrays["batch.offsets"] = _offsets(arrays["step.batch_size"])
@@ -175,10 +199,17 @@ class Recording:
                 in_order[position] = row
             arrays["upsert.rows"] = in_order
             arrays["removed.offsets"] = _offsets(arrays["removed.counts"])
-        self._decoded[key] = (head, arrays)
-        if len(self._decoded) > self.CACHED_CHUNKS:
-            self._decoded.popitem(last=False)
+        self._keep_decoded(key, head, arrays, _held_bytes(payload, arrays))
         return head, arrays
+
+    def _keep_decoded(self, key: int, head: dict, arrays: dict, size: int) -> None:
+        """Cache a decoded record, dropping the least recently used beyond CACHED_CHUNKS records
+        or CACHED_BYTES bytes (never the ALWAYS_CACHED last used)."""
+        self._decoded[key] = (head, arrays, size)
+        self._decoded_bytes += size
+        while len(self._decoded) > self.ALWAYS_CACHED and (len(self._decoded) > self.CACHED_CHUNKS
+                                                           or self._decoded_bytes > self.CACHED_BYTES):
+            self._decoded_bytes -= self._decoded.popitem(last=False)[1][2]
 
     def step(self, i: int):
         """Step i as the engine returned it: a StepResult with its events."""

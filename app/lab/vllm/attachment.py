@@ -55,6 +55,9 @@ from kvscope.engine.config import ConfigError
 
 SCRAPE_INTERVAL_S = 1.0
 MIN_SCRAPE_S = 0.25  # a scrape is not begun with less time than this left: a loopback one takes milliseconds
+# The closing scrape (scrape() once the attach's deadline has passed) may run this far past it, no
+# further: enough for a server that answers, never the whole --timeout of one that has gone quiet.
+CLOSING_SCRAPE_S = 0.5
 # Every DP engine's cells together (about 90 bytes each): what a recording's map may hold
 # (attached_reader.MAX_CELLS), so whatever is drawn live can be recorded and read back.
 MAX_MAP_CELLS = MAX_NUM_BLOCKS
@@ -119,6 +122,7 @@ class Attachment:
         self._previous: EngineMetrics | None = None
         self._previous_at = 0.0
         self._now = 0.0  # the clock when the current poll began: rows and scrapes are stamped with it
+        self._deadline: float | None = None  # the last poll's (time.monotonic()): the attach's end, if it has one
         self.replay_checked = False
         self.recorder = None  # an AttachRecorder (app/lab/recording/attached_writer.py) while one records
         self._recording_to = None  # (the target, the file written beside it or None, made new) while one records
@@ -145,7 +149,7 @@ class Attachment:
                 self.replay_checked = True
         self.prefix_map = PrefixCacheMap(self.server.num_gpu_blocks, self.server.block_size)
         self.subscriber = KvEventSubscriber(publishers, topic=target.topic, replay_timeout_s=target.timeout_s,
-                                            rank_check=self.rank_refusal)
+                                            rank_check=self.rank_refusal, batch_check=self.batch_refusal)
         self.prediction = predict(self.server.cache_config, self.server.version, target.model, target.hardware,
                                   self.server.num_gpu_blocks)
         self.latency = LatencyModel.for_server(self.server, target.model, target.hardware)
@@ -180,6 +184,7 @@ class Attachment:
         """Read what the publishers sent (waiting at most timeout_ms for the first), scrape when a
         scrape is due; the number of batches applied. A replay for a gap stops at `deadline`
         (time.monotonic(), the attach's end), and the gap is then counted lost, with a warning."""
+        self._deadline = deadline
         records = self.subscriber.poll(timeout_ms, deadline)
         self._now = self._clock()
         self.follow(records)
@@ -198,11 +203,13 @@ class Attachment:
             else:
                 self._notice(record)
 
-    def scrape(self) -> ObservedPoint | None:
+    def scrape(self, deadline: float | None = None) -> ObservedPoint | None:
         """One scrape of /metrics now; a failure is a log row, not an error (the server may be
-        restarting)."""
+        restarting). The attach's end (`deadline`, time.monotonic(); by default the last poll's)
+        bounds it: a scrape at or after the end has at most CLOSING_SCRAPE_S, not the whole --timeout."""
         self._now = self._clock()
-        scraped = self._scrape()
+        deadline = self._deadline if deadline is None else deadline
+        scraped = self._scrape(_closing_scrape_timeout(self.target.timeout_s, deadline))
         if self.recorder is not None:
             self.recorder.record_tick(self, [], scraped)
         return scraped if isinstance(scraped, ObservedPoint) else None
@@ -279,10 +286,13 @@ class Attachment:
         if not unplaced:
             return
         first = "pool" not in self.warnings
+        forgotten = self.prefix_map.forgotten
         self.warnings["pool"] = (f"the KV events hold more distinct blocks than the server's num_gpu_blocks "
                                  f"({self.server.num_gpu_blocks:,} per engine): they are inconsistent with the "
                                  f"server (batches lost, or events from another server); {unplaced:,} block(s) "
-                                 "beyond the pool are not drawn")
+                                 "beyond the pool are not drawn" +
+                                 (f", and {forgotten:,} more, the oldest, were forgotten (kvscope keeps a pool's "
+                                  "worth waiting)" if forgotten else ""))
         if first:
             self._row("gap", self.warnings["pool"])
 
@@ -323,6 +333,16 @@ class Attachment:
         self._ranks.add(rank)
         return None
 
+    def batch_refusal(self, batch) -> str | None:
+        """Why a batch is not applied though its rank is: it stores more blocks than the server's pool
+        holds, which one engine step cannot (a 5 MB message of a million made-up hashes took seconds
+        to place, each of them to be forgotten)."""
+        stored = sum(len(event.block_hashes) for event in batch.events if isinstance(event, BlockStored))
+        if stored <= self.server.num_gpu_blocks:
+            return None
+        return (f"a batch storing {stored:,} blocks, more than the server's pool of {self.server.num_gpu_blocks:,} "
+                "(one engine step stores at most that many): skipped")
+
     def engine_ranks(self) -> set[int]:
         """The DP ranks the server has: its metrics' engine labels, and those followed."""
         # the length first: int() refuses more than 4,300 digits, and no DP rank has ten
@@ -342,8 +362,8 @@ class Attachment:
 
     def _apply(self, record: ReceivedBatch) -> None:
         batch = record.batch
-        refused = self.rank_refusal(batch.data_parallel_rank)
-        if refused:  # live, the subscriber skipped it already; a recording may hold any rank
+        refused = self.rank_refusal(batch.data_parallel_rank) or self.batch_refusal(batch)
+        if refused:  # live, the subscriber skipped it already; a recording may hold any
             self._row("decode_error", f"seq {record.seq}: {refused}")
             return
         self.prefix_map.apply(batch)
@@ -506,6 +526,14 @@ def _scrape_timeout(timeout_s: float, deadline: float | None) -> float:
         return timeout_s
     left = deadline - time.monotonic()
     return min(timeout_s, left) if left >= min(MIN_SCRAPE_S, timeout_s) else 0.0
+
+
+def _closing_scrape_timeout(timeout_s: float, deadline: float | None) -> float:
+    """A scrape's timeout when the attach ends at `deadline`, or has just ended: the time left, and
+    at most CLOSING_SCRAPE_S past the end (a server gone quiet held the summary the whole --timeout)."""
+    if deadline is None:
+        return timeout_s
+    return min(timeout_s, max(deadline - time.monotonic(), 0.0) + CLOSING_SCRAPE_S)
 
 
 def _short_int(value: int) -> str:

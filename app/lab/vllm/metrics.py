@@ -152,12 +152,18 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     if not any(name.startswith("vllm:") for name in by_name):
         raise MetricsError(f"{source} has no vllm: metric; is it a vLLM server's /metrics?")
 
-    engine_names = sorted({s.labels.get("engine", "0") for name, group in by_name.items()
-                           if name.startswith("vllm:") for s in group}, key=_engine_order)
-    if len(engine_names) > MAX_ENGINES:  # each engine's series are gathered from every sample: n x n work
-        raise MetricsError(f"{source} names {len(engine_names):,} engines; a vLLM server has at most "
+    # each engine's samples gathered once: filtered from every sample per engine, 1,024 engines of
+    # 150 series each (9 MB) took 38 s a scrape
+    by_engine: dict[str, dict[str, list]] = {}
+    for name, group in by_name.items():
+        if name.startswith("vllm:"):
+            for sample in group:
+                by_engine.setdefault(sample.labels.get("engine", "0"), {}).setdefault(name, []).append(sample)
+    if len(by_engine) > MAX_ENGINES:
+        raise MetricsError(f"{source} names {len(by_engine):,} engines; a vLLM server has at most "
                            f"{MAX_ENGINES:,} (its data-parallel ranks)")
-    engines = {engine: _engine_metrics(by_name, engine, rejected) for engine in engine_names}
+    engines = {engine: _engine_metrics(by_engine[engine], engine, rejected)
+               for engine in sorted(by_engine, key=_engine_order)}
     cache_config = {s.labels.get("engine", "0"): {k: v for k, v in s.labels.items() if k != "engine"}
                     for s in by_name.get(CACHE_CONFIG_INFO, [])}
     model_names = tuple(sorted({s.labels["model_name"] for name, group in by_name.items() if name.startswith("vllm:")
@@ -201,10 +207,11 @@ def _rejected(name: str, engine: str, value, why: str) -> str:
 
 
 def _engine_metrics(by_name: dict[str, list], engine: str, rejected: list[str]) -> EngineMetrics:
+    """One engine's figures from its own samples (by_name holds only those labelled `engine`)."""
     values = {}
     for figure, names in SCALAR_SOURCES.items():
         for name in names:
-            matching = [s.value for s in by_name.get(name, []) if s.labels.get("engine", "0") == engine]
+            matching = [s.value for s in by_name.get(name, [])]
             if matching:
                 bad = [v for v in matching if not _in_range(v, figure)]
                 if bad:
@@ -227,8 +234,6 @@ def _engine_metrics(by_name: dict[str, list], engine: str, rejected: list[str]) 
     for name, group in by_name.items():
         if name.startswith("vllm:") and name.endswith("_created"):
             for s in group:
-                if s.labels.get("engine", "0") != engine:
-                    continue
                 if math.isfinite(s.value) and s.value >= 0:
                     created.append(s.value)
                 else:
@@ -241,25 +246,24 @@ def _histogram(by_name: dict[str, list], name: str, engine: str, rejected: list[
     bound, a count or the sum is not a number one can hold."""
     buckets: dict[float, float] = {}
     for sample in by_name.get(f"{name}_bucket", []):
-        if sample.labels.get("engine", "0") == engine:
-            try:
-                bound = float(sample.labels["le"])
-            except (KeyError, ValueError):
-                rejected.append(_rejected(f"{name}_bucket", engine, sample.labels.get("le"), "its le is not a bound"))
-                return None
-            if not bound >= 0:  # NaN too: a latency bound is seconds
-                rejected.append(_rejected(f"{name}_bucket", engine, sample.labels["le"], "its le is not seconds"))
-                return None
-            if not (math.isfinite(sample.value) and sample.value >= 0):
-                rejected.append(_rejected(f"{name}_bucket{{le={sample.labels['le']}}}", engine, sample.value,
-                                          _COUNT_RANGE[2]))
-                return None
-            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        try:
+            bound = float(sample.labels["le"])
+        except (KeyError, ValueError):
+            rejected.append(_rejected(f"{name}_bucket", engine, sample.labels.get("le"), "its le is not a bound"))
+            return None
+        if not bound >= 0:  # NaN too: a latency bound is seconds
+            rejected.append(_rejected(f"{name}_bucket", engine, sample.labels["le"], "its le is not seconds"))
+            return None
+        if not (math.isfinite(sample.value) and sample.value >= 0):
+            rejected.append(_rejected(f"{name}_bucket{{le={sample.labels['le']}}}", engine, sample.value,
+                                      _COUNT_RANGE[2]))
+            return None
+        buckets[bound] = buckets.get(bound, 0.0) + sample.value
     if not buckets:
         return None
 
     def summed(suffix):
-        return float(sum(s.value for s in by_name.get(f"{name}{suffix}", []) if s.labels.get("engine", "0") == engine))
+        return float(sum(s.value for s in by_name.get(f"{name}{suffix}", [])))
 
     count, total = summed("_count"), summed("_sum")
     for suffix, value in (("_count", count), ("_sum", total)):
@@ -271,8 +275,7 @@ def _histogram(by_name: dict[str, list], name: str, engine: str, rejected: list[
     if any(later < earlier for earlier, later in zip(counts, counts[1:])):
         rejected.append(_rejected(f"{name}_bucket", engine, "counts", "they go down from one bound to the next"))
         return None
-    created = [s.value for s in by_name.get(f"{name}_created", []) if s.labels.get("engine", "0") == engine
-               and math.isfinite(s.value) and s.value >= 0]
+    created = [s.value for s in by_name.get(f"{name}_created", []) if math.isfinite(s.value) and s.value >= 0]
     return Histogram(tuple(bounds), counts, count, total, min(created) if created else None)
 
 

@@ -15,12 +15,15 @@ What they cannot say, and this map therefore does not pretend to know:
 - partial blocks, blocks still filling, which request holds what, batch membership.
 
 Blocks stored while the map overflows (events were lost, so removals were missed) are kept but
-unplaced, and counted.
+unplaced, and counted: at most a pool's worth of them per engine (MIN_WAITING for a small pool),
+the oldest forgotten past that (a publisher storing a million made-up hashes held 400 MB, and each
+removal then scanned them all).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -41,6 +44,7 @@ from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_FREE
 BlockKey = tuple[int, int, BlockHash]  # (DP rank, group_idx, hash)
 NO_CHAIN = -1
 CELL_ARRAYS = ("cell_state", "cell_order", "cell_stored_ts", "cell_chain", "cell_depth", "cell_hash")
+MIN_WAITING = 4096  # unplaced copies an engine keeps however small its pool: a few MB
 _COUNTERS = ("_stored", "_removed", "_cleared", "_unknown_removals", "_unknown_events", "_next_order", "_next_chain")
 
 
@@ -80,7 +84,10 @@ class PrefixCacheMap:
         self.blocks: dict[BlockKey, CachedBlock] = {}
         self._segments: dict[int, int] = {}  # DP rank -> its first cell
         self._free: dict[int, list[int]] = {}  # DP rank -> heap of free cells
-        self._unplaced: dict[int, list[BlockKey]] = {}
+        # DP rank -> the keys waiting for a free cell, oldest first, with how many copies of each wait
+        self._unplaced: dict[int, OrderedDict[BlockKey, int]] = {}
+        self._num_waiting: dict[int, int] = {}  # DP rank -> copies waiting, all keys together
+        self.forgotten = 0  # waiting copies dropped past the bound (not recorded: a live count)
         self._cell_key: list[BlockKey | None] = []
         self.cell_state = np.zeros(0, np.uint8)  # BLOCK_FREE or BLOCK_CACHED
         self.cell_order = np.zeros(0, np.int64)  # store order, -1 for free
@@ -122,7 +129,7 @@ class PrefixCacheMap:
             self._clear_cells(cells)
             self._cell_key[cells] = [None] * self.num_gpu_blocks
             self._free[rank] = list(range(start, start + self.num_gpu_blocks))
-            self._unplaced[rank] = []
+            self._unplaced[rank], self._num_waiting[rank] = OrderedDict(), 0
 
     def _store(self, rank: int, event: BlockStored, ts: float) -> None:
         if self.block_size is None and event.block_size:
@@ -155,7 +162,7 @@ class PrefixCacheMap:
             heapq.heappush(self._free[key[0]], cell)
             self._place_waiting(key[0])
         else:
-            self._unplaced[key[0]].remove(key)
+            self._take_waiting(key)
         if not block.cells and key not in self._unplaced[key[0]]:
             del self.blocks[key]
 
@@ -167,7 +174,7 @@ class PrefixCacheMap:
             self._segments[rank] = start
             n = self.num_gpu_blocks
             self._free[rank] = list(range(start, start + n))
-            self._unplaced[rank] = []
+            self._unplaced[rank], self._num_waiting[rank] = OrderedDict(), 0
             self._cell_key.extend([None] * n)
             self.cell_state = np.concatenate([self.cell_state, np.full(n, BLOCK_FREE, np.uint8)])
             self.cell_order = np.concatenate([self.cell_order, np.full(n, -1, np.int64)])
@@ -181,7 +188,7 @@ class PrefixCacheMap:
         self._segment(key[0])
         free = self._free[key[0]]
         if not free:
-            self._unplaced[key[0]].append(key)
+            self._wait(key)
             return
         cell = heapq.heappop(free)
         block.cells.append(cell)
@@ -196,8 +203,33 @@ class PrefixCacheMap:
     def _place_waiting(self, rank: int) -> None:
         waiting = self._unplaced[rank]
         while waiting and self._free[rank]:
-            key = waiting.pop(0)
+            key = next(iter(waiting))
+            self._take_waiting(key)
             self._place(key, self.blocks[key])
+
+    def _wait(self, key: BlockKey) -> None:
+        """One more copy of key waits for a free cell; past a pool's worth (at least MIN_WAITING) of
+        waiting copies on its engine, the oldest waiting key is forgotten (a block with no cell is
+        dropped from the map)."""
+        rank = key[0]
+        waiting = self._unplaced[rank]
+        waiting[key] = waiting.get(key, 0) + 1
+        self._num_waiting[rank] += 1
+        while self._num_waiting[rank] > max(self.num_gpu_blocks, MIN_WAITING):
+            oldest, copies = waiting.popitem(last=False)
+            self._num_waiting[rank] -= copies
+            self.forgotten += copies
+            if not self.blocks[oldest].cells:
+                del self.blocks[oldest]
+
+    def _take_waiting(self, key: BlockKey) -> None:
+        """One waiting copy of key leaves the queue (placed, or removed before it was)."""
+        waiting = self._unplaced[key[0]]
+        if waiting[key] > 1:
+            waiting[key] -= 1
+        else:
+            del waiting[key]
+        self._num_waiting[key[0]] -= 1
 
     def _clear_cells(self, cells: slice) -> None:
         self.cell_state[cells] = BLOCK_FREE
@@ -221,7 +253,7 @@ class PrefixCacheMap:
     def num_unplaced(self) -> int:
         """Blocks stored while their engine's num_gpu_blocks cells were all taken: more than the
         server's pool holds, so the events are not consistent with it."""
-        return sum(len(keys) for keys in self._unplaced.values())
+        return sum(self._num_waiting.values())
 
     @property
     def ranks(self) -> list[int]:
@@ -254,7 +286,7 @@ class PrefixCacheMap:
 
     def counts(self) -> PrefixCacheCounts:
         placed = int(np.count_nonzero(self.cell_state == BLOCK_CACHED))
-        unplaced = sum(len(keys) for keys in self._unplaced.values())
+        unplaced = self.num_unplaced
         chains = len({block.chain for block in self.blocks.values()})
         return PrefixCacheCounts(self.num_cells, len(self.blocks), placed, unplaced, chains, self._stored,
                                  self._removed, self._cleared, self._unknown_removals, self._unknown_events)
@@ -297,7 +329,7 @@ def map_state(cache: PrefixCacheMap) -> tuple[bytes, dict]:
     """The map as (msgpack of its blocks, its cell arrays)."""
     blocks = [_BlockState(key[0], key[1], key[2], b.parent, list(b.token_ids), b.order, b.stored_ts, b.chain, b.depth,
                           list(b.cells)) for key, b in cache.blocks.items()]
-    unplaced = [key for keys in cache._unplaced.values() for key in keys]
+    unplaced = [key for keys in cache._unplaced.values() for key, copies in keys.items() for _ in range(copies)]
     state = _MapState(cache.num_gpu_blocks, cache.block_size, list(cache._segments.items()), blocks, unplaced,
                       [getattr(cache, name) for name in _COUNTERS])
     return msgspec.msgpack.encode(state), {name: getattr(cache, name) for name in CELL_ARRAYS}
@@ -343,12 +375,13 @@ def restore_map(blob: bytes, arrays: dict, max_cells: int) -> PrefixCacheMap:
         raise ValueError("the prefix-cache map's cell states disagree with its blocks")
     for rank, start in state.segments:
         cache._free[rank] = [c for c in range(start, start + n) if c not in used]  # ascending: a valid heap
-        cache._unplaced[rank] = []
-    for key in state.unplaced:
+        cache._unplaced[rank], cache._num_waiting[rank] = OrderedDict(), 0
+    for key in state.unplaced:  # as recorded, none forgotten: a recording kept before the bound holds more
         key = tuple(key)
         if key not in cache.blocks or key[0] not in cache._unplaced:
             raise ValueError("the prefix-cache map has an unplaced block it does not hold")
-        cache._unplaced[key[0]].append(key)
+        cache._unplaced[key[0]][key] = cache._unplaced[key[0]].get(key, 0) + 1
+        cache._num_waiting[key[0]] += 1
     if len(state.counters) != len(_COUNTERS) or any(v < 0 for v in state.counters):
         raise ValueError("the prefix-cache map's counters are not 7 counts")
     for name, value in zip(_COUNTERS, state.counters):

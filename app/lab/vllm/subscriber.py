@@ -167,14 +167,17 @@ def dialable(endpoint: str) -> str:
 class KvEventSubscriber:
     def __init__(self, publishers: Sequence[PublisherEndpoint], *, topic: str = "", catch_up: bool = True,
                  replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, max_messages_per_poll: int = 10_000,
-                 rank_check: Callable[[int | None], str | None] | None = None):
-        """rank_check(data_parallel_rank) says why a batch of that rank is refused (None: taken)."""
+                 rank_check: Callable[[int | None], str | None] | None = None,
+                 batch_check: Callable[[EventBatch], str | None] | None = None):
+        """rank_check(data_parallel_rank) says why a batch of that rank is refused (None: taken);
+        batch_check(batch), why a batch of a rank taken is (one the server could not have sent)."""
         if not publishers:
             raise SubscriberError("no KV event endpoint given")
         self.catch_up = catch_up
         self.replay_timeout_s = replay_timeout_s
         self.max_messages_per_poll = max_messages_per_poll
         self.rank_check = rank_check
+        self.batch_check = batch_check
         self.counts = SubscriberCounts()
         self.unfilled_gaps = 0  # gaps whose replay the poll's deadline cut short (not recorded: not a count of batches)
         self.unfilled_reason = ""  # why the last of them was cut short
@@ -334,6 +337,11 @@ class KvEventSubscriber:
             if seq <= state.last_delivered_seq:  # the replay reached it
                 self.counts.duplicates += 1
                 return
+        refused = self._refused_batch(batch)
+        if refused:  # of its stream, and taken as seen: the next batch is no gap
+            state.last_delivered_seq = seq
+            self._decode_error(records, key, seq, f"seq {seq} from {source}: {refused}")
+            return
         self._deliver(key, state, seq, batch, False, records)
 
     def _jumped(self, key: StreamKey, last_seq: int | None, seq: int, records: list[SubscriberRecord]) -> None:
@@ -359,6 +367,9 @@ class KvEventSubscriber:
 
     def _refused_rank(self, batch: EventBatch) -> str | None:
         return None if self.rank_check is None else self.rank_check(batch.data_parallel_rank)
+
+    def _refused_batch(self, batch: EventBatch) -> str | None:
+        return None if self.batch_check is None else self.batch_check(batch)
 
     def _decode_error(self, records, key, seq, message) -> None:
         self.counts.decode_errors += 1
@@ -395,7 +406,7 @@ class KvEventSubscriber:
                 continue
             try:
                 batch = decode_batch(payload)
-                refused = self._refused_rank(batch)
+                refused = self._refused_rank(batch) or self._refused_batch(batch)
             except KvEventDecodeError as exc:
                 refused = str(exc)
             if refused:
