@@ -54,6 +54,10 @@ def run(args) -> int:
     check_file_output("--json", args.json, "the fit's JSON (the table takes the standard output)", inputs)
     if args.model and args.model_path:  # as `math` and `run` say: one source of weights
         raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
+    options.check_real_model(args.model, args.model_path)  # before torch's import (seconds) and `loading ...`
+    options.check_real_device(args.device)
+    if not args.no_save:  # the profile is stored in the cache
+        options.check_cache_variable()
     import torch
 
     from kvscope.app.lab import calibration

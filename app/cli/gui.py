@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from kvscope.app.lab.chat_defaults import (
     LIVE_CHAT_WORKLOAD_SETTINGS,
     trained_model_available,
 )
-from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
+from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload, user_presets_root
 from kvscope.app.gui.run_settings import engine_defaults
 
 from kvscope.app.cli import options
@@ -127,12 +126,11 @@ def check_flags(args) -> dict:
     """Every flag checked before the window exists (a dialog at start-up would hold a scripted run,
     --quit-after, forever); returns the window's first settings."""
     replay, scenario = getattr(args, "replay", None), getattr(args, "scenario", None)
+    user_presets_root()  # the window lists the user's presets: KVSCOPE_CONFIG_DIR through a file is said now
     if args.screenshot:
         if args.quit_after is None:
             raise ConfigError(f"--screenshot {args.screenshot}: needs --quit-after SECONDS (the window is saved "
                               "just before it closes)")
-        if not Path(os.path.realpath(args.screenshot)).parent.is_dir():
-            raise ConfigError(f"--screenshot {args.screenshot}: the folder does not exist")
         check_file_output("--screenshot", args.screenshot, "a screenshot", {"recording": replay} if replay else None)
         check_screenshot_target(args.screenshot)
     if replay:

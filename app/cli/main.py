@@ -82,12 +82,12 @@ def starved(exc: BaseException) -> bool:
 STARTUP_FAILURE: BaseException | None = None
 if ADDRESS_SPACE_LIMIT is not None and ADDRESS_SPACE_LIMIT < SMALLEST_START_UP_ADDRESS_SPACE:
     STARTUP_FAILURE = MemoryError(f"starting needs about {SMALLEST_START_UP_ADDRESS_SPACE // 1024**2} MiB")
-    ConfigError = options = output_flags = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
+    ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 else:
     try:
         from kvscope.engine.config import ConfigError
 
-        from kvscope.app.cli import options, output_flags, streams
+        from kvscope.app.cli import options, streams
     except Exception as exc:  # noqa: BLE001 - numpy's libraries could not even be mapped (see main())
         # Under a limit that leaves no room, any failure of an import is the memory's: CPython's
         # parser says SyntaxError or SystemError when it cannot allocate.
@@ -95,7 +95,7 @@ else:
         if not (starved(exc) or (small and isinstance(exc, (SyntaxError, SystemError, ImportError, OSError)))):
             raise  # a broken installation, not a memory limit: its own message is the one to read
         STARTUP_FAILURE = exc if starved(exc) else MemoryError(f"{type(exc).__name__} while loading kvscope")
-        ConfigError = options = output_flags = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
+        ConfigError = options = streams = None  # type: ignore[assignment,misc]  # main() says why and stops
 
 EXIT_USAGE = 2
 # No command takes a list: its flags once each and their values are under a hundred arguments. 50,000
@@ -129,6 +129,18 @@ class Parser(argparse.ArgumentParser):
         if message and stream is not None:  # stderr closed (2>&-): the exit code still says it
             stream.write(message)
 
+    def _check_value(self, action, value):
+        """As argparse's, with the choice a mis-cased or mistyped one seems to mean (`--accounting Lesson`)."""
+        if action.choices is not None and value not in action.choices and isinstance(value, str):
+            from kvscope.app.lab.presets import meant_names
+
+            meant = meant_names(value, [c for c in action.choices if isinstance(c, str)])
+            if meant:
+                choices = ", ".join(map(repr, action.choices))
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r} (did you mean {meant[0]}?) "
+                                                     f"(choose from {choices})")
+        super()._check_value(action, value)
+
     def error(self, message: str):
         """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (`{self.prog} --help` says what it takes)\n")
@@ -141,7 +153,8 @@ class Parser(argparse.ArgumentParser):
             name = extra.split("=", 1)[0]
             # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
-            close = difflib.get_close_matches(typed, flags, n=1, cutoff=0.6)
+            close = ([f for f in flags if f == typed.lower()]  # --JSON: too unlike --json for difflib
+                     or difflib.get_close_matches(typed, flags, n=1, cutoff=0.6))
             note = ", spelled with two hyphens" if typed != name else ""
             said.append(f"{extra} (did you mean {close[0]}{note}?)" if (extra.startswith("-") or note) and close
                         else extra)
@@ -309,7 +322,6 @@ def _main(argv: list[str] | None) -> int:
         refuse_blank_values(args)
         name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
-        output_flags.refuse_unwritable_outputs(args)
         code = args.func(args)
         sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
         return code
@@ -513,12 +525,17 @@ def one_line(text: str) -> str:
     return text
 
 
+# The commands' positional arguments that take any text (export's FILE, attach's URL): said by
+# their names in --help, not as a flag (`kvscope attach ""` said "--url is empty").
+POSITIONAL_TEXTS = ("file", "url")
+
+
 def refuse_blank_values(args) -> None:
     """Every text a flag takes is a name, a path or a choice: an empty one (--model "") is refused
     rather than read as "not given" and replaced by a default."""
     for dest, value in vars(args).items():
         if isinstance(value, str) and not value.strip():
-            flag = dest.upper() if dest in ("file",) else "--" + dest.replace("_", "-")
+            flag = dest.upper() if dest in POSITIONAL_TEXTS else "--" + dest.replace("_", "-")
             raise ConfigError(f"{flag} is empty; give a value (see `kvscope {args.command} --help`)")
 
 

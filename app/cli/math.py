@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, resolve_engine_args
+from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, resolve_engine_args
 from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
@@ -64,9 +64,13 @@ def _groups_row(plan, model) -> str:
     parts = []
     for kind, blocks in per_kind.items():
         name = GROUP_NAMES[kind] + (f" {model.sliding_window:,}" if kind == "sliding_attention" else "")
-        parts.append(f"{len(blocks)} {name} ({blocks[0]:,} blocks a request{' each' if len(blocks) > 1 else ''})")
+        parts.append(f"{len(blocks)} {name} ({_counted(blocks[0], 'block')} a request{' each' if len(blocks) > 1 else ''})")
     padding = f"; {plan.padding_layers} padding layers" if plan.padding_layers else ""
     return f"{len(groups)} groups of {size} layers: " + ", ".join(parts) + padding
+
+
+def _counted(count: int, thing: str) -> str:
+    return f"{count:,} {thing}{'' if count == 1 else 's'}"  # `--max-model-len 1` said "1 blocks per sequence"
 
 
 def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
@@ -81,7 +85,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
          else f"the formula of {MEMORY_LESSON}: memory x utilization - weights, every layer a full KV cache"),
         ("KV cache dtype", f"{plan.kv_cache_dtype}"),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}  ({_per_token_formula(plan, model)})"),
-        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {plan.max_model_len:,} tokens"),
+        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {_counted(plan.max_model_len, 'token')}"),
     ]
     if len(plan.layer_groups) > 1 or plan.padding_layers:
         rows.append(("layer groups", _groups_row(plan, model)))
@@ -113,8 +117,8 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     if vllm:
         rows.append((f"{'CPU' if hardware.kind == 'cpu' else 'GPU'} KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
                                           f"{plan.vllm_version} logs)"))
-    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {plan.max_model_len:,} tokens "
-                                             f"each ({plan.blocks_per_sequence:,} blocks per sequence)"))
+    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {_counted(plan.max_model_len, 'token')} "
+                                             f"each ({_counted(plan.blocks_per_sequence, 'block')} per sequence)"))
     if vllm and abs(plan.lesson_max_concurrent_sequences - plan.max_concurrent_sequences) >= 0.005:
         rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:.2f} sequences: a "
                                              f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "
@@ -134,6 +138,7 @@ def run(args) -> int:
     engine_args = options.engine_args_from_args(args)
     resolved = resolve_engine_args(engine_args, model, hardware)
     plan = plan_memory(model, hardware, resolved)
+    refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan)
     if args.json:
         # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says in a
         # word whether a server with these settings would start: a block, and a whole request, fit
@@ -143,3 +148,21 @@ def run(args) -> int:
     else:
         print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
     return 0
+
+
+def refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan) -> None:
+    """Prefix caching decides which blocks a run reuses; the memory it plans differs only where vLLM
+    keeps two state blocks a request for it (a model with linear-attention layers, from vLLM 0.24).
+    Anywhere else `math --no-enable-prefix-caching` was taken and printed the same table."""
+    if "enable_prefix_caching" not in getattr(args, "given_flags", frozenset()):
+        return
+    flipped = engine_args.replace(enable_prefix_caching=not engine_args.enable_prefix_caching)
+    if plan_memory(model, hardware, resolve_engine_args(flipped, model, hardware)).to_dict() != plan.to_dict():
+        return
+    flag = "--enable-prefix-caching" if engine_args.enable_prefix_caching else "--no-enable-prefix-caching"
+    why = ("--accounting lesson has no state blocks" if engine_args.accounting == "lesson" else
+           f"{model.name} has no linear-attention layers" if not model.count_layers("linear_attention") else
+           f"vLLM {engine_args.vllm_version} keeps one state block a request either way")
+    raise ConfigError(f"{flag} changes nothing in `kvscope math` here ({why}): memory depends on prefix caching "
+                      "only for linear-attention layers under vLLM's accounting from 0.24 (two state blocks a "
+                      "request); which blocks are reused is `kvscope run`'s: drop it, or give it to `kvscope run`")

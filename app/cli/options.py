@@ -260,6 +260,9 @@ def hardware_from_args(args) -> HardwareSpec:
     _positive_flag("--memory-gib", args.memory_gib, MAX_BYTES / GiB)
     memory = args.memory_bytes if args.memory_bytes is not None else (
         args.memory_gib * GiB if args.memory_gib is not None else None)
+    if memory is not None and memory < 1:  # int() made it 0 bytes, said as the preset's memory_bytes
+        raise ConfigError(f"--memory-gib {args.memory_gib:g} is less than one byte of memory; give at least "
+                          f"{1 / GiB:.2g} (1 byte), or the device's memory such as 24")
     hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
     if memory is not None:
         hardware = hardware.with_memory(int(memory))
@@ -371,3 +374,47 @@ def check_scenario_path(value: str) -> None:
     if not stat.S_ISREG(mode):
         raise ConfigError(f"scenario file {value}: not a regular file (a device or a pipe); give a scenario "
                           ".toml file")
+
+
+def check_real_device(device: str | None) -> None:
+    """--device for the real backend, refused before a model is loaded (`kvscope: loading ...` then
+    the refusal was two lines), and in kvscope's words: torch's own for `tpu` lists 20 device types."""
+    import re
+
+    from kvscope.app.lab.models.loader import resolve_device
+    from kvscope.app.lab.presets import meant_names
+
+    form = re.fullmatch(r"(cpu|cuda)(?::(.*))?", device or "", re.DOTALL)
+    if device is not None and form is None:
+        meant = meant_names(device, ["cpu", "cuda"])
+        raise ConfigError(f"--device {device!r}: the real backend runs on cpu or cuda (cuda:N), not "
+                          f"{device.split(':', 1)[0]}" + (f" (did you mean {meant[0]}?)" if meant else ""))
+    if form is not None and form[2] is not None and not re.fullmatch(r"[0-9]{1,6}", form[2]):
+        raise ConfigError(f"--device {device!r}: the N of {form[1]}:N numbers a device, 0 for the first, "
+                          f"not {form[2]!r}")
+    resolve_device(device)  # CUDA asked for where there is none, or cuda:N past the devices there are
+
+
+def check_real_model(model: str | None, model_path: str | None, allow_pickle: bool = False) -> None:
+    """The preset or model folder the real backend is to load, checked before the command says
+    `loading NAME ...`: a refusal after that line (a mistyped preset, no such folder) was two lines."""
+    if model_path:
+        from kvscope.app.lab.models.loader import check_model_directory
+
+        check_model_directory(model_path, allow_pickle)  # config.json and weights there, not read yet
+    else:
+        if model:
+            load_model(model)
+        check_cache_variable()  # the weights are built (or converted) there on first use
+
+
+def check_cache_variable() -> None:
+    """KVSCOPE_CACHE_DIR, where models are built and profiles stored, said wrong before the work
+    that writes there (a file there failed only once the model was built)."""
+    import os
+
+    from kvscope.app.lab.presets import check_folder_variable
+
+    given = os.environ.get("KVSCOPE_CACHE_DIR")
+    if given:
+        check_folder_variable("KVSCOPE_CACHE_DIR", given, "the folder kvscope builds models in")

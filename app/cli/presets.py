@@ -16,12 +16,14 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     kinds = [args.kind] if args.kind else list(KINDS)
     loaders = {"models": load_model, "hardware": load_hardware, "workloads": load_workload}
+    lines = []  # all of them before any is printed: a refused config folder leaves no half listing above its line
     for kind in kinds:
-        print(f"{kind}:")
+        lines.append(f"{kind}:")
         for name in preset_names(kind):
             try:
                 description = loaders[kind](name).description
             except ConfigError as exc:
                 description = f"(invalid: {exc})"
-            print(f"  {shown(name):<22} {shown(description)}")  # a user's file named with ESC does not clear the screen
+            lines.append(f"  {shown(name):<22} {shown(description)}")  # a user's file named with ESC does not clear the screen
+    print("\n".join(lines))
     return 0

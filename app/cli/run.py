@@ -147,10 +147,11 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     if sized:  # the real backend loads the weights it is given: these would change nothing
         raise ConfigError(f"{', '.join(sized)}: size a simulated model's weights; the real backend loads them at "
                           "--dtype (fp32, bf16, fp16), quantised with --quantization int8 or nf4")
-    from kvscope.app.lab.models.loader import resolve_device
+    # before torch is imported (seconds) and minutes of loading
+    options.check_real_device(args.device)
+    options.check_real_model(args.model, args.model_path, args.allow_pickle)
     from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 
-    resolve_device(args.device)  # a device it cannot run on is refused before minutes of loading
     edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
     architecture = options.model_from_args(args, default_model=DEFAULT_REAL_MODEL) if edited else None
     if not args.model_path:

@@ -3,9 +3,6 @@ weight quantisation; and, on a model with a tokenizer, what each costs on real E
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from kvscope.engine.config import (
     COMPUTE_DTYPES,
     DEFAULT_REAL_MODEL,
@@ -97,10 +94,10 @@ def run(args) -> int:
         if dtype not in KV_CACHE_DTYPE_BYTES:
             raise ConfigError(f"unknown kv_cache_dtype {dtype!r}; choose all or one of: {', '.join(KV_CACHE_DTYPE_BYTES)}")
     quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
-    if args.json and args.json != "-" and not Path(os.path.realpath(args.json)).parent.is_dir():
-        raise ConfigError(f"--json {args.json}: the folder does not exist")
     # the model's preset file, or every file of its folder (its weights and tokenizer are read too)
     check_output_path("--json", args.json, options.model_input_files(args.model, args.model_path))
+    options.check_real_model(args.model, args.model_path)  # before `loading ...`, not after it
+    options.check_real_device(args.device)
     from kvscope.app.lab.verify.parity import run_parity
     from kvscope.app.lab.verify import quality
 

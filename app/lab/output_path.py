@@ -6,6 +6,11 @@ run what is wrong with a path (a folder, a missing folder, read-only, or a file 
 reads: `kvscope export run.kvrec --perfetto run.kvrec` must not destroy run.kvrec).
 `atomic_output` writes to a temporary file beside the target and renames it over the target only
 once it is complete, so a failed or interrupted write leaves an existing file as it was.
+
+Path() drops a trailing slash: `--json notes.txt/` (a folder's name, which the OS refuses as "not a
+directory") replaced notes.txt, and `--json new.json/` made a file; so the path is read as typed
+first. And where no temporary file can be made beside the target (/proc, /sys), `kvscope run
+--json /proc/version` failed only after the whole run: that is tried first too.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
 
 
 def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
+    path = str(path)
+    if path.endswith(("/", os.sep)) and not os.path.isdir(path):
+        raise ConfigError(f"{flag} {path}: ends in '/', which names a folder, and there is none; give a file "
+                          "name (without the '/')")
+    _refuse_if_no_file_can_be_made_beside(flag, path)
     out = Path(path)
     for what, given in (inputs or {}).items():
         if given and given != "-" and same_file(out, given):
@@ -54,6 +64,9 @@ def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
         raise ConfigError(f"{flag} {path}: is a folder; give a file name")
     folder = Path(os.path.realpath(out)).parent
     if not folder.is_dir():
+        blocking = file_in_place_of_a_folder(folder)
+        if blocking is not None:  # `file.txt/x`: "does not exist" sent the user looking for a missing folder
+            raise ConfigError(f"{flag} {path}: {said_short(blocking)} is a file, not a folder; give a path in a folder")
         raise ConfigError(f"{flag} {path}: the folder does not exist ({folder})")
     existed = out.exists()
     try:  # opening it is the only test that knows about read-only mounts, quotas and odd file systems
@@ -65,6 +78,44 @@ def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
         raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
     if not existed:
         out.unlink()
+
+
+def file_in_place_of_a_folder(folder: Path) -> str | None:
+    """The first existing part of a missing folder's path, where that part is not a folder (a file,
+    a device): the reason no file can be made below it. None where the path just stops existing."""
+    for part in (folder, *folder.parents):
+        try:
+            if os.path.lexists(part):
+                return None if os.path.isdir(part) else str(part)
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _refuse_if_no_file_can_be_made_beside(flag: str, path: str) -> None:
+    """A file written whole goes through a new file beside it (atomic_output): where the folder
+    takes none (/proc, /sys), the output is refused now, not after the work. A device, a pipe, a
+    folder or a missing folder is left to the checks after this one, which say which it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError):  # a loop, a name too long, a path through a file: said by the checks after
+        return
+    if (mode is not None and not stat.S_ISREG(mode)) or not os.path.isdir(os.path.dirname(os.path.realpath(path))):
+        return
+    if names_standard_output(path):  # written in place, not through a file beside it
+        return
+    try:
+        probe = partial_path(path)
+    except OSError as exc:
+        folder = os.path.dirname(os.path.abspath(path))  # as typed (/proc/self, not /proc/7995) unless a
+        if os.path.realpath(folder) != os.path.dirname(os.path.realpath(path)):  # link leads elsewhere
+            folder = os.path.dirname(os.path.realpath(path))  # /dev/stdin, stdin closed: /proc/7995/fd
+        raise ConfigError(f"{flag} {path}: no file can be made in {folder} ({exc.strerror or exc}); the output "
+                          "is written to a new file there first: give a path in an ordinary folder") from None
+    with contextlib.suppress(OSError):
+        probe.unlink()
 
 
 def names_standard_output(path) -> bool:
@@ -120,12 +171,24 @@ def replaces_in_place(path) -> bool:
 def partial_path(path) -> Path:
     """A new, empty temporary file beside `path`, to be renamed over it when complete."""
     target = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=Path(os.path.realpath(target)).parent)
+    fd, name = tempfile.mkstemp(prefix=f".{_name_start(target.name)}.", suffix=".partial",
+                                dir=Path(os.path.realpath(target)).parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(name, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
     return Path(name)
+
+
+# A file name holds 255 bytes; the temporary one adds a dot, 8 random characters and ".partial": a
+# 250-byte name, valid itself, could not be written ("no file can be made") until its start was used.
+PARTIAL_NAME_BYTES = 200
+
+
+def _name_start(name: str) -> str:
+    """The target's name as its temporary file's starts: cut to PARTIAL_NAME_BYTES, not inside a character."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= PARTIAL_NAME_BYTES else raw[:PARTIAL_NAME_BYTES].decode("utf-8", "ignore")
 
 
 def commit_partial(partial: Path, path) -> None:

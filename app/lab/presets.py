@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import stat
 import sys
+import unicodedata
 from importlib import resources
 from pathlib import Path
 
@@ -20,7 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
                                           unholdable_number)
-from kvscope.app.lab.output_path import write_text_atomic
+from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_atomic
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
@@ -51,10 +53,35 @@ def presets_root():
 def user_presets_root() -> Path:
     """Where a user's own presets live ($KVSCOPE_CONFIG_DIR, else ~/.config/kvscope), listed beside the built-in ones."""
     given = os.environ.get("KVSCOPE_CONFIG_DIR")
-    if given and os.path.exists(given) and not os.path.isdir(given):  # named on purpose: not skipped without a word
-        raise ConfigError(f"KVSCOPE_CONFIG_DIR={given}: not a folder; name the folder that holds presets/, or unset it")
-    base = given or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kvscope"
-    return Path(base) / "presets"
+    if given:  # named on purpose: a folder that cannot be one is said, not skipped without a word
+        check_folder_variable("KVSCOPE_CONFIG_DIR", given)
+        return Path(given) / "presets"
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg and os.path.isabs(xdg):  # the XDG rule: a relative one is ignored
+        check_folder_variable("XDG_CONFIG_HOME", xdg)
+        return Path(xdg) / "kvscope" / "presets"
+    return Path.home() / ".config" / "kvscope" / "presets"
+
+
+def check_folder_variable(variable: str, given: str, holds: str = "the folder that holds presets/") -> None:
+    """A variable naming one of kvscope's folders: what it names must be a folder or not exist yet.
+    Path() drops a trailing '/', and os.path.exists() says False of `file.txt/` and `file.txt/sub`,
+    so the path is looked up as typed."""
+    said = f"{variable}={said_path(given)}"
+    if not given.strip():
+        raise ConfigError(f"{said}: blank; name {holds}, or unset it")
+    try:
+        mode = os.stat(given).st_mode
+    except FileNotFoundError:
+        return  # made when it is first written to
+    except NotADirectoryError:
+        blocking = file_in_place_of_a_folder(Path(given))  # Path(): `file.txt/` is file.txt itself
+        raise ConfigError(f"{said}: {said_path(blocking) if blocking else 'a part of the path'} is a file, not a "
+                          f"folder; name {holds}, or unset it") from None
+    except (OSError, ValueError) as exc:  # a symlink loop, a name too long, a folder that cannot be searched
+        raise ConfigError(f"{said}: {getattr(exc, 'strerror', None) or exc}; name {holds}, or unset it") from None
+    if not stat.S_ISDIR(mode):
+        raise ConfigError(f"{said}: not a folder; name {holds}, or unset it")
 
 
 def _names_in(folder) -> list[str]:
@@ -62,6 +89,8 @@ def _names_in(folder) -> list[str]:
         return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as exc:  # a folder that cannot be read: its presets would vanish without a word
+        raise ConfigError(f"presets folder {said_path(folder)}: cannot list it: {exc.strerror or exc}") from None
 
 
 def builtin_preset_names(kind: str) -> list[str]:
@@ -129,26 +158,61 @@ def check_preset_name(name, kind: str = "models") -> str:
             raise ConfigError(f"model {name!r} is a Hugging Face repository name, not a preset (kvscope reads no "
                               f"model hub). {f'Did you mean the preset {meant}? ' if meant else ''}For any other model "
                               f"give its downloaded folder (--model-path DIR) or its config.json (--config FILE)")
-        raise ConfigError(f"{singular} preset {name!r}: {NAME_RULE}; known: {', '.join(preset_names(kind))}")
+        _refuse_a_workload_path(name, kind)
+        meant = _did_you_mean(name, kind)
+        raise ConfigError(f"{singular} preset {name!r}: {NAME_RULE}{f' (did you mean {meant}?)' if meant else ''}; "
+                          f"known: {', '.join(preset_names(kind))}")
     return name
+
+
+def _refuse_a_workload_path(name: str, kind: str) -> None:
+    """--workload takes a preset's name or a .toml file: a path without .toml is said as that, not
+    as a preset name with odd characters."""
+    if kind == "workloads" and ("/" in name or os.sep in name or _exists(name)):
+        raise ConfigError(f"workload {name!r}: a path, and a workload file's name ends in .toml; give a workload "
+                          f".toml file or a preset: {', '.join(preset_names(kind))}")
+
+
+def _exists(path: str) -> bool:
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return False
 
 
 def _did_you_mean(name: str, kind: str) -> str:
     """The presets a name seems to mean -- it differs from one in case, a Hugging Face owner, an
     -Instruct / -hf suffix, a typo or two, or is the start of a few -- as "llama-3.1-8b" or "a or
     b"; "" when none is close."""
-    names = preset_names(kind)
-    wanted = name.rsplit("/", 1)[-1].lower()
-    for suffix in ("-instruct", "-chat", "-hf", "-base"):
-        if wanted.endswith(suffix) and wanted[:-len(suffix)] in names:
-            wanted = wanted[:-len(suffix)]
-    if wanted in names:
-        close = [wanted]
+    return " or ".join(meant_names(name.rsplit("/", 1)[-1], preset_names(kind), ("-instruct", "-chat", "-hf", "-base"),
+                                   typed=name))
+
+
+def meant_names(wanted: str, names: list[str], suffixes: tuple = (), typed: str | None = None) -> list[str]:
+    """The names `wanted` seems to mean: one that differs only in case, width (full-width letters),
+    an invisible character or '_' and spaces for '-' first; else those it starts (up to three),
+    else difflib's closest. Never the name as typed (`typed`, else `wanted`) itself."""
+    forms: dict[str, str] = {}
+    for name in names:
+        forms.setdefault(_comparable(name), name)
+    form = _comparable(wanted)
+    for suffix in suffixes:
+        if form.endswith(suffix) and form[:-len(suffix)] in forms:
+            form = form[:-len(suffix)]
+    if form in forms:
+        close = [forms[form]]
     else:
-        close = [n for n in names if n.startswith(wanted)] if len(wanted) >= 3 else []
-        close = close if 0 < len(close) <= 3 else difflib.get_close_matches(wanted, names, n=1, cutoff=0.8)
-    close = [n for n in close if n != name]
-    return " or ".join(close)
+        close = [name for key, name in forms.items() if key.startswith(form)] if len(form) >= 3 else []
+        if not 0 < len(close) <= 3:
+            close = [forms[key] for key in difflib.get_close_matches(form, list(forms), n=1, cutoff=0.8)]
+    return [name for name in close if name != (wanted if typed is None else typed)]
+
+
+def _comparable(name: str) -> str:
+    """A name as a reader would compare it: "Llama 3_8B" and "ｌｌａｍａ-3-8b" are llama-3-8b."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")  # zero-width spaces, direction marks
+    return "-".join(text.lower().replace("_", " ").split())
 
 
 def _preset_file(kind: str, name: str):
@@ -160,6 +224,7 @@ def _preset_file(kind: str, name: str):
         raise ConfigError(f"{kind} preset {name!r}: {path} is not a regular file (a folder, a device, a pipe or "
                           "a broken link); make it a TOML file or remove it")
     if not path.is_file():
+        _refuse_a_workload_path(name, kind)
         known = ", ".join(preset_names(kind))
         singular = {"models": "model", "hardware": "hardware", "workloads": "workload"}[kind]
         meant = _did_you_mean(name, kind)

@@ -32,7 +32,7 @@ from kvscope.engine.checks import MAX_BYTES, MAX_SEED, shown
 from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
-from kvscope.app.lab.presets import load_hardware, load_model, load_workload, presets_root, read_toml
+from kvscope.app.lab.presets import load_hardware, load_model, load_workload, meant_names, presets_root, read_toml
 from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
                                      workload_from_dict)
 from kvscope.engine.units import GiB
@@ -253,11 +253,16 @@ def load_scenario(name_or_path) -> Scenario:
     if text.endswith(".toml") or "/" in text or "\\" in text:
         path = Path(text)
         if not path.is_file():
-            raise ConfigError(f"scenario file {path}: no such file")
+            bare = "/" not in text and "\\" not in text  # `cache-ceiling.toml`: meant as the scenario's name
+            meant = meant_names(text[:-len(".toml")], scenario_names(), typed=text) if bare else []
+            raise ConfigError(f"scenario file {path}: no such file"
+                              + (f" (did you mean the scenario {meant[0]}?)" if meant else ""))
     else:
         path = scenarios_root() / f"{text}.toml"
         if not path.is_file():
-            raise ConfigError(f"unknown scenario {text!r}; known: {', '.join(scenario_names())}")
+            meant = meant_names(text, scenario_names())
+            raise ConfigError(f"unknown scenario {text!r}{f' (did you mean {meant[0]}?)' if meant else ''}; "
+                              f"known: {', '.join(scenario_names())}")
     label = f"scenario file {path}"
     return scenario_from_dict(read_toml(path, label), label, path)
 
