@@ -18,6 +18,7 @@ from kvscope.widgets.fitting_axis import FittingAxis, color_axes
 from kvscope.widgets.live_plots import let_title_shrink, sticky_range
 from kvscope.widgets.minmax_decimation import decimate_minmax
 from kvscope.widgets.palette import DARK, Theme, hex_color
+from kvscope.widgets.shown_label import shown_label
 from kvscope.widgets.view_limits import CLOCK_MAX_S, clock_limit_for, limit_zoom, set_clock_limit
 
 # plot key -> (title, y axis label)
@@ -215,7 +216,8 @@ class ComparePlots(QWidget):
             for item in per_config.values():
                 item.setPen(pg.mkPen(color, width=width, style=DASHES[i % len(DASHES)]))
         entries = " &nbsp;&nbsp; ".join(
-            f"<span style='color:{hex_color(c)}'>{DASH_GLYPHS[i % len(DASH_GLYPHS)]}</span>&nbsp;{escape(label)}"
+            f"<span style='color:{hex_color(c)}'>{DASH_GLYPHS[i % len(DASH_GLYPHS)]}</span>&nbsp;"
+            f"{escape(shown_label(label))}"
             for i, (label, c) in enumerate(zip(self.labels, colors)))
         note = " &nbsp;<i>(dashed over solid: where one line shows, the runs agree)</i>" if n > 1 else ""
         self.legend.setText(f"<span style='color:{hex_color(fg)}'>{entries}{note}</span>")

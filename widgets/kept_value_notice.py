@@ -14,6 +14,8 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
+from kvscope.widgets.number_box import misplaced_group_separator
+
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 
 
@@ -29,6 +31,12 @@ SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakabl
 
 def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     """The line for typed text the box cannot hold: its range, and the value it keeps."""
+    if misplaced_group_separator(box, typed):
+        locale = box.locale()
+        point = f"; a decimal is written with '{locale.decimalPoint()}'" if isinstance(box, QDoubleSpinBox) else ""
+        shown = typed if len(typed) <= SHOWN_CHARS else f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
+        return (f"{shown}: '{locale.groupSeparator()}' only separates thousands here (1{locale.groupSeparator()}024)"
+                f"{point}: kept {shown_value(box, box.value())}")
     number, ok = (box.locale().toDouble(typed) if isinstance(box, QDoubleSpinBox)
                   else box.locale().toLongLong(typed.replace(box.locale().groupSeparator(), "")))
     if not ok and typed.lstrip("+-").replace(box.locale().groupSeparator(), "").isdigit():

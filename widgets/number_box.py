@@ -29,14 +29,32 @@ def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) ->
     return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
 
 
+def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
+    """Whether the number typed has a thousands separator where the box's locale puts none ("2,5",
+    "1,0,2,4"): Qt drops every separator it finds, so "2,5" typed for 2.5 arrived as 25 and "0,5" as 5.
+    The locale's own reading is strict about where they go (10,00,000 is a number in India)."""
+    locale = box.locale()
+    separator = locale.groupSeparator()
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    if not separator or separator not in typed:
+        return False
+    return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
+
+
 class _KeepsTypedNumbers:
-    """validate() for a spin box: Qt's verdict, except that a number it would drop stays as typed."""
+    """validate() for a spin box: Qt's verdict, except that a number it would drop, or read as
+    another number (a misplaced separator), stays as typed."""
 
     def validate(self, text: str, pos: int):
         state, text_out, pos_out = super().validate(text, pos)
-        if _kept_as_typed(self, text, state):
+        if _kept_as_typed(self, text, state) or (state != QValidator.State.Invalid
+                                                 and misplaced_group_separator(self, text)):
             return QValidator.State.Intermediate, text, pos
         return state, text_out, pos_out
+
+    def fixup(self, text: str) -> str:
+        # Qt's fixup removes the separators of a box that shows none: the seed's "2,5" became 25 on Enter
+        return text if misplaced_group_separator(self, text) else super().fixup(text)
 
 
 class NumberBox(_KeepsTypedNumbers, QSpinBox):

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from kvscope.widgets.palette import DARK, Theme
+from kvscope.widgets.shown_label import shown_label
 
 RATIO_SIGN = "\u00f7"  # B ÷ A
 NEWLINE = "\n"
@@ -96,7 +97,7 @@ class ResultsTable(QTableWidget):
                 if i > 0:
                     cols.append(f"{label} {RATIO_SIGN} baseline")
                 continue
-            shown = _wrapped(label)
+            shown = _wrapped(shown_label(label))
             cols.append(f"{shown}{NEWLINE}(baseline)" if i == 0 else shown)
             if i > 0:  # right after its configuration's column: the label would only repeat
                 cols.append(f"{RATIO_SIGN} baseline")
@@ -121,8 +122,8 @@ class ResultsTable(QTableWidget):
                 col += 1
                 if i > 0:
                     rt = ratio(value, base)
-                    changed |= self._set(r, col, format_ratio(rt), f"{labels[i]} {RATIO_SIGN} {self._base_name}",
-                                         color=self._ratio_color(rt, row.better))
+                    tip = f"{shown_label(labels[i])} {RATIO_SIGN} {self._base_name}"
+                    changed |= self._set(r, col, format_ratio(rt), tip, color=self._ratio_color(rt, row.better))
                     col += 1
         if changed:
             self.fit_columns()
@@ -162,7 +163,7 @@ class ResultsTable(QTableWidget):
         self.setColumnCount(len(header))
         self.setRowCount(len(self.rows))
         self.setHorizontalHeaderLabels(header)
-        labels = self.labels
+        labels = [shown_label(label) for label in self.labels]  # the tooltips too: a \u202e reversed them
         self._base_name = labels[0] if labels else ""
         for col, text in enumerate(header):
             item = self.horizontalHeaderItem(col)

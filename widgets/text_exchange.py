@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QPlainTextEdit
 
+from kvscope.widgets.long_words import has_long_word, wrap_anywhere_when
 from kvscope.widgets.palette import DARK, Theme
 
 
@@ -22,6 +23,7 @@ class TextExchangeView(QPlainTextEdit):
         self.setPlaceholderText(placeholder)
         self._prompt = ""
         self._answer = ""
+        self._long_prompt = False
         self._prompt_format = QTextCharFormat()
         self._answer_format = QTextCharFormat()
         self.set_theme(theme)
@@ -40,13 +42,21 @@ class TextExchangeView(QPlainTextEdit):
             return
         bar = self.verticalScrollBar()
         following = bar.value() >= bar.maximum() - 2
-        if prompt != self._prompt or not answer.startswith(self._answer):
+        restart = prompt != self._prompt or not answer.startswith(self._answer)
+        if restart:  # the prompt is read once, not on every frame of its answer
+            self._long_prompt = has_long_word(prompt)
+        long_word = self._long_prompt or has_long_word(answer)
+        if long_word:  # a prompt of one 100,000-character word took 1 s to show and again at every resize
+            wrap_anywhere_when(self, True)
+        if restart:
             self.clear()
             self._prompt, self._answer = prompt, ""
             if prompt:
                 self._insert(prompt + "\n\n", self._prompt_format)
         self._insert(answer[len(self._answer):], self._answer_format)
         self._answer = answer
+        if not long_word:
+            wrap_anywhere_when(self, False)
         if following:
             bar.setValue(bar.maximum())
 

@@ -54,10 +54,15 @@ class BuildWatch:
         self._dialog(frame.error)
         return True
 
+    def set_theme(self, theme) -> None:
+        """The banner in the theme's warning colour: styled once, it kept the dark theme's red on the
+        light and high-contrast themes after View > Theme or demo mode."""
+        colour = hex_color(theme.warning)
+        self.banner.setStyleSheet(f"color: {colour}; border: 1px solid {colour}; padding: 4px; font-weight: bold;")
+
     def _mark_previous_run(self) -> None:
         w = self.window
-        colour = hex_color(w.theme.warning)
-        self.banner.setStyleSheet(f"color: {colour}; border: 1px solid {colour}; padding: 4px; font-weight: bold;")
+        self.set_theme(w.theme)
         self.banner.setText(f"No engine: it could not be built ({self.failed}). The views below show the previous "
                             "run, stopped. Change the settings and Apply (Ctrl+Enter).")
         self.banner.show()

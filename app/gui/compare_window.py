@@ -31,11 +31,14 @@ from kvscope.widgets.compare_plots import ComparePlots, configuration_colors
 from kvscope.widgets.palette import DARK, Theme
 from kvscope.widgets.results_table import ResultRow, ResultsTable
 from kvscope.widgets.scenario_panel import ScenarioPanel
+from kvscope.widgets.shown_label import shown_label
 
 from kvscope.app.host.comparison import ComparisonSession
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.lab.compare import QUALITY_FIELDS
+from kvscope.app.gui.compare_layout import (  # noqa: F401 - the shares: tests
+    LEGEND_CLEARANCE_PX, REVEALED_COLUMNS_SHARE, CompareLayout)
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
     METRIC_ROWS, asked_plot, asked_values, building_text, result_rows)
 from kvscope.app.gui.config_column import ConfigColumn, block_legend_html
@@ -49,16 +52,7 @@ FRAME_INTERVAL_MS = 33  # four block maps at 30 frames a second read as smooth
 # configuration, so 5 frames a second show every change the eye can follow. Paused or stepped by
 # hand, frames come at FRAME_INTERVAL_MS: a step shows at once and keys are never kept waiting.
 REAL_PLAYING_FRAME_INTERVAL_MS = 200
-WIDE_PX = 1500  # from this width the plots and the results table sit side by side
-LEGEND_CLEARANCE_PX = 8  # between the block maps' legend and the splitter handle under it (half above the plots')
-COLUMNS_SHARE = 0.5  # of the height below the scenario strip: the block maps; the rest plots and table
-# Before a scenario's guess the block maps are veiled: their columns get only the height their
-# numbers and the veil's text need (share 0), the plots the rest -- at demo mode's 1280x720 the
-# plots were ~70 px tall beside a tall, empty veil.
-VEILED_COLUMNS_SHARE = 0.0
-REVEALED_COLUMNS_SHARE = 0.35  # once the answer is in, narrow windows give the results table more room
-PLOTS_SHARE = 0.6  # of a wide window's width: the plots; the rest the results table ...
-TABLE_MAX_SHARE = 0.6  # ... or as much as its columns need, up to this
+
 
 class _Columns:
     """A configuration's plot points, grown in place (appends amortised), and the output tokens
@@ -88,7 +82,7 @@ class _Columns:
         return self.data[: self.size, -1]
 
 
-class CompareView(QWidget):
+class CompareView(CompareLayout, QWidget):
     """Open a comparison with ``open_comparison(spec, ...)``; Space / Right / R reach it through
     ``toggle_play``, ``step_once`` and ``restart``."""
 
@@ -126,6 +120,7 @@ class CompareView(QWidget):
         self.panel.hide()
         self.title = QLabel()
         self.title.setTextFormat(Qt.PlainText)
+        self.title.setWordWrap(True)  # one line of a long title made the page, and the window, as wide
         self.block_legend = QLabel(block_legend_html(theme))
         self.block_legend.setTextFormat(Qt.RichText)
         self.block_legend.setWordWrap(True)
@@ -186,79 +181,6 @@ class CompareView(QWidget):
         # reach the window instead of the guess box; a click in the box types a guess.
         self.setFocusPolicy(Qt.StrongFocus)
 
-    # -- layout ------------------------------------------------------------------------------------
-    def _arrange(self, wide: bool) -> None:
-        if wide == self._wide:
-            return
-        self._wide = wide
-        if wide:
-            self.bottom_tabs.clear()
-            self.bottom_split.addWidget(self.plots)
-            self.bottom_split.addWidget(self.table)
-            self.plots.show()  # a tab page taken out of its tabs stays hidden until told otherwise
-            self.table.show()
-            self._sized = False
-            self.bottom_split.setStretchFactor(0, 3)
-            self.bottom_split.setStretchFactor(1, 2)
-            self.bottom.setCurrentWidget(self.bottom_split)
-        else:
-            self.bottom_tabs.addTab(self.plots, "Plots")
-            self.bottom_tabs.addTab(self.table, "Results table")
-            self.bottom_tabs.setTabToolTip(0, "every configuration on the same axes, on the shared clock")
-            self.bottom_tabs.setTabToolTip(1, "each key metric, with its ratio to the first configuration")
-            self.bottom.setCurrentWidget(self.bottom_tabs)
-
-    def resizeEvent(self, event) -> None:  # noqa: N802
-        super().resizeEvent(event)
-        self._arrange(self.width() >= WIDE_PX)
-        if not self._sized:
-            QTimer.singleShot(0, self._fit_splitters)
-
-    def _fit_splitters(self) -> None:
-        """The first layout at the window's real size: block maps over plots, plots beside the table."""
-        height, width = sum(self.split.sizes()), self.bottom_split.width()
-        if height < 200:
-            return
-        columns = self._columns_height(height, VEILED_COLUMNS_SHARE if self.awaiting_guess() else COLUMNS_SHARE)
-        self.split.setSizes([columns, height - columns])
-        if self._wide and width > 200:
-            self.bottom_split.setSizes([int(width * PLOTS_SHARE), width - int(width * PLOTS_SHARE)])
-        self._sized = True
-
-    def _veil_changed(self) -> None:
-        """The guess was committed or asked for again: the block maps' legend and room follow."""
-        self._show_veiled_parts()
-        QTimer.singleShot(0, self._fit_splitters)
-
-    def _show_veiled_parts(self) -> None:
-        """Before the guess the block maps' legend and the tab of an empty results table only take the
-        plots' height (at 1280x720 in demo mode the plots were ~70 px tall); after it they come back."""
-        veiled = self.awaiting_guess()
-        self.block_legend.setVisible(not veiled)
-        self.bottom_tabs.tabBar().setVisible(not veiled)
-
-    def _columns_height(self, height: int, share: float) -> int:
-        """The block maps' part of the split: its share, or more where the columns' wrapped text needs it
-        (three columns' numbers wrap to three lines in demo mode's font: squeezed, the lines overlapped)."""
-        layout = self.columns_box.layout()
-        needed = layout.minimumHeightForWidth(self.columns_box.width()) if layout.hasHeightForWidth() else 0
-        room = height - self.bottom.minimumSizeHint().height()
-        return max(0, min(max(int(height * share), needed), room))
-
-    def _fit_table(self) -> None:
-        """Wide windows give the results table the width its columns need (up to TABLE_MAX_SHARE)."""
-        self._table_fitted = True
-        if not self._wide:
-            return
-        total = sum(self.bottom_split.sizes())
-        wanted = min(self.table.full_width(), int(total * TABLE_MAX_SHARE))
-        if total > 200 and wanted > self.bottom_split.sizes()[1]:
-            self.bottom_split.setSizes([total - wanted, wanted])
-
-    def show_results_table(self) -> None:
-        if not self._wide:
-            self.bottom_tabs.setCurrentWidget(self.table)
-
     # -- opening -----------------------------------------------------------------------------------
     def open_comparison(self, spec, title: str, scenario_texts: dict | None = None, scenario=None,
                         play: bool = False) -> None:
@@ -270,9 +192,9 @@ class CompareView(QWidget):
         self.info, self.results, self.done, self.revealed = None, None, False, None
         self._reveal_shown = False
         self._real_backend = False  # until its first frame says which backends it runs
-        self._title = title if scenario_texts is None else ""
+        self._title = shown_label(title, 120) if scenario_texts is None else ""
         self._title_detail = ""
-        self.title.setText(title if scenario_texts is None else "")  # a scenario's strip has its title
+        self.title.setText(self._title)  # a scenario's strip has its title
         if scenario_texts is not None:
             self.panel.set_scenario(**scenario_texts)
             self.panel.show()
@@ -527,7 +449,7 @@ class CompareView(QWidget):
         # a scenario's strip already names the backend, model and hardware
         common = f"{details[0]} \u00b7 " if len(set(details)) == 1 and self.scenario is None else ""
         workload = info.get("workload") or {}
-        source = f"trace {Path(workload['trace']).name}" if workload.get("trace") else f"seed {workload.get('seed', 0)}"
+        source = f"trace {shown_label(Path(workload['trace']).name)}" if workload.get("trace") else f"seed {workload.get('seed', 0)}"
         self._title_detail = (f"{common}the same {info['num_requests']:,} requests ({workload.get('name', 'workload')}, "
                               f"{source}) for each configuration")
         self._show_title(0.0)

@@ -5,6 +5,8 @@ legend, said once for every column."""
 
 from __future__ import annotations
 
+from html import escape
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
@@ -12,6 +14,7 @@ from kvscope.engine.units import format_percent
 from kvscope.widgets.block_map import BlockMapView
 from kvscope.widgets.block_map_colors import state_colors
 from kvscope.widgets.palette import Theme, hex_color
+from kvscope.widgets.shown_label import shown_label
 
 VEIL_TEXT = ("The block maps appear when your guess is locked:\nthe pool's size would give the answer away.")
 
@@ -73,8 +76,10 @@ class ConfigColumn(QWidget):
 
     def set_config(self, label: str, detail: str, color: tuple) -> None:
         self.label, self.detail = label, detail
-        self.header.setText(f"<span style='color:{hex_color(color)}'>\u25a0</span>&nbsp;<b>{label}</b>"
-                            + (f"&nbsp; {detail}" if detail else ""))
+        # the label as text, never markup: "<b>8k" is a name (shown_label.py)
+        name = escape(shown_label(label))
+        self.header.setText(f"<span style='color:{hex_color(color)}'>\u25a0</span>&nbsp;<b>{name}</b>"
+                            + (f"&nbsp; {escape(shown_label(detail, 120))}" if detail else ""))
 
     def set_numbers(self, snapshot, finished: int, total: int, moment_s: float | None = None,
                     moment: str = "") -> None:

@@ -32,8 +32,9 @@ FOLDER_FILES_CHECKED = 1000  # a model folder holds tens of files; past this man
 
 
 def shown_name(path) -> str:
-    """A file's name for a message: a 300-character name would fill the dialog and hide the reason."""
-    return said_path(Path(path).name)
+    """A file's name for a message: a 300-character name would fill the dialog and hide the reason
+    (a path with no name, "/", is said whole: the dialog began ": a plot is saved as ...")."""
+    return said_path(Path(path).name or path)
 
 
 def files_read(files: dict, folders: dict) -> dict:
@@ -60,7 +61,12 @@ def writable(path, inputs: dict | None = None) -> Path:
         check_output_path("export to", str(path), inputs)
     except ConfigError as exc:
         # the shared check speaks of a command's inputs; here they are the window's
-        raise ExportError(str(exc).removeprefix("export to ").replace("this command reads", "the window reads")) from None
+        message = str(exc).removeprefix("export to ").replace("this command reads", "the window reads")
+        # ... and names the path as given: a right-to-left override in it reversed the dialog's line
+        raise ExportError(message.replace(str(path), said_path(path), 1)) from None
+    except ValueError:  # a NUL or a lone surrogate in the name: the system looks up no such name
+        raise ExportError(f"{said_path(path)}: no file can have this name (it holds a NUL or a character the "
+                          "file system cannot encode); give another file name") from None
     return Path(path)
 
 
@@ -93,4 +99,4 @@ def export_perfetto(recording_path, target, inputs: dict | None = None) -> str:
         write_whole(target, write, {**(inputs or {}), "recording": str(recording_path)})
     except (RecordingError, ValueError) as exc:
         raise ExportError(f"{target}: {exc}") from exc
-    return f"{target} (open it at ui.perfetto.dev)"
+    return f"{said_path(target)} (open it at ui.perfetto.dev)"

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QMenu, QMessageBox
 
 from kvscope.app.gui.export_files import ExportError, default_name, export_perfetto, files_read, writable
 from kvscope.app.gui.view_export import CSV_FORMAT, PLOT_FORMATS, PNG_FORMAT, export_plot, export_widget_png
+from kvscope.app.lab.said_paths import said_path
 from kvscope.widgets.compare_plots import PLOTS as COMPARE_PLOTS
 from kvscope.widgets.live_plots import TITLES as PLOT_TITLES
 
@@ -77,7 +78,9 @@ class ExportMenu:
         except ExportError as exc:
             QMessageBox.warning(self.window, "Not saved", str(exc))
             return False
-        self.window.statusBar().showMessage(f"saved {written}", 5000)
+        # a name with a newline or a right-to-left override in it, said raw, broke or reversed the line
+        shown = said_path(written) if isinstance(written, Path) else written
+        self.window.statusBar().showMessage(f"saved {shown}", 5000)
         return True
 
     def ask_plot(self, name: str) -> bool:

@@ -4,7 +4,8 @@ folds it into the WindowState (window_state.py) and hands it to every registered
 
 This file builds the window and routes: the run keys to the engine shown (the live run, a
 recording, a comparison), the pages and which docks they show. The toolbar and menus are built in
-menus.py, File > Export works in export_menu.py, the Settings dock in settings_form.py."""
+menus.py, File > Export works in export_menu.py, the Settings dock in settings_form.py, a replayed
+recording in replay_controls.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kvscope.app.lab.scenarios import load_scenario
 from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.replay_scrubber import ReplayScrubber
 from kvscope.widgets.settings_panel import SettingsPanel
+from kvscope.widgets.shown_label import shown_label
 from kvscope.widgets.throttled_label import ThrottledLabel
 
 from kvscope.app.gui import menus, panels, recording_control
@@ -25,17 +27,16 @@ from kvscope.app.gui.app_theme import apply_theme
 from kvscope.app.gui.build_failure import BuildWatch
 from kvscope.app.gui.demo_mode import DemoMode
 from kvscope.app.gui.error_box import ErrorBox
-from kvscope.app.lab.said_paths import os_error_text
+from kvscope.app.gui.replay_controls import ReplayControls
 from kvscope.app.gui.run_settings import settings_choices, weight_dtype_choices
 from kvscope.app.gui.scenario_texts import scenario_texts
 from kvscope.app.gui.settings_form import SettingsForm
-from kvscope.app.gui.window_state import WindowState, starting_text, values_from_engine_info, window_title
+from kvscope.app.gui.window_state import WindowState, starting_text, window_title
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.session import EngineSession, FrameDelta
 
 FRAME_INTERVAL_MS = 16  # at most ~60 frames a second
 HIDDEN_FRAME_INTERVAL_MS = 250  # another page shows: 60 a second woke both processes, taking a comparison's cores
-SEEK_SETTLE_S = 0.5  # the scrubber waits this long at most for a seek to be taken before following again
 # The live page's heights, by panel: at 1280x720 the block map gets a third (a small pool's square cells
 # then fill it), the timeline keeps room for its bars and lanes, the prompt box its input and some answer.
 DESK_SPLIT = {"block_map": 0.32, "timeline": 0.45, "prompt": 0.23}
@@ -46,7 +47,7 @@ def _read_through_state(name: str) -> property:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ReplayControls, QMainWindow):
     """Builds the window (the registered panels, the settings dock, toolbars, menus) and routes:
     user actions to the engine host, each frame into the WindowState and on to every panel."""
 
@@ -152,53 +153,6 @@ class MainWindow(QMainWindow):
         return [self.settings_dock, *self.panels.docks.values()]
 
     # -- recordings -----------------------------------------------------------------------------
-    def ask_open_recording(self) -> bool:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a recording", "",
-                                              "kvscope recordings (*.kvrec);;all files (*)")
-        return bool(path) and self.open_recording(path)
-
-    def open_recording(self, path) -> bool:
-        """Replay a recorded run in place of the engine: no model, no GPU. A file that cannot be
-        read leaves the window as it was, with a dialog giving the reader's reason."""
-        from kvscope.app.lab.recording import RecordingError
-        from kvscope.app.lab.recording.records import is_attached, read_header
-
-        from kvscope.app.host.replay import ReplaySession, read_replay_info
-
-        try:
-            if is_attached(read_header(path)):  # a recorded vLLM server: its own page (attach_view.py)
-                from kvscope.app.gui.attach_view import open_attached_replay
-
-                return open_attached_replay(self, path)
-            info = read_replay_info(path)
-        except (RecordingError, OSError, ValueError) as exc:  # ValueError: a NUL in the name
-            reason = str(exc) if isinstance(exc, RecordingError) else os_error_text(path, exc)
-            QMessageBox.warning(self, "Cannot open the recording", f"{reason}\n\nThe window keeps what it showed.")
-            return False
-        if self.replay_path is not None:
-            self.worker.stop()
-        else:
-            self.live_worker.pause()
-            self._values_before_replay = self.settings.values()
-        # the (disabled) form shows what the recording ran with, not the live settings
-        self.settings.set_values(values_from_engine_info(info.engine_info))
-        self.worker = SessionHost(ReplaySession, name="replay")
-        self.replay_path = str(path)
-        self.done = False
-        self.worker.start()
-        self.worker.set_speed(self.speed.currentData())
-        self.worker.apply(info.path, play=False)
-        self.scrubber.set_recording(info.num_steps, info.end_times, info.steps_before)
-        self._set_replay_mode(True)
-        # opened where the pool holds something: at step 0 it is empty (a scripted screenshot was too)
-        self._seek(info.opening_position)
-        self.scrubber.set_position(info.opening_position)
-        self.pages.setCurrentIndex(0)
-        self.play_action.setText("Play")
-        if info.warning:
-            self.statusBar().showMessage(info.warning, 10000)
-        return True
-
     def toggle_recording(self, checked: bool) -> None:
         recording_control.toggle(self, checked)
 
@@ -206,70 +160,6 @@ class MainWindow(QMainWindow):
         """Record the live run from its current step; refused here, with the reason, when there is no
         run, or the path cannot be written or is a file the run reads (recording_control.py)."""
         return recording_control.start(self, path)
-
-    def close_recording(self) -> None:
-        """Back to the live engine, rebuilt with the settings in the panel."""
-        if self.replay_path is None:
-            return
-        self.worker.stop()
-        self.worker = self.live_worker
-        self.replay_path = None
-        self._set_replay_mode(False)
-        self.settings.set_values(self._values_before_replay)
-        self.apply_settings(play=False)
-        self.play_action.setText("Play")
-
-    def _set_replay_mode(self, on: bool) -> None:
-        why = ("a recording replays exactly as it was recorded: its settings cannot change. "
-               "File > Back to the live engine (Ctrl+L) runs the engine again.")
-        self.settings_dock.widget().setEnabled(not on)
-        self.settings_dock.widget().setToolTip(why if on else "")
-        self.seed.setEnabled(not on)
-        self.seed.setToolTip(why if on else "random seed of the workload: the same seed replays the same run")
-        self.apply_action.setEnabled(not on)
-        self.reset_action.setToolTip("back to the start of the recording (R)" if on else
-                                     "rebuild the engine and restart the workload with this seed (R)")
-        self.live_action.setEnabled(on)
-        self.record_action.setEnabled(not on)
-        self.export_actions["perfetto"].setEnabled(on)
-        self.replay_bar.setVisible(on)
-        self.builds.set_replaying(on)
-        if on:
-            self.scrubber_timer.start()
-        else:
-            self.scrubber_timer.stop()
-
-    def _seek(self, position: int) -> None:
-        if self.replay_path is None:
-            return
-        self.worker.seek(position)
-        self.done = position >= self.scrubber.num_steps
-        self._seek_target = (position, time.perf_counter())
-
-    def _follow_replay(self) -> None:
-        if self.replay_path is None:
-            return
-        position = self.worker.position  # as of the replay's newest frame
-        if position is None:
-            return
-        if self._seek_target is not None:
-            # until a frame after the seek has come, its position is the old one: the slider would jump back
-            target, asked = self._seek_target
-            if position != target and time.perf_counter() - asked < SEEK_SETTLE_S:
-                return
-            self._seek_target = None
-        self.scrubber.set_position(position)
-
-    def toggle_replay(self) -> None:
-        if self.play_action.text() == "Pause":
-            self.worker.pause()
-            self.play_action.setText("Play")
-            return
-        if self.done:  # at the end: play it again from the start
-            self.worker.seek(0)
-            self.done = False
-        self.worker.play()
-        self.play_action.setText("Pause")
 
     def _stop_other_workers(self) -> None:
         """At close: the live engine while a recording is replayed, and a comparison's thread."""
@@ -373,7 +263,7 @@ class MainWindow(QMainWindow):
         view.set_speed(self.speed.currentData())
         view.open_comparison(spec, title, **kwargs)
         self.pages.setCurrentWidget(view)
-        self.pages.setTabText(self.pages.indexOf(view), f"Compare: {title}")
+        self.pages.setTabText(self.pages.indexOf(view), f"Compare: {shown_label(title, 40)}")
 
     # -- demo mode, exports ----------------------------------------------------------------------
     def toggle_demo(self) -> None:
@@ -472,6 +362,7 @@ class MainWindow(QMainWindow):
         apply_theme(QApplication.instance(), self.theme)
         self.panels.set_theme(self.theme)
         self.scrubber.set_theme(self.theme)
+        self.builds.set_theme(self.theme)
         if self.compare is not None:
             self.compare.set_theme(self.theme)
         if self.attached is not None:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, 
 
 from kvscope.app.gui.window_state import FrameUpdate
 from kvscope.app.lab.chat_workload import MAX_TEXT_CHARS
+from kvscope.widgets.long_words import has_long_word, wrap_anywhere_when
 from kvscope.widgets.palette import DARK, Theme, hex_color
 from kvscope.widgets.requests_table import STATUS_NAMES
 from kvscope.widgets.text_exchange import TextExchangeView
@@ -47,6 +48,13 @@ class PromptInput(QPlainTextEdit):
         self.setTabChangesFocus(True)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         self._fit_height()
+        # typed or pasted text is laid out after textChanged: its wrap follows (see long_words.py)
+        self.textChanged.connect(lambda: wrap_anywhere_when(self, has_long_word(self.toPlainText())))
+
+    def setPlainText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        if has_long_word(text):  # laid out here, at once: one 2 MB word froze the window for minutes
+            wrap_anywhere_when(self, True)
+        super().setPlainText(text)
 
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
