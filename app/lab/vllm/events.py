@@ -13,7 +13,9 @@ this decoder is tolerant by design:
 
 A frame that cannot be read raises KvEventDecodeError with a one-line message; the subscriber
 counts it and goes on. That includes a payload past MAX_BATCH_BYTES (refused before it is decoded,
-so 500 million token ids never become a list) and one nested deeper than Python recurses.
+so 500 million token ids never become a list), one nested deeper than Python recurses, and fields
+no vLLM sends (check_batch): a ts that is no wall-clock time, a block_size or group_idx out of
+range, more token ids than the blocks hold, a hash or a name of megabytes.
 """
 
 from __future__ import annotations
@@ -23,16 +25,27 @@ from typing import Any, Union
 
 import msgspec
 
+from kvscope.engine.checks import MAX_BLOCK_SIZE
 from kvscope.engine.config import ConfigError
 
 BlockHash = Union[int, bytes]
 END_OF_REPLAY_SEQ = -1  # the replay socket's last reply carries this seq and an empty payload
-# One engine step's batch is KBs (a step of 64K prefilled tokens, msgpack'd, is under 1 MB); decoded,
-# each byte can become a 28-byte int in a tuple, so a payload past this is refused before decoding.
-MAX_BATCH_BYTES = 64 * 1024**2
+# One engine step's batch is KBs (a step of 64K prefilled tokens, msgpack'd, is under 1 MB; this holds
+# 3 million tokens of 5 bytes); decoded, each byte can become a 28-byte int in a tuple, so a payload
+# past this is refused before decoding. The subscriber's queue holds RECEIVE_QUEUE_MESSAGES of them.
+MAX_BATCH_BYTES = 16 * 1024**2
 MAX_TOPIC_BYTES = 4096  # vLLM's topics are a few words ("kv@pod@model"); each log row repeats it
 MAX_TYPE_NAME = 200  # an event type's name as kept and said (vLLM's are "BlockStored" and the like)
 _U64_MASK = (1 << 64) - 1
+# vLLM stamps a batch with time.time(): seconds since 1970, finite. Past this (the year 5138) it is no clock.
+MAX_TS = 1e11
+# vLLM numbers its KV cache groups from 0, one per kind of layer (full attention, sliding window, mamba):
+# a handful. Each group's blocks are keyed apart, so a made-up index is a made-up cache.
+MAX_GROUP_IDX = 1023
+# vLLM's hashes are 8-byte ints or 32-byte digests (sha256; 4 more bytes with a group id); each block
+# the map holds keeps its hash, so one of megabytes, batch after batch, is memory kept.
+MAX_HASH_BYTES = 128
+MAX_NAME_CHARS = 1024  # a medium ("GPU", "CPU") or a LoRA adapter's name, kept with each stored block
 
 
 class KvEventDecodeError(ConfigError):
@@ -46,7 +59,7 @@ class BlockStored:
     block_hashes: tuple[BlockHash, ...]
     parent_block_hash: BlockHash | None
     token_ids: tuple[int, ...]  # the tokens of all the blocks, block after block
-    block_size: int
+    block_size: int  # 0 when the publisher did not send it
     medium: str | None = None  # "GPU", or a tier a KV connector offloads to
     group_idx: int = 0  # the KV cache group (hybrid models hash each group apart)
     lora_name: str | None = None
@@ -133,7 +146,9 @@ def decode_message(frames: list[bytes]) -> KvEventMessage:
     return KvEventMessage(topic, seq, decode_batch(payload))
 
 
-def decode_batch(payload: bytes | memoryview) -> EventBatch:
+def decode_batch(payload: bytes | memoryview, recorded: bool = False) -> EventBatch:
+    """recorded: a batch kvscope wrote to a recording, where a block_size of 0 stands for one the
+    publisher left out (kvscope before 2026-11 wrote it so)."""
     if not payload:
         raise KvEventDecodeError("KV event payload is empty")
     if len(payload) > MAX_BATCH_BYTES:
@@ -146,8 +161,41 @@ def decode_batch(payload: bytes | memoryview) -> EventBatch:
         raise KvEventDecodeError(f"KV event batch: {_one_line(exc)}") from None
     except RecursionError:
         raise KvEventDecodeError(_TOO_DEEP.format("batch")) from None
-    events = tuple(_decode_event(index, event) for index, event in enumerate(raw.events))
-    return EventBatch(float(raw.ts), events, raw.data_parallel_rank)
+    ts = float(raw.ts)
+    if not 0.0 <= ts <= MAX_TS:  # NaN fails it too
+        raise KvEventDecodeError(f"KV event batch: ts {ts!r} is not a server's clock (vLLM sends time.time(), "
+                                 "seconds since 1970)")
+    events = tuple(_checked(index, _decode_event(index, event, recorded)) for index, event in enumerate(raw.events))
+    return EventBatch(ts, events, raw.data_parallel_rank)
+
+
+def _checked(index: int, event: KvEvent) -> KvEvent:
+    """The event, or a KvEventDecodeError naming the first field no vLLM server could have sent."""
+    if isinstance(event, (UnknownEvent, AllBlocksCleared)):
+        return event
+    name = type(event).__name__
+    if not 0 <= event.group_idx <= MAX_GROUP_IDX:
+        raise KvEventDecodeError(f"KV event {index} ({name}): group_idx {event.group_idx} is not a KV cache "
+                                 f"group (vLLM numbers them from 0, at most {MAX_GROUP_IDX})")
+    parent = (event.parent_block_hash,) if isinstance(event, BlockStored) else ()
+    for field, hashes in (("block_hashes", event.block_hashes), ("parent_block_hash", parent)):
+        wrong = next((h for h in hashes if isinstance(h, bytes) and not 0 < len(h) <= MAX_HASH_BYTES), None)
+        if wrong is not None:
+            raise KvEventDecodeError(f"KV event {index} ({name}): a hash in {field} of {len(wrong):,} bytes "
+                                     f"(vLLM's are 8 or 32; kvscope reads up to {MAX_HASH_BYTES})")
+    for field in ("medium", "lora_name"):
+        text = getattr(event, field, None)
+        if text is not None and len(text) > MAX_NAME_CHARS:
+            raise KvEventDecodeError(f"KV event {index} ({name}): {field} of {len(text):,} characters, more than "
+                                     f"the {MAX_NAME_CHARS:,} kvscope keeps")
+    if isinstance(event, BlockStored):
+        size = event.block_size or MAX_BLOCK_SIZE  # 0: not sent, so at most the largest block
+        room = len(event.block_hashes) * size
+        if len(event.token_ids) > room:
+            raise KvEventDecodeError(f"KV event {index} (BlockStored): {len(event.token_ids):,} token_ids for "
+                                     f"{len(event.block_hashes):,} block(s) of at most {size:,} tokens "
+                                     f"({room:,} in all)")
+    return event
 
 
 # -- the wire shapes, read by msgspec -----------------------------------------------------------------
@@ -161,7 +209,7 @@ class _StoredMap(msgspec.Struct, tag_field="type", tag="BlockStored"):
     block_hashes: list[_Hash]
     parent_block_hash: Union[_Hash, None] = None
     token_ids: list[int] = []
-    block_size: int = 0
+    block_size: Union[int, None] = None
     medium: Union[str, None] = None
     group_idx: Union[int, None] = None
     lora_name: Union[str, None] = None
@@ -224,7 +272,7 @@ def _is_map(first_byte: int) -> bool:
     return 0x80 <= first_byte <= 0x8F or first_byte in (0xDE, 0xDF)
 
 
-def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
+def _decode_event(index: int, raw: msgspec.Raw, recorded: bool = False) -> KvEvent:
     data = bytes(raw)
     as_map = bool(data) and _is_map(data[0])
     try:
@@ -241,11 +289,15 @@ def _decode_event(index: int, raw: msgspec.Raw) -> KvEvent:
             f"a {type(type_name).__name__} where the type belongs"
         raise KvEventDecodeError(f"KV event {index} ({said}): {_one_line(exc)[:MAX_TYPE_NAME]}") from None
     if isinstance(wire, (_StoredMap, _StoredArray)):
+        block_size = wire.block_size
+        if block_size is not None and not 1 <= block_size <= MAX_BLOCK_SIZE and not (recorded and block_size == 0):
+            raise KvEventDecodeError(f"KV event {index} (BlockStored): block_size {block_size} is not a block's "
+                                     f"size (tokens per block, from 1 to {MAX_BLOCK_SIZE:,})")
         return BlockStored(
             block_hashes=tuple(_normal_hash(h) for h in wire.block_hashes),
             parent_block_hash=None if wire.parent_block_hash is None else _normal_hash(wire.parent_block_hash),
             token_ids=tuple(wire.token_ids),
-            block_size=wire.block_size,
+            block_size=block_size or 0,  # 0: not sent
             medium=wire.medium,
             group_idx=wire.group_idx or 0,
             lora_name=wire.lora_name,

@@ -111,6 +111,7 @@ def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    socket.setsockopt(zmq.RCVHWM, 4)  # one reply is read: a replay streaming its buffer is not queued past that
     hint = "is it the server's --kv-events-config replay_endpoint?"
     try:
         socket.connect(endpoint)

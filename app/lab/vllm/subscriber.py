@@ -23,8 +23,8 @@ waits at most `timeout_ms` for the first message, then reads only what is alread
 the poll's `deadline` (the attach's end) or REPLAY_POLL_LIMIT_S into the poll, whichever is first:
 a gap it could not fill by then is counted as lost.
 
-Each socket queues at most RECEIVE_QUEUE_MESSAGES messages; past that ZMQ drops what the publisher
-sends (memory stays bounded whatever its rate). A dropped batch is a gap like any other, asked of
+Each socket queues at most RECEIVE_QUEUE_MESSAGES messages of frames up to MAX_MESSAGE_BYTES; past
+that ZMQ drops what the publisher sends (memory stays bounded, RECEIVE_QUEUE_BYTES, whatever its rate). A dropped batch is a gap like any other, asked of
 the replay socket, and a gap found while kvscope was that far behind is counted as an overflow.
 """
 
@@ -53,15 +53,20 @@ DEFAULT_REPLAY_TIMEOUT_S = 2.0
 # What one poll may spend on replays, every gap it found together: the window's frames wait on the
 # poll, and vLLM replays its whole 10,000-batch buffer on loopback in well under a second.
 REPLAY_POLL_LIMIT_S = 5.0
-# vLLM keeps 10,000 batches for replay: a queue as deep loses nothing the replay cannot bring back.
-RECEIVE_QUEUE_MESSAGES = 10_000
+# ZMQ bounds its queue by messages, not bytes: at most this many, each frame at most MAX_MESSAGE_BYTES,
+# so a publisher sending the largest batches fills 4 GiB, no more (10,000 of 512 MB was 5 TB in theory).
+# Real batches are KBs: the queue is seconds of a busy server's steps, and what it drops is a gap the
+# replay socket fills (vLLM keeps 10,000 batches), counted as an overflow.
+RECEIVE_QUEUE_MESSAGES = 256
 # A seq further ahead than this is no run of lost batches -- at 1,000 engine steps a second it is
 # 50 days of them -- but a publisher whose sequence jumped (restarted elsewhere, or not vLLM's
 # counter): it is followed as a restart, and nothing is counted as lost or asked of the replay.
 MAX_PLAUSIBLE_GAP = 1 << 32
-# Past this ZMQ drops the peer before the message is whole in memory (libzmq cannot say why, so it is
-# not counted); a message from MAX_BATCH_BYTES up to here arrives, and is counted as undecodable.
-MAX_MESSAGE_BYTES = 512 * 1024**2
+# A frame past this makes ZMQ drop the peer before it is whole in memory (libzmq cannot say why; the
+# batches lost then are a gap like any other); a payload a little past MAX_BATCH_BYTES still arrives,
+# and is counted as undecodable, saying why.
+MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + 64 * 1024
+RECEIVE_QUEUE_BYTES = RECEIVE_QUEUE_MESSAGES * MAX_MESSAGE_BYTES
 REPLAY_MAX_BYTES = 1024**3  # vLLM's 10,000 buffered batches are tens of MB; replies past this are dropped
 
 
@@ -441,6 +446,8 @@ class KvEventSubscriber:
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        # the replay streams its whole buffer at once: ZMQ's default queue of 1,000 would hold 16 GB of the largest
+        socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
         received = 0
         try:
             socket.connect(endpoint)
