@@ -180,7 +180,14 @@ class _RecordReader:
             except zlib.error as exc:
                 raise RecordingError(f"{self.name}: {what} cannot be decompressed ({exc}): the file is corrupt") \
                     from None
-        return decode_payload(data, where, head_only=True)[0]
+        try:
+            return decode_payload(data, where, head_only=True)[0]
+        except RecordingError:
+            if not flags & FLAG_ZLIB:
+                raise
+            # a damaged head is read whole once, so that it is said as the whole record's reader says it
+            # (a zlib bomb: "inflates to more than ...", not the JSON parser's "Expecting value")
+            return decode_payload(self.payload(entry), where, head_only=True)[0]
 
     def _stored(self, entry: RecordEntry, label: str | None) -> tuple[int, bytes, str]:
         """(flags, the payload as stored, checksum verified, what to call the record)."""
