@@ -10,6 +10,7 @@ runners/paged_cache.py), nowhere else.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from kvscope.engine.units import GiB
@@ -425,15 +426,23 @@ class EngineArgs:
         return dataclasses.replace(self, **changes)
 
 
-def parse_vllm_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a vLLM release such as "0.19", "0.19.1" or "v0.6.4" (ASCII digits only:
-    str.isdigit() also passes "²", which int() refuses)."""
-    text = str(version).strip().lstrip("vV")
-    parts = text.split(".")
-    if len(parts) < 2 or not all(len(p) <= 4 and p.isascii() and p.isdigit() for p in parts[:2]):
-        raise ConfigError(f"vllm_version must look like 0.19 or 0.6.4, got {version!r}")
-    return int(parts[0]), int(parts[1])
+# vLLM's first release (0.1.0, June 2023) already sized its KV cache as memory x utilization less the
+# profiled peak: the V0 accounting kvscope models before 0.8. No release is older.
+OLDEST_VLLM_VERSION = "0.1"
 
+
+def parse_vllm_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM release such as "0.19", "0.19.1", "0.6.4.post1" or "v0.10" (as vLLM's
+    tags are written); one older than vLLM's first release (0.0) is refused with the range."""
+    form = re.fullmatch(r"[vV]?([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9]{1,4})?(?:\.?(?:post|rc|dev|a|b)[0-9]{0,4})*"
+                        r"(?:\+[0-9A-Za-z.]{1,64})?", str(version).strip())  # [0-9]: "²" is a digit to isdigit()
+    if form is None:
+        raise ConfigError(f"vllm_version must look like 0.19 or 0.6.4, got {version!r}")
+    parsed = int(form[1]), int(form[2])
+    if parsed < (0, 1):
+        raise ConfigError(f"vllm_version {version}: no vLLM release is older than {OLDEST_VLLM_VERSION}, its first; "
+                          f"kvscope models vLLM's memory accounting from {OLDEST_VLLM_VERSION} to {DEFAULT_VLLM_VERSION}")
+    return parsed
 
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str, model: ModelConfig) -> str:

@@ -320,6 +320,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
     try:
         refuse_blank_values(args)
+        importlib.import_module("kvscope.app.cli.input_paths").refuse_unreadable_input_paths(args)
         name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
         code = args.func(args)

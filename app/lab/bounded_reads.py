@@ -11,6 +11,7 @@ Every failure is a ConfigError whose message starts with `label` (what was read)
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -97,13 +98,13 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
 def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
     """A regular file's bytes if it holds at most max_bytes; /dev/zero, a FIFO or a file too big
     for its kind is refused before anything is allocated for it."""
-    path = Path(path)
-    if "\0" in str(path):  # a workload file's trace = "a\u0000b": open() raises ValueError, naming no field
+    typed = os.fspath(path)  # not Path(path): it drops a trailing '/', and "notes.txt/" names no file
+    if "\0" in str(typed):  # a workload file's trace = "a\u0000b": open() raises ValueError, naming no field
         raise ConfigError(f"{label}: cannot read: the path holds a NUL character, which no file name has")
     try:
         # O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes; opened this
         # way it returns at once and fstat refuses it. A regular file reads as usual.
-        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+        with os.fdopen(os.open(typed, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
             info = os.fstat(handle.fileno())
             if stat.S_ISDIR(info.st_mode):
                 raise ConfigError(f"{label}: is a folder, not a {what}")
@@ -114,13 +115,74 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
             data = handle.read(max_bytes + 1)
     except IsADirectoryError:
         raise ConfigError(f"{label}: is a folder, not a {what}") from None
+    except NotADirectoryError:  # the OS's "Not a directory" does not say which part is the file
+        raise ConfigError(f"{label}: {not_a_folder_reason(typed) or 'cannot read: a part of the path is not a folder'}"
+                          ) from None
     except FileNotFoundError:
-        raise ConfigError(f"{label}: cannot read: no such file") from None
+        closed = unopened_descriptor(typed)
+        raise ConfigError(f"{label}: " + (descriptor_not_open(closed) if closed is not None else "cannot read: no such file")
+                          ) from None
     except OSError as exc:
+        if exc.errno == errno.ENXIO and what_is_there(typed).startswith("a socket"):  # "No such device or address"
+            raise ConfigError(f"{label}: is {what_is_there(typed)}, not a {what}") from None
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # it grew while being read
         raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
     return data
+
+
+def not_a_folder_reason(path) -> str | None:
+    """Why the OS said "not a directory" of `path`, in words: it ends in '/' after a file's name
+    (Path() drops that '/', so the file was read as if it were not there), or a part before its
+    name is a file. None where neither is so (the path changed meanwhile)."""
+    from kvscope.app.lab.output_path import file_in_place_of_a_folder  # it imports this module (said_paths)
+    from kvscope.app.lab.said_paths import said_path
+
+    typed = os.fsdecode(path)
+    named = typed.rstrip("/" + os.sep)
+    if named != typed and named and os.path.lexists(named) and not os.path.isdir(named):
+        return f"ends in '/', which names a folder; {said_path(named)} is {what_is_there(named)}"
+    blocking = file_in_place_of_a_folder(Path(typed).parent)
+    return None if blocking is None else f"{said_path(blocking)} is a file, not a folder"
+
+
+def what_is_there(path) -> str:
+    """What kind of thing that is no folder `path` names, as a message says it: "a file", "a socket"."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return "a link that leads nowhere"
+    return ("a file" if stat.S_ISREG(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a socket (a program's "
+            "connection point)" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "no file")
+
+
+# Where this process's open file descriptors appear as files: /dev/fd/N, /proc/self/fd/N, /dev/stdin.
+DESCRIPTOR_FOLDERS = ("/dev/fd", f"/proc/{os.getpid()}/fd", "/proc/self/fd")
+STANDARD_STREAMS = {0: "standard input", 1: "standard output", 2: "standard error"}
+
+
+def unopened_descriptor(path) -> int | None:
+    """N where `path` names this process's file descriptor N (/dev/fd/5, /dev/stdin) and N is not
+    open: the OS says "no such file", and the folder it is in is no folder a file can be made in."""
+    try:
+        folder, name = os.path.split(os.path.realpath(os.fsdecode(path)))
+    except (OSError, ValueError):
+        return None
+    if not (name.isascii() and name.isdigit() and len(name) <= 9) or folder not in DESCRIPTOR_FOLDERS:
+        return None
+    try:
+        os.fstat(int(name))
+    except OSError:
+        return int(name)
+    return None
+
+
+def descriptor_not_open(number: int) -> str:
+    """What to say of a path naming file descriptor `number`, which is not open."""
+    stream = f" ({STANDARD_STREAMS[number]}, closed)" if number in STANDARD_STREAMS else ""
+    return (f"descriptor {number}{stream} is not open in this command (a shell opens one with `{number}< file` "
+            f"or `{number}> file`); give a file name")
 
 
 def is_one_line(text, limit: int) -> bool:

@@ -22,6 +22,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from kvscope.app.lab.bounded_reads import (descriptor_not_open, not_a_folder_reason, unopened_descriptor,
+                                           what_is_there)
 from kvscope.app.lab.said_paths import said_short
 from kvscope.engine.config import ConfigError
 
@@ -52,10 +54,17 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
 def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
     path = str(path)
     if path.endswith(("/", os.sep)) and not os.path.isdir(path):
-        raise ConfigError(f"{flag} {path}: ends in '/', which names a folder, and there is none; give a file "
-                          "name (without the '/')")
+        after_a_file = not_a_folder_reason(path) or ""  # `notes.txt/`: "there is none" hid that notes.txt is there
+        raise ConfigError(f"{flag} {path}: " + (f"{after_a_file}; give a file name (without the '/')"
+                                                if after_a_file.startswith("ends in") else
+                                                "ends in '/', which names a folder, and there is none; give a file "
+                                                "name (without the '/')"))
+    closed = unopened_descriptor(path)
+    if closed is not None:  # `--json /dev/fd/5` with no 5 open: "no file can be made in /dev/fd" named no cause
+        raise ConfigError(f"{flag} {path}: {descriptor_not_open(closed)}")
     _refuse_if_no_file_can_be_made_beside(flag, path)
     out = Path(path)
+    _raise_if_links_loop(os.path.dirname(os.path.abspath(path)))
     for what, given in (inputs or {}).items():
         if given and given != "-" and same_file(out, given):
             raise ConfigError(f"{flag} {path}: is also the {what} this command reads; writing it would destroy "
@@ -75,9 +84,21 @@ def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
     except OSError as exc:
         if exc.errno == errno.ENXIO and _is_fifo(out):  # ENXIO is also a terminal device with no terminal
             raise ConfigError(f"{flag} {path}: a pipe that nothing reads; give a file name") from None
+        if exc.errno == errno.ENXIO and what_is_there(out).startswith("a socket"):  # "No such device or address"
+            raise ConfigError(f"{flag} {path}: is {what_is_there(out)}, not a file; give a file name") from None
         raise ConfigError(f"{flag} {path}: cannot write it: {exc.strerror or exc}") from None
     if not existed:
         out.unlink()
+
+
+def _raise_if_links_loop(folder: str) -> None:
+    """The OSError of a folder reached through a loop of symbolic links, for check_output_path to say:
+    `loop/x` was said as "loop is a file, not a folder"."""
+    try:
+        os.stat(folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise
 
 
 def file_in_place_of_a_folder(folder: Path) -> str | None:
@@ -85,8 +106,8 @@ def file_in_place_of_a_folder(folder: Path) -> str | None:
     a device): the reason no file can be made below it. None where the path just stops existing."""
     for part in (folder, *folder.parents):
         try:
-            if os.path.lexists(part):
-                return None if os.path.isdir(part) else str(part)
+            if os.path.lexists(part):  # a link that leads nowhere (or round in a loop) is no file either
+                return None if os.path.isdir(part) or not os.path.exists(part) else str(part)
         except (OSError, ValueError):
             return None
     return None

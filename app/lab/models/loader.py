@@ -164,23 +164,46 @@ def check_weights_match(path: Path, loading_info: dict) -> None:
         raise ConfigError(f"model directory {path}: its weights do not match its config.json: {'; '.join(problems)}")
 
 
-def resolve_device(requested: str | None):
+def check_device_name(requested: str | None, label: str = "device") -> int | None:
+    """The device's name, in kvscope's words before torch reads it (torch's own for `tpu` lists 20
+    device types, of which the real backend runs on two); its N of cuda:N or cpu:N, None if none.
+    label names where it was given."""
+    import re
+
+    from kvscope.app.lab.presets import meant_names
+
+    if not requested:  # none given: CUDA where there is one
+        return None
+    form = re.fullmatch(r"(cpu|cuda)(?::(.*))?", requested, re.DOTALL)
+    if form is None:  # the paged runner is written and tested for these two
+        meant = meant_names(requested, ["cpu", "cuda"])
+        raise ConfigError(f"{label} {requested!r}: the real backend runs on cpu or cuda (cuda:N), not "
+                          f"{requested.split(':', 1)[0]}" + (f" (did you mean {meant[0]}?)" if meant else ""))
+    # no leading zero: torch refuses "cuda:01" with its own message
+    if form[2] is not None and not re.fullmatch(r"0|[1-9][0-9]{0,5}", form[2]):
+        raise ConfigError(f"{label} {requested!r}: the N of {form[1]}:N numbers a device, 0 for the first, "
+                          f"not {form[2]!r}")
+    return None if form[2] is None else int(form[2])
+
+
+def resolve_device(requested: str | None, label: str = "device"):
+    """The torch device the real backend runs on: `requested` (cpu, cuda, cuda:N), or CUDA where
+    there is one. ConfigError, naming `label`, for any other name or a device this machine lacks."""
+    index = check_device_name(requested, label)
     import torch
 
-    if requested:
-        try:
-            device = torch.device(requested)
-        except RuntimeError as exc:
-            raise ConfigError(f"unknown device {requested!r}: {exc}") from None
-        if device.type not in ("cpu", "cuda"):  # the paged runner is written and tested for these two
-            raise ConfigError(f"device {requested!r}: the real backend runs on cpu or cuda (cuda:N), not {device.type}")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"device {requested!r} asked for, but this machine has no CUDA device")
-        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"device {requested!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                              f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-        return device
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not requested:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cpu"):
+        if index:  # torch takes cpu:5 as the one CPU there is
+            raise ConfigError(f"{label} {requested!r}: the CPU is one device, cpu (or cpu:0)")
+        return torch.device(requested)
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{label} {requested!r} asked for, but this machine has no CUDA device")
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:  # before torch.device: it keeps N in 8 bits (cuda:256 is cuda:0)
+        raise ConfigError(f"{label} {requested!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return torch.device(requested)
 
 
 def _available_bytes(device) -> int:
