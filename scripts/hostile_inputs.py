@@ -34,6 +34,8 @@ from hostile_inputs_sixth_cli import sixth_cli_cases
 from hostile_inputs_sixth_files import sixth_file_cases
 from hostile_inputs_seventh_cli import seventh_cli_cases
 from hostile_inputs_seventh_files import seventh_file_cases
+from hostile_inputs_eighth_cli import eighth_cli_cases
+from hostile_inputs_eighth_files import eighth_file_cases
 from hostile_inputs_fourth_cli import fourth_cli_cases
 from hostile_inputs_fourth_files import fourth_file_cases
 from hostile_inputs_third import third_pass_cases
@@ -821,7 +823,8 @@ def main() -> int:
                  + fourth_cli_cases(d, Case, write) + fourth_file_cases(d, Case, write)
                  + fifth_cli_cases(d, Case, write) + fifth_file_cases(d, Case, write)
                  + sixth_cli_cases(d, Case, write) + sixth_file_cases(d, Case, write)
-                 + seventh_cli_cases(d, Case, write) + seventh_file_cases(d, Case, write))
+                 + seventh_cli_cases(d, Case, write) + seventh_file_cases(d, Case, write)
+                 + eighth_cli_cases(d, Case, write) + eighth_file_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []
