@@ -60,6 +60,7 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 ACCOUNTINGS = ("vllm", "lesson")
 # The vLLM release whose accounting is modelled when none is named: the newest one read (0.33).
 DEFAULT_VLLM_VERSION = "0.33"
+OLDEST_VLLM_VERSION = "0.1"  # its first release (June 2023) already sized KV as memory x utilization - peak
 # Spellings found in config.json's torch_dtype / dtype.
 _DTYPE_ALIASES = {
     "float32": "fp32",
@@ -424,11 +425,6 @@ class EngineArgs:
 
     def replace(self, **changes) -> "EngineArgs":
         return dataclasses.replace(self, **changes)
-
-
-# vLLM's first release (0.1.0, June 2023) already sized its KV cache as memory x utilization less the
-# profiled peak: the V0 accounting kvscope models before 0.8. No release is older.
-OLDEST_VLLM_VERSION = "0.1"
 
 
 def parse_vllm_version(version: str) -> tuple[int, int]:
