@@ -18,6 +18,8 @@ import struct
 import zlib
 from pathlib import Path
 
+import hostile_recordings
+
 ROOT = Path(__file__).resolve().parent.parent
 BIG = "1" + "0" * 400  # a whole number TOML and JSON spell, past 64 bits and past any float
 ESC = "\x1b[2J\x1b[31m"  # clears the terminal, then prints red
@@ -103,22 +105,14 @@ def _calibration_cases(f: Path, Case, write) -> list:
 # -- recordings ----------------------------------------------------------------------------------------------------
 
 
-def _helpers():
-    import hostile_inputs  # here, not at the top: hostile_inputs imports this file
-
-    return hostile_inputs
-
-
 def _with_index_head(data: bytes, change) -> bytes:
     """A closed recording whose INDEX record's JSON head is changed by change(head), its trailer
     pointing at it again (checksums right)."""
     from kvscope.app.lab.recording.format import INDEX, TRAILER_TAG, frame_record
-
-    h = _helpers()
-    records = h.records_of(data)
+    records = hostile_recordings.records_of(data)
     number = next(i for i, r in enumerate(records) if r[1] == INDEX)
     offset, _, flags, _ = records[number]
-    payload = h.with_head(h.payload_of(data, number), change)
+    payload = hostile_recordings.with_head(hostile_recordings.payload_of(data, number), change)
     trailer = struct.pack("<Q8s", offset, TRAILER_TAG)
     return data[:offset] + frame_record(INDEX, payload, bool(flags & 1)) + trailer + struct.pack(
         "<I", zlib.crc32(trailer))
@@ -126,14 +120,12 @@ def _with_index_head(data: bytes, change) -> bytes:
 
 def _recording_cases(f: Path, Case, write) -> list:
     from kvscope.app.lab.recording.format import STEPS
-
-    h = _helpers()
     r = f / "recordings"
-    data = h.small_recording(r / "good.kvrec").read_bytes()
-    records = h.records_of(data)
+    data = hostile_recordings.small_recording(r / "good.kvrec").read_bytes()
+    records = hostile_recordings.records_of(data)
 
     def header(change) -> bytes:
-        return h.reframed(data, 0, h.with_head(h.payload_of(data, 0), change))
+        return hostile_recordings.reframed(data, 0, hostile_recordings.with_head(hostile_recordings.payload_of(data, 0), change))
 
     steps = next(i for i, rec in enumerate(records) if rec[1] == STEPS)
 
@@ -141,7 +133,7 @@ def _recording_cases(f: Path, Case, write) -> list:
         def change(head):
             spec = next(iter(head["arrays"].values()))
             spec["dtype"] = dtype
-        return h.reframed(data, steps, h.with_head(h.payload_of(data, steps), change))
+        return hostile_recordings.reframed(data, steps, hostile_recordings.with_head(hostile_recordings.payload_of(data, steps), change))
 
     files = {
         # `export` joined the model's name to " on " (a TypeError) when the header had no label
@@ -305,13 +297,11 @@ def _attach_cases(f: Path, Case, write) -> list:
     forged = None
     if attached is not None:  # the batch's "GPU" made bytes that are not UTF-8 (checksums right)
         from kvscope.app.lab.recording.format import ATTACH_TICKS
-
-        h = _helpers()
         data = attached.read_bytes()
-        number = next(i for i, rec in enumerate(h.records_of(data)) if rec[1] == ATTACH_TICKS)
-        payload = h.payload_of(data, number)
+        number = next(i for i, rec in enumerate(hostile_recordings.records_of(data)) if rec[1] == ATTACH_TICKS)
+        payload = hostile_recordings.payload_of(data, number)
         forged = write(out / "not-utf8.kvrec",
-                       h.reframed(data, number, payload.replace(b"\xa3GPU", b"\xa3\xff\xfe\xfd")))
+                       hostile_recordings.reframed(data, number, payload.replace(b"\xa3GPU", b"\xa3\xff\xfe\xfd")))
 
     def attach(prefix, *more, events=good, duration="1"):
         return ["attach", f"{url}/{prefix}", "--kv-events", events, "--duration", duration, *more]

@@ -21,6 +21,7 @@ import time
 import zlib
 from pathlib import Path
 
+from hostile_recordings import records_of, small_recording
 from hostile_fixtures import cpu_calibration_key, fake_http_server, hostile_model, stored, zmq_publisher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,24 +240,14 @@ def _config_cases(f: Path, Case, write) -> list:
 # -- recordings ---------------------------------------------------------------------------------------------
 
 
-def _small_recording(path: Path) -> Path:
-    from hostile_inputs import small_recording  # here, not at the top: hostile_inputs imports this file
-
-    return small_recording(path)
-
-
-def _records_of(data: bytes) -> list:
-    from hostile_inputs import records_of
-
-    return records_of(data)
 
 
 def _recording_cases(f: Path, Case, write) -> list:
     from kvscope.app.lab.recording.format import FRAME, INDEX, TRAILER_TAG, frame_record
 
     r = f / "recordings"
-    data = _small_recording(r / "good.kvrec").read_bytes()
-    records = _records_of(data)
+    data = small_recording(r / "good.kvrec").read_bytes()
+    records = records_of(data)
     index_offset = next(o for o, t, _, _ in records if t == INDEX)
 
     # record 1's frame claims 5.9 GiB and the file (sparse) is that long: read whole before its checksum
@@ -542,7 +533,7 @@ def _attach_cases(f: Path, Case, write) -> list:
         [b"kv", seq(1), batch([stored([5], group_idx=2**63, block_size=2**63, medium="m" * 10_000)], rank=-3)],
         [b"kv", seq(2), batch([{"type": "X" * 10_000}, {"type": "BlockRemoved", "block_hashes": [b"\x01"]}])],
     ])
-    existing = _small_recording(f / "attach" / "existing.kvrec")
+    existing = small_recording(f / "attach" / "existing.kvrec")
     out = f / "attach"
 
     def attach(prefix, events, *more, duration="2"):

@@ -17,6 +17,8 @@ import struct
 import time
 from pathlib import Path
 
+import hostile_recordings
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -29,20 +31,12 @@ def sixth_file_cases(d: Path, Case, write) -> list:
 # -- recordings -------------------------------------------------------------------------------------------------
 
 
-def _helpers():
-    import hostile_inputs  # here, not at the top: hostile_inputs imports this file
-
-    return hostile_inputs
-
-
 def _deltas_claiming(data: bytes, changes: int) -> bytes:
     """The recording with its first DELTAS record's owner changes made `changes` at its first step
     (zeros stored as bytes, restored as int64: 40,000,000 of them zlib to 40 KB), checksums right."""
     from kvscope.app.lab.recording.format import DELTAS
-
-    h = _helpers()
-    number = next(i for i, rec in enumerate(h.records_of(data)) if rec[1] == DELTAS)
-    payload = h.payload_of(data, number)
+    number = next(i for i, rec in enumerate(hostile_recordings.records_of(data)) if rec[1] == DELTAS)
+    payload = hostile_recordings.payload_of(data, number)
     (n,) = struct.unpack_from("<I", payload)
     head = json.loads(payload[4:4 + n])
     body = bytearray(payload[4 + n:])
@@ -54,13 +48,12 @@ def _deltas_claiming(data: bytes, changes: int) -> bytes:
     head["arrays"]["owner.value"] = {"dtype": "|u1", "count": changes, "offset": len(body), "as": "<i4"}
     body += bytes(changes)
     text = json.dumps(head).encode()
-    return h.reframed(data, number, struct.pack("<I", len(text)) + text + bytes(body))
+    return hostile_recordings.reframed(data, number, struct.pack("<I", len(text)) + text + bytes(body))
 
 
 def _recording_cases(f: Path, Case, write) -> list:
-    h = _helpers()
     r = f / "recordings"
-    data = h.small_recording(r / "good.kvrec").read_bytes()
+    data = hostile_recordings.small_recording(r / "good.kvrec").read_bytes()
     # read, restored to 560 MB and replayed as if true: 40,000,000 changes in 16 steps of a 42-block pool
     claims = write(r / "deltas-40m-changes.kvrec", _deltas_claiming(data, 40_000_000))
     # 43 changes of one field in one step of a 42-block pool: a block changes at most once a step
