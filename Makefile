@@ -32,8 +32,9 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/kvscope run --model llama-3-8b --hardware l4-24gb --workload chat --requests 400
 
+# --durations: the suite must stay under 15 minutes on a 2-core machine; CI's log names what costs most
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q --durations=20
 
 bench: $(STAMP)
 	$(VENV)/bin/kvscope bench scheduler
