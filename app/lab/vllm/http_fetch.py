@@ -116,8 +116,14 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     request = urllib.request.Request(url, headers={"Accept": "text/plain"})
     deadline = _Deadline(timeout_s)
     too_slow = f"cannot reach {url}: timed out: no whole answer within {timeout_s:g} s (--timeout)"
+    opener = _opener_for(url, deadline)
+    redirects = next(h for h in opener.handlers if isinstance(h, HttpOnlyRedirects))
+
+    def via() -> str:
+        return "" if redirects.redirected_to is None else f" (redirected to {short_label(redirects.redirected_to, 120)})"
+
     try:
-        with _opener_for(url, deadline).open(request, timeout=timeout_s) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             length = response.headers.get("Content-Length", "").strip()
             declared = int(length) if length.isascii() and length.isdigit() and len(length) < 20 else 0
             body = b"" if declared > MAX_RESPONSE_BYTES else response.read(MAX_RESPONSE_BYTES + 1)
@@ -126,23 +132,28 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
             raise ServerUnreachable(f"{url} redirected in a loop (HTTP {exc.code}: more than "
                                     f"{urllib.request.HTTPRedirectHandler.max_redirections} redirects, or back to an "
                                     "address already visited); give the address the server answers at") from None
-        raise ServerUnreachable(f"{url} answered HTTP {exc.code} {short_label(exc.reason, 200)}") from None  # its text
+        raise ServerUnreachable(f"{url}{via()} answered HTTP {exc.code} {short_label(exc.reason, 200)}") from None
     except urllib.error.URLError as exc:
         if deadline.expired:
             raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc.reason)}") from None
+        raise ServerUnreachable(f"cannot reach {url}{via()}: {_why_unreachable(exc.reason)}") from None
     except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
         if deadline.expired:  # the deadline cut the answer off mid-way (IncompleteRead)
             raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"{url} did not answer in HTTP ({type(exc).__name__})") from None
+        raise ServerUnreachable(f"{url}{via()} did not answer in HTTP ({type(exc).__name__})") from None
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
         if deadline.expired:
             raise ServerUnreachable(too_slow) from None
-        raise ServerUnreachable(f"cannot reach {url}: {_why_unreachable(exc)}") from None
+        raise ServerUnreachable(f"cannot reach {url}{via()}: {_why_unreachable(exc)}") from None
     finally:
         deadline.cancel()
     if deadline.expired:  # an answer without a length ends where the deadline cut it: not all of it
         raise ServerUnreachable(too_slow)
+    if len(body) < declared <= MAX_RESPONSE_BYTES:
+        # read(amt) returns what came before the connection closed, without IncompleteRead: an
+        # exposition cut at a line's end parsed as a whole one, its missing series shown as n/a
+        raise ServerUnreachable(f"{url}{via()} closed the connection after {len(body):,} of the {declared:,} bytes "
+                                "it announced (Content-Length): the answer is cut short")
     if declared > MAX_RESPONSE_BYTES:
         raise MetricsError(f"{url} would send {declared:,} bytes, more than the {MAX_RESPONSE_BYTES // 1024**2} MiB "
                            "kvscope reads")

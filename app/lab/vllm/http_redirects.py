@@ -12,8 +12,15 @@ import urllib.request
 
 
 class HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    def __init__(self):
+        super().__init__()
+        # The last address redirected to: a failure there was said of the address the user gave ("connection
+        # refused (is the server running?)" of a server that had just answered with the redirect).
+        self.redirected_to: str | None = None
+
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        scheme = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
+        self.redirected_to = urllib.parse.urljoin(req.full_url, newurl)
+        scheme = urllib.parse.urlsplit(self.redirected_to).scheme.lower()
         if scheme not in ("http", "https"):
             raise urllib.error.HTTPError(req.full_url, code, f"redirected to a {scheme or 'schemeless'} address, "
                                          "which kvscope does not follow (only http and https)", headers, fp)

@@ -13,10 +13,12 @@ interpolated within a bucket as Prometheus's histogram_quantile does (histogram_
 
 from __future__ import annotations
 
+import io
 import math
+import time
 from dataclasses import dataclass, field, fields
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from kvscope.app.lab.bounded_reads import is_one_line, load_json
 from kvscope.app.lab.vllm.http_fetch import (
@@ -137,10 +139,20 @@ def is_ascii_whole(text: str) -> bool:
 # -- parsing ------------------------------------------------------------------------------------------
 
 
-def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
-    """Read a Prometheus text exposition; `source` (a URL, a file) names it in error messages."""
+def parse_metrics(text: str, source: str = "the exposition", deadline: float | None = None,
+                  timeout_s: float | None = None) -> ServerMetrics:
+    """Read a Prometheus text exposition; `source` (a URL, a file) names it in error messages.
+    deadline (time.monotonic()): MetricsError once it passes, saying the timeout_s it was given.
+
+    The fetch is bounded by its deadline, the parse was not: the 16 MiB a fetch may bring took 7 s
+    to parse (a 50 KB exposition takes milliseconds), and a scrape a second held the attach's
+    frames that long each time."""
+    too_slow = _TooSlow(source, len(text), timeout_s) if deadline is not None else None
     try:
-        samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+        samples = [sample for family in text_fd_to_metric_families(_timed_lines(text, deadline, too_slow))
+                   for sample in family.samples]
+    except _TooSlow as exc:
+        raise exc.error() from None
     except ValueError as exc:
         # the parser's message quotes the server's text: shortened and escaped
         raise MetricsError(f"{source} is not a Prometheus exposition: {short_label(exc, 200)}") from None
@@ -171,6 +183,35 @@ def parse_metrics(text: str, source: str = "the exposition") -> ServerMetrics:
     if len(model_names) > MAX_MODEL_NAMES:  # they only name the model: passed over, not kept by the thousand
         model_names = ()
     return ServerMetrics(_total(list(engines.values())), engines, cache_config, model_names, tuple(rejected))
+
+
+class _TooSlow(Exception):
+    """The parse passed its deadline (not a ValueError: the parser's own errors are those)."""
+
+    def __init__(self, source: str, size: int, timeout_s: float | None):
+        super().__init__(source)
+        self.source, self.size, self.timeout_s = source, size, timeout_s
+
+    def error(self) -> MetricsError:
+        within = f"the {self.timeout_s:g} s timeout (--timeout)" if self.timeout_s is not None else "its deadline"
+        return MetricsError(f"{self.source}: an exposition of {self.size:,} characters could not be read within "
+                            f"{within}; a vLLM server's is about 50 KB (a longer --timeout reads a larger one)")
+
+
+# About 0.1 s of parsing: an exposition of fewer lines (vLLM's has hundreds) is read whole however
+# little of the deadline its fetch left, as before the parse had one.
+_LINES_BETWEEN_CHECKS = 4096
+
+
+def _timed_lines(text: str, deadline: float | None, too_slow: _TooSlow | None):
+    lines = io.StringIO(text)
+    if deadline is None:
+        yield from lines
+        return
+    for number, line in enumerate(lines):
+        if number and number % _LINES_BETWEEN_CHECKS == 0 and time.monotonic() > deadline:
+            raise too_slow
+        yield line
 
 
 def _drop_repeats(by_name: dict[str, list], rejected: list[str]) -> None:
@@ -393,8 +434,10 @@ def prefix_cache_hit_rate(before: EngineMetrics | None, after: EngineMetrics) ->
 
 
 def fetch_metrics(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ServerMetrics:
+    """The server's metrics, fetched and parsed within timeout_s for both together."""
     url = f"{server_url(address)}/metrics"
-    return parse_metrics(fetch_text(url, timeout_s), source=url)
+    deadline = time.monotonic() + timeout_s
+    return parse_metrics(fetch_text(url, timeout_s), source=url, deadline=deadline, timeout_s=timeout_s)
 
 
 def fetch_version(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:

@@ -10,6 +10,7 @@ when one is given it is asked for a batch beyond any seq and must answer with th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import zmq
@@ -29,7 +30,7 @@ from kvscope.app.lab.vllm.metrics import (
     is_ascii_whole,
     server_url,
 )
-from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES
+from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES, read_message
 from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
@@ -118,11 +119,19 @@ def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
         socket.send_multipart([b"", REPLAY_PROBE_SEQ.to_bytes(8, "big", signed=True)])
         if not socket.poll(int(timeout_s * 1000)):
             raise NotAPublisher(f"replay endpoint {endpoint} gave no answer within {timeout_s:g} s; {hint}")
-        frames = socket.recv_multipart()
+        # a reply of a million frames is counted, not held (read_message), and for timeout_s at most
+        frames = read_message(socket, time.monotonic() + timeout_s, {}, most=4)
     except zmq.ZMQError as exc:
         raise NotAPublisher(f"cannot use replay endpoint {endpoint!r}: {exc}") from None
     finally:
         socket.close(linger=0)
+    if frames is None:
+        raise NotAPublisher(f"replay endpoint {endpoint} sent a reply of more frames than it could count within "
+                            f"{timeout_s:g} s; {hint}")
+    if isinstance(frames, int):
+        raise NotAPublisher(f"replay endpoint {endpoint} answered {frames:,} frames that are not vLLM's end of "
+                            f"replay; {hint}")
+    frames = [frame.bytes for frame in frames]
     if frames and frames[0] == b"":
         frames = frames[1:]
     try:

@@ -67,6 +67,9 @@ MAX_PLAUSIBLE_GAP = 1 << 32
 # and is counted as undecodable, saying why.
 MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + 64 * 1024
 RECEIVE_QUEUE_BYTES = RECEIVE_QUEUE_MESSAGES * MAX_MESSAGE_BYTES
+MOST_FRAMES_KEPT = 3  # topic, seq, payload (a replay's reply has 4: the DEALER keeps the empty delimiter)
+# What one poll spends reading past messages of very many frames: the rest is read on the next
+READ_PAST_LIMIT_S = 0.2
 REPLAY_MAX_BYTES = 1024**3  # vLLM's 10,000 buffered batches are tens of MB; replies past this are dropped
 
 
@@ -198,6 +201,7 @@ class KvEventSubscriber:
         self._filled: set[zmq.Socket] = set()
         self._drained: set[zmq.Socket] = set()
         self._behind = False  # the message being handled came after its socket's queue was full
+        self._partial: dict[zmq.Socket, int] = {}  # frames read past so far of a message of very many
         self._context = zmq.Context()
         self._poller = zmq.Poller()
         self._sockets: dict[zmq.Socket, tuple[str, PublisherEndpoint]] = {}
@@ -227,19 +231,23 @@ class KvEventSubscriber:
         self._deadline_is_end = deadline is not None and deadline <= limit
         self._deadline = deadline if self._deadline_is_end else limit
         handled = 0
+        reading_until = time.monotonic() + READ_PAST_LIMIT_S
+        later: set[zmq.Socket] = set()  # mid-way through a message of very many frames: read on next poll
         while ready and handled < self.max_messages_per_poll:
             for socket in ready:
                 while handled < self.max_messages_per_poll:
                     try:
-                        # uncopied: a payload too large to decode is refused by its length, never copied
-                        frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                        frames = read_message(socket, reading_until, self._partial)
                     except zmq.Again:
                         self._backlog[socket] = 0
                         self._drained.add(socket)
                         break
+                    if frames is None:
+                        later.add(socket)
+                        break
                     handled += 1
                     self._handle_counted(socket, frames, records)
-            ready = dict(self._poller.poll(0))
+            ready = {socket: event for socket, event in self._poller.poll(0) if socket not in later}
         return records
 
     def close(self) -> None:
@@ -289,13 +297,17 @@ class KvEventSubscriber:
         self._behind = socket in self._filled
         gaps = self.overflow_gaps
         source, publisher = self._sockets[socket]
-        self._handle(source, publisher, _plain(frames), records)
+        self._handle(source, publisher, frames if isinstance(frames, int) else _plain(frames), records)
         if self.overflow_gaps > gaps or socket in self._drained:
             self._filled.discard(socket)
         self._drained.discard(socket)
 
     def _handle(self, source: str, publisher: PublisherEndpoint, frames: list[bytes],
                 records: list[SubscriberRecord]) -> None:
+        if isinstance(frames, int):  # read past, not kept (read_message)
+            self._decode_error(records, None, None, f"from {source}: KV event message has {frames:,} frames, "
+                                                    "expected 3 (topic, seq, payload)")
+            return
         try:
             topic, seq, payload = split_message(frames)
         except KvEventDecodeError as exc:
@@ -463,7 +475,12 @@ class KvEventSubscriber:
                     if wait_s < self.replay_timeout_s:
                         return replies, self._unfilled()
                     return replies, f"replay from {endpoint} gave no answer within {self.replay_timeout_s:g} s"
-                frames = _plain(socket.recv_multipart(copy=False))
+                frames = read_message(socket, give_up_at, {}, most=4)
+                if frames is None:
+                    return replies, self._unfilled()
+                if isinstance(frames, int):
+                    return replies, f"replay from {endpoint} sent a reply of {frames:,} frames"
+                frames = _plain(frames)
                 if frames and frames[0] == b"":
                     frames = frames[1:]
                 if len(frames) not in (2, 3):
@@ -488,6 +505,33 @@ class KvEventSubscriber:
 
 UNFILLED = "not filled: the attach ended before the replay did"
 UNFILLED_IN_TIME = f"not filled: the replay took more than the {REPLAY_POLL_LIMIT_S:g} s a poll may spend on it"
+
+
+def read_message(socket: zmq.Socket, until: float, partial: dict, most: int = MOST_FRAMES_KEPT):
+    """The next message's frames (uncopied: a payload too large to decode is refused by its length,
+    never copied), raising zmq.Again when none waits. A message of more than `most` frames is read
+    past, not kept: its frame count is returned instead. Past `until` (time.monotonic()) such a
+    message is left part-read, None returned, and `partial` (by socket) remembers how far it got.
+
+    ZMQ bounds a frame's size, not a message's frames: recv_multipart of a message of a million
+    one-byte frames took 5 s and 300 MB of Python objects in one poll, for a message only refused."""
+    count = partial.pop(socket, None)
+    if count is None:
+        frames = [socket.recv(zmq.NOBLOCK, copy=False)]
+        # the rest of a message is there once its first frame is: ZMQ delivers messages whole
+        while frames[-1].more and len(frames) < most:
+            frames.append(socket.recv(copy=False))
+        if not frames[-1].more:
+            return frames
+        count = len(frames)
+    sink = bytearray(1)  # a frame read into it is cut to one byte, never copied whole
+    while socket.getsockopt(zmq.RCVMORE):
+        socket.recv_into(sink)
+        count += 1
+        if count % 4096 == 0 and time.monotonic() > until and socket.getsockopt(zmq.RCVMORE):
+            partial[socket] = count
+            return None
+    return count
 
 
 def _plain(frames: list) -> list:
