@@ -8,6 +8,7 @@ the typed text just before Qt does and hands one line to `show`, which the form 
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Callable
 
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -24,6 +25,15 @@ def shown_value(box: QAbstractSpinBox, value) -> str:
     if box.specialValueText() and value == box.minimum():
         return box.specialValueText()
     return f"{box.textFromValue(value)}{box.suffix()}"
+
+
+def taken_range(box: QAbstractSpinBox) -> str:
+    """The values the box takes, in words: "1 to 1,024 tokens", or with its special text at the
+    minimum "1 to 1,024 tokens, or default" (not "default to 1,024 tokens")."""
+    if box.specialValueText():
+        least = box.minimum() + box.singleStep()
+        return f"{shown_value(box, least)} to {shown_value(box, box.maximum())}, or {box.specialValueText()}"
+    return f"{shown_value(box, box.minimum())} to {shown_value(box, box.maximum())}"
 
 
 SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakable word, widened the form past its dock
@@ -48,8 +58,7 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     elif ok and number > box.maximum():
         why = f"{typed} is above the largest value this field takes, {shown_value(box, box.maximum())}"
     else:
-        why = (f"{typed!r} is not a value this field takes ({shown_value(box, box.minimum())} to "
-               f"{shown_value(box, box.maximum())})")
+        why = f"{typed!r} is not a value this field takes ({taken_range(box)})"
     return f"{why}: kept {shown_value(box, box.value())}"
 
 
@@ -68,14 +77,35 @@ def typed_refusal(box: QAbstractSpinBox) -> str | None:
     return kept_value_reason(box, typed)
 
 
+def dropped_reason(box: QAbstractSpinBox, text: str) -> str:
+    """The line for a key or a paste Qt dropped as no number at all: a letter, or a number copied
+    with invisible characters around it (a direction mark from a right-to-left page, a zero-width
+    space), which the user cannot see to remove."""
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) in ("Cf", "Cc")})
+    shown = repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]) + \
+        ("" if len(text) <= SHOWN_CHARS else f"... ({len(text):,} characters)")
+    invisible = (f" (it holds invisible characters: {', '.join(hidden[:4])}{' ...' if len(hidden) > 4 else ''})"
+                 if hidden else "")
+    return f"{shown} is not a number{invisible}; this field takes {taken_range(box)}: kept {shown_value(box, box.value())}"
+
+
 class KeptValueNotice(QObject):
     """Event filter on one spin box: on Enter, or when the box loses focus, with text it cannot
-    hold in it, calls show(reason) before Qt puts the previous value back."""
+    hold in it, calls show(reason) before Qt puts the previous value back. A key or a paste Qt
+    drops at once (no number at all) is said too: a pasted "\u202e12" left the box as it was,
+    without a word."""
 
     def __init__(self, box: QAbstractSpinBox, show: Callable[[str], None]):
         super().__init__(box)
         self._show = show
         box.installEventFilter(self)
+        box.lineEdit().inputRejected.connect(lambda: self._dropped(box))
+
+    def _dropped(self, box: QAbstractSpinBox) -> None:
+        # while the signal is emitted the line holds the text refused, before Qt puts it back
+        typed = box.lineEdit().text().removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+        if typed and box.validate(box.lineEdit().text(), 0)[0] == QValidator.State.Invalid:
+            self._show(dropped_reason(box, typed))
 
     def eventFilter(self, box, event) -> bool:  # noqa: N802 - Qt's name
         kind = event.type()

@@ -30,7 +30,7 @@ from kvscope.app.gui.error_box import ErrorBox
 from kvscope.app.gui.replay_controls import ReplayControls
 from kvscope.app.gui.run_settings import settings_choices, weight_dtype_choices
 from kvscope.app.gui.scenario_texts import scenario_texts
-from kvscope.app.gui.settings_form import SettingsForm
+from kvscope.app.gui.settings_form import NOT_APPLIED, SettingsForm
 from kvscope.app.gui.window_state import WindowState, starting_text, window_title
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.host.session import EngineSession, FrameDelta
@@ -287,7 +287,7 @@ class MainWindow(ReplayControls, QMainWindow):
         config = None if typed else self.settings_form.current_config()
         if config is None:  # the refused field is brought into view and focused, its reason said here
             reason = typed or self.settings_form.reveal_refusal() or "a setting is refused (see the Settings panel)"
-            self.statusBar().showMessage(f"not applied: {reason}", 10000)
+            self.statusBar().showMessage(f"{NOT_APPLIED}{reason}", 10000)
             return False
         self.config = config
         self.done = False

@@ -47,6 +47,7 @@ from kvscope.widgets.settings_panel import SettingsPanel
 MiB = 1024**2
 QT_INT_MAX = 2**31 - 1  # a QSpinBox holds an int32
 BOUND_NOTE = "\nat most "
+NOT_APPLIED = "not applied: "  # how the window says an Apply was refused (MainWindow.apply_settings)
 
 
 def form_bounds() -> dict[str, float]:
@@ -138,7 +139,15 @@ class SettingsForm:
             return None
         self.show_refused({})
         self.settings.show_preview(memory_preview(config))
+        self.forget_refusal_said()
         return config
+
+    def forget_refusal_said(self) -> None:
+        """An Apply's "not applied: ..." went on standing for its ten seconds after the field was
+        mended, or the next Apply taken, hiding the new run's status; it goes once nothing is refused."""
+        bar = self.window.statusBar()
+        if bar.currentMessage().startswith(NOT_APPLIED):
+            bar.clearMessage()
 
     def take_typed_value(self) -> str | None:
         """Apply pressed while the keyboard is still in a number box of the form, the editor or the

@@ -24,6 +24,34 @@ from kvscope.app.host.protocol import APPLY, PAUSE, PLAY, SPEED, STEP, CompareFr
 
 RESULTS_INTERVAL_S = 0.5  # the table so far: percentiles over every finished request
 RUNS_FINISHED_WAIT_S = 0.02  # how often a finished comparison looks whether the window took that news
+LABEL_CHARS = 80  # of a configuration's label in an error: the dialog's first line
+
+
+def failed_label(spec, exc: BaseException) -> str | None:
+    """The label of the configuration whose build raised exc: the variant whose build_engine is on
+    its traceback (None when none is: the workload's requests, say). A failed build said "no room
+    for a KV cache: ..." and not which of four configurations had none."""
+    variants = getattr(spec, "variants", ())
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "build_engine" else None
+        if owner is not None and any(owner is variant for variant in variants):
+            return owner.label
+        tb = tb.tb_next
+    return None
+
+
+def labelled(message: str, label: str | None) -> str:
+    """The message led by its configuration, unless it names it already (Variant's own checks do)."""
+    if label is None or message.startswith(f"configuration {label!r}"):
+        return message
+    shown = label if len(label) <= LABEL_CHARS else f"{label[:LABEL_CHARS - 3]}..."
+    return f"configuration {shown!r}: {message}"  # repr: a direction override or newline is escaped
+
+
+def first_line(error: str) -> str:
+    return error.strip().splitlines()[-1]
 
 
 class ComparisonSession(Session):
@@ -73,10 +101,14 @@ class ComparisonSession(Session):
         try:
             comparison = Comparison(spec)
         except ConfigError as exc:
-            self._fail(str(exc), "could not build the comparison")
+            self._fail(labelled(str(exc), failed_label(spec, exc)), "could not build the comparison")
             return
-        except Exception:  # noqa: BLE001 - shown to the user; the window keeps working
-            self._fail(traceback.format_exc(), "could not build the comparison")
+        except Exception as exc:  # noqa: BLE001 - shown to the user; the window keeps working
+            label = failed_label(spec, exc)
+            error = traceback.format_exc()
+            if label is not None:  # the dialog shows a traceback's last line: that one names it
+                error += f"{labelled(first_line(error), label)}\n"
+            self._fail(error, "could not build the comparison")
             return
         self.comparison = comparison
         engines = comparison.engines
