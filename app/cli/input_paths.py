@@ -13,7 +13,8 @@ import errno
 import os
 import stat
 
-from kvscope.app.lab.bounded_reads import descriptor_not_open, not_a_folder_reason, unopened_descriptor, what_is_there
+from kvscope.app.lab.bounded_reads import (descriptor_not_open, not_a_folder_reason, unopened_descriptor,
+                                          unreadable_bytes_reason, what_is_there)
 from kvscope.app.lab.said_paths import said_path
 from kvscope.engine.config import ConfigError
 
@@ -75,4 +76,23 @@ def input_path_problem(path: str) -> str | None:
         return None
     if stat.S_ISSOCK(mode):
         return f"is {what_is_there(path)}, not a file or folder kvscope reads"
+    if stat.S_ISREG(mode):
+        return _first_byte_problem(path)
+    return None
+
+
+def _first_byte_problem(path: str) -> str | None:
+    """Why a regular file's first byte cannot be read (/proc/self/mem opens, then fails every read at
+    0): the readers said the OS's "Input/output error" or "Invalid argument", naming no cause. None
+    where it reads, or cannot even be opened (each reader says that, a permission among them)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        os.read(fd, 1)
+    except OSError as exc:
+        return unreadable_bytes_reason(path, exc)
+    finally:
+        os.close(fd)
     return None

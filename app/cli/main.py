@@ -129,6 +129,13 @@ class Parser(argparse.ArgumentParser):
         if message and stream is not None:  # stderr closed (2>&-): the exit code still says it
             stream.write(message)
 
+    def print_help(self, file=None):
+        """As argparse's, but with standard output closed (`kvscope --help >&-`) not onto stderr, which
+        _print_message falls back to: main() says the output is closed, as for any command."""
+        if file is None and sys.stdout is None:
+            return
+        super().print_help(file)
+
     def _check_value(self, action, value):
         """As argparse's, with the choice a mis-cased or mistyped one seems to mean (`--accounting Lesson`)."""
         if action.choices is not None and value not in action.choices and isinstance(value, str):
@@ -145,14 +152,20 @@ class Parser(argparse.ArgumentParser):
         """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (`{self.prog} --help` says what it takes)\n")
 
-    def unknown_flags_error(self, extras: list[str]):
-        """Flags this command does not take, each with the flag it seems to mean."""
+    def unknown_flags_error(self, extras: list[str], others: dict | None = None):
+        """Flags this command does not take, each with the flag it seems to mean, or the commands that
+        take it (`kvscope export --model x`: "did you mean --help?" was difflib's nearest)."""
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         said = []
         for extra in extras:
             name = extra.split("=", 1)[0]
             # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
+            owners = [c for c, p in (others or {}).items() if p is not self and typed in p._option_string_actions]
+            if name.startswith("--") and owners:
+                commands = ", ".join(f"`kvscope {c}`" for c in owners[:4]) + (" and others" if len(owners) > 4 else "")
+                said.append(f"{extra} (a flag of {commands}, not of `{self.prog}`)")
+                continue
             close = ([f for f in flags if f == typed.lower()]  # --JSON: too unlike --json for difflib
                      or difflib.get_close_matches(typed, flags, n=1, cutoff=0.6))
             note = ", spelled with two hyphens" if typed != name else ""
@@ -300,6 +313,10 @@ def _main(argv: list[str] | None) -> int:
         if not starved(exc) and _tiny_memory_limit():  # CPython's parser, out of memory, says SyntaxError
             exc = MemoryError(f"{type(exc).__name__} while loading kvscope")
         return _out_of_memory_at_start(exc)
+    early = _flag_before_the_command(parser, argv)
+    if early:  # `kvscope --model x math` said "invalid choice: 'x'" of the command
+        _say(f"kvscope: error: {early}")
+        return EXIT_USAGE
     try:
         args, extras = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help printed: said to fail if it could not be written (> /dev/full)
@@ -309,14 +326,15 @@ def _main(argv: list[str] | None) -> int:
     except OSError:
         return _flush_stdout_or_say(sys.exc_info()[1])
     if extras:  # said by the command's own parser: it names the command and knows its flags
-        command_parsers(parser).get(getattr(args, "command", None), parser).unknown_flags_error(extras)
+        commands = command_parsers(parser)
+        commands.get(getattr(args, "command", None), parser).unknown_flags_error(extras, commands)
     args.given_flags = refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()
         print("kvscope: error: give a command (above); `kvscope COMMAND --help` says what each takes", file=sys.stderr)
         return EXIT_USAGE
     if sys.stdout is None and args.command != "gui":  # `kvscope math >&-`: nowhere for what it says
-        print("kvscope: error: the standard output is closed; give the command somewhere to write", file=sys.stderr)
+        _say(STDOUT_CLOSED_LINE)
         return EXIT_USAGE
     try:
         refuse_blank_values(args)
@@ -327,7 +345,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
         return code
     except ConfigError as exc:
-        _say(f"kvscope: error: {one_line(str(exc))}")
+        _say(f"kvscope: error: {one_line(options.said_with_flags(str(exc), args))}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         _say("kvscope: interrupted")
@@ -356,6 +374,9 @@ def _main(argv: list[str] | None) -> int:
         what = "out of memory" if isinstance(exc, MemoryError) else "input nested too deep"
         _say(f"kvscope: error: {what} (an input larger than kvscope checks for): {one_line(str(exc))[:200]}")
         return EXIT_USAGE
+
+
+STDOUT_CLOSED_LINE = "kvscope: error: the standard output is closed; give the command somewhere to write"
 
 
 def _say(line: str) -> None:
@@ -431,8 +452,10 @@ def _flush_stdout_or_say(failed: OSError | None = None) -> int:
     try:
         if failed is not None:
             raise failed
-        if sys.stdout is not None:
-            sys.stdout.flush()
+        if sys.stdout is None:  # `kvscope --help >&-`: the help went nowhere, and 0 would say it was shown
+            _say(STDOUT_CLOSED_LINE)
+            return EXIT_USAGE
+        sys.stdout.flush()
         return 0
     except BrokenPipeError:
         _silence_stdout()
@@ -451,6 +474,21 @@ def name_standard_output_dash(args) -> None:
         value = getattr(args, dest, None)
         if isinstance(value, str) and value != "-" and names_standard_output(value):
             setattr(args, dest, "-")
+
+
+def _flag_before_the_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """What to say of a command's flag typed before the command (`kvscope --json math`): kvscope itself
+    takes only --help and --self-test, so argparse read the flag's value as the command."""
+    first = argv[0] if argv else ""
+    name = first.split("=", 1)[0]
+    if not name.startswith("--") or name in parser._option_string_actions or name == "--":
+        return None
+    owners = [c for c, p in command_parsers(parser).items() if name in p._option_string_actions]
+    if not owners:
+        return None
+    commands = ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
+    return (f"{one_line(first)} comes before the command; it is a flag of {commands}: give it after the command, "
+            f"as in `kvscope {owners[0]} {one_line(first)} ...` (kvscope itself takes only --help and --self-test)")
 
 
 def command_parsers(parser: argparse.ArgumentParser) -> dict:

@@ -117,10 +117,10 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     if vllm:
         rows.append((f"{'CPU' if hardware.kind == 'cpu' else 'GPU'} KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
                                           f"{plan.vllm_version} logs)"))
-    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:.2f}  at {_counted(plan.max_model_len, 'token')} "
+    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:,.2f}  at {_counted(plan.max_model_len, 'token')} "
                                              f"each ({_counted(plan.blocks_per_sequence, 'block')} per sequence)"))
     if vllm and abs(plan.lesson_max_concurrent_sequences - plan.max_concurrent_sequences) >= 0.005:
-        rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:.2f} sequences: a "
+        rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:,.2f} sequences: a "
                                              f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "
                                              f"blocks (the formula of {MEMORY_LESSON}: nothing held back, every "
                                              "layer a full KV cache)"))

@@ -4,6 +4,8 @@ kvscope has built."""
 
 from __future__ import annotations
 
+import os
+
 from kvscope.app.lab.models.loader import discover_cached_models, hf_cache_root
 from kvscope.app.lab.presets import load_model, preset_names
 from kvscope.app.lab.trained_model import TRAINED_MODEL, find_gguf, is_converted, trained_model_dir
@@ -28,6 +30,17 @@ def _trained_model_state() -> str:
         return f"not installed: {exc}"
 
 
+def _unusable_cache() -> str | None:
+    """Why kvscope's cache folder can hold no model (KVSCOPE_CACHE_DIR, or HOME, naming a file)."""
+    from kvscope.app.cli.options import check_cache_variable
+
+    try:
+        check_cache_variable()
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def run(args) -> int:
     # every line through shown(): the cache folders come from HF_HUB_CACHE, HF_HOME and
     # KVSCOPE_CACHE_DIR, and a folder named with ESC [ 2 J cleared the terminal it was listed on
@@ -45,8 +58,11 @@ def run(args) -> int:
             description = f"(invalid: {exc})"
         say(f"  {shown(name):<22} {description}")  # padded by the escaped name's width, as it shows
     cached = discover_cached_models()
-    say(f"\nHugging Face cache ({hf_cache_root()}):")
-    if not cached:
+    root = hf_cache_root()
+    say(f"\nHugging Face cache ({root}):")
+    if os.path.exists(root) and not os.path.isdir(root):  # HF_HUB_CACHE or HF_HOME naming a file: not "no models"
+        say("  not a folder (HF_HUB_CACHE or HF_HOME names a file): no models can be found there")
+    elif not cached:
         say("  no models")
     for m in cached:
         note = "" if m.supported else "  (not supported: kvscope runs Llama, Mistral, Qwen2, Qwen3 with safetensors)"
@@ -54,7 +70,10 @@ def run(args) -> int:
     built = sorted(p for p in (cache_dir() / "models").glob("*")
                    if not p.name.startswith(".") and (p / "config.json").is_file())
     say(f"\nbuilt by kvscope ({cache_dir() / 'models'}):")
-    if not built:
+    unusable = _unusable_cache()
+    if unusable:  # a listing, so said in it: "none yet" said a file there could still hold models
+        say(f"  none can be: {unusable}")
+    elif not built:
         say("  none yet")
     for p in built:
         say(f"  {p.name}")

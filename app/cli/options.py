@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import decimal
 import math
+import re
 import typing
 
 from kvscope.engine.config import (
@@ -40,15 +41,25 @@ ENGINE_FLAG_GROUPS = {"engine": "engine (vLLM's names)", "scheduler": "scheduler
 MODEL_PATH_NEEDS_REAL = "--model-path loads real weights: use it with --backend real"
 
 
+# How a number flag is written, said in each refusal of one: what was typed and what would be taken.
+NUMBER_FORMS = "decimal digits, such as 16, 0.9 or 80e9"
+SMALLEST_NUMBER = 1e-300  # nearer 0 a float loses digits (1e-320 is held as 9.99989e-321), then is 0
+
+
 def number(text: str) -> float:
-    """Accepts 80e9, 81920, 0.5; the engine's validation says whether the value makes sense."""
+    """Accepts 80e9, 81920, 0.5, 1_000 (and other scripts' digits, as float() does); the engine's
+    validation says whether the value makes sense."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"no value given; give a number in {NUMBER_FORMS}")
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        hexadecimal = text.strip().lower().lstrip("+-").startswith("0x")
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}; give a number in {NUMBER_FORMS}"
+                                         + (" (hexadecimal is not read)" if hexadecimal else "")) from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-    if value == 0 and _written_value(text) not in (None, 0):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}; give a number in {NUMBER_FORMS}")
+    if (value == 0 and _written_value(text) not in (None, 0)) or 0 < abs(value) < SMALLEST_NUMBER:
         # 1e-400 is 0.0 as a float: --arrival-rate 1e-400 (one request in eons) ran all at once
         raise argparse.ArgumentTypeError(f"too close to 0 for a number to hold: {text!r}; give 0 or a number "
                                          "of at least 1e-300")
@@ -79,7 +90,7 @@ def whole(text: str) -> int:
     number(text)  # says "not a number" / "not a finite number" first
     value = _exact_whole(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}; give a whole number such as 16 or 8e9")
     return value
 
 
@@ -88,7 +99,8 @@ def byte_count(text: str) -> float:
     since int() would silently drop a fraction (--weights-bytes 1.5 was 1 byte, 0.5 was none)."""
     value = number(text)
     if _exact_whole(text) is None:
-        raise argparse.ArgumentTypeError(f"not a whole number (a count of bytes or parameters): {text!r}")
+        raise argparse.ArgumentTypeError(f"not a whole number (a count of bytes or parameters): {text!r}; give "
+                                         "one such as 16e9")
     return value
 
 
@@ -285,6 +297,30 @@ def _whole_bytes(field: dataclasses.Field, value: float) -> int:
     return int(value)
 
 
+# The field each flag sets, where the two are named apart (an EngineArgs field and its flag share a
+# name): the engine and the loaders name the field ("workload chat: num_requests must be at least 1").
+FIELD_OF_FLAG = {"layers": "num_hidden_layers", "attention_heads": "num_attention_heads",
+                 "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "requests": "num_requests",
+                 "arrival_rate": "arrival_rate_per_s", "weights_bytes": "weights_bytes"}
+
+
+def said_with_flags(message: str, args) -> str:
+    """A refusal that names a field the user set by a flag, led by that flag as typed: "engine:
+    max_model_len must be greater than 0" is "--max-model-len 0: engine: max_model_len ..." after
+    `--max-model-len 0`. A field that came from a file or a default is left as the file names it."""
+    typed = getattr(args, "given_flags", frozenset())
+    # a one-word field ("accounting") is also an English word in messages: only snake_case names are fields
+    fields = {**{f.name: f.name for f in engine_flag_fields() if "_" in f.name}, **FIELD_OF_FLAG}
+    named = []
+    for dest in sorted(typed):
+        field, value = fields.get(dest), getattr(args, dest, None)
+        flag = "--" + dest.replace("_", "-")
+        if field and value is not None and flag not in message and re.search(rf"(?<![\w.-]){field}(?![\w-])", message):
+            named.append(f"{flag} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else
+                         f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return f"{', '.join(named)}: {message}" if named else message
+
+
 # What only vLLM's accounting reads, by the command that would ignore it under --accounting lesson
 # (memory x utilization - weights - reserve: no release, no CUDA graphs, no profiled activation).
 # `math` sizes nothing else, so its scheduler flags feed only vLLM's activation peak; `run` schedules
@@ -321,6 +357,8 @@ def engine_args_from_args(args, **extra) -> EngineArgs:
         if field.metadata["unit"] == "bytes" and value is not None:
             value = _whole_bytes(field, value)
         given[field.name] = value
+    if isinstance(given.get("vllm_version"), str):  # read as that release, so said as it: "vLLM 0.19 ", not
+        given["vllm_version"] = given["vllm_version"].strip()  # "vLLM 0.19  allocates"
     if getattr(args, "seed", None) is not None:
         given["seed"] = args.seed
     typed = getattr(args, "given_flags", frozenset())
@@ -414,3 +452,16 @@ def check_cache_variable() -> None:
     given = os.environ.get("KVSCOPE_CACHE_DIR")
     if given:
         check_folder_variable("KVSCOPE_CACHE_DIR", given, "the folder kvscope builds models in")
+        return
+    # unset: ~/.cache/kvscope, where HOME=/etc/passwd (a file) failed only after `loading ...`
+    from pathlib import Path
+
+    from kvscope.app.lab.output_path import file_in_place_of_a_folder
+    from kvscope.app.lab.said_paths import said_path
+
+    default = Path(os.path.expanduser("~")) / ".cache" / "kvscope"
+    blocking = file_in_place_of_a_folder(default) if not default.is_dir() else None
+    if blocking is not None:
+        raise ConfigError(f"the kvscope cache {said_path(default)} (HOME/.cache/kvscope, KVSCOPE_CACHE_DIR being "
+                          f"unset): {said_path(blocking)} is a file, not a folder; set KVSCOPE_CACHE_DIR to a folder "
+                          "kvscope can write, or HOME to your home folder")

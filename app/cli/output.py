@@ -8,14 +8,21 @@ import re
 # clear the screen or retitle the window, BEL rings, BS overwrites) and the bidirectional overrides
 # that reorder what follows. A file or preset name is shown as typed; these in it are shown escaped.
 # (Text, compiled on use: a Unicode class compiled at import needs memory a tiny `ulimit -v` lacks.)
-TERMINAL_CONTROLS = "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+# Lone surrogates too: a name's bytes that are not UTF-8 (`--config $'\xff.json'`, or any name under
+# LANG=C) reach Python as U+DC80-U+DCFF, and the terminal got "?" or "\ufffd" for them.
+TERMINAL_CONTROLS = "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+
+
+def _escaped(char: str) -> str:
+    if "\udc80" <= char <= "\udcff":  # the byte the file name holds, as the shell's $'\xff' writes it
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return char.encode("unicode_escape").decode("ascii")
 
 
 def shown(text: str, keep: str = "") -> str:
     """text with each terminal control character but those in `keep` escaped: "\\x1b[2J", not a
     cleared screen."""
-    return re.sub(TERMINAL_CONTROLS, lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode("ascii"),
-                  str(text))
+    return re.sub(TERMINAL_CONTROLS, lambda m: m[0] if m[0] in keep else _escaped(m[0]), str(text))
 
 
 def table(rows: list[tuple[str, str]], title: str | None = None) -> str:
