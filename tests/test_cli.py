@@ -830,8 +830,9 @@ def test_config_that_does_not_exist(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("rows, fragments", [
-    (["0,100,10", "1,abc,5"], ["line 3", "cannot read row", "1,abc,5"]),
-    (["0,100,10", "1,20,5", "2,20"], ["line 4", "cannot read row"]),
+    # the column and the cell, or the cells counted against the header (was "cannot read row" and the row)
+    (["0,100,10", "1,abc,5"], ["line 3", "ContextTokens 'abc'", "whole number of tokens"]),
+    (["0,100,10", "1,20,5", "2,20"], ["line 4", "2 cells where the header names 3", "'2,20'"]),
     (["0,100,10", "later,20,5"], ["line 3"]),
     (["0,100,10", "1,0,5"], ["line 3", "at least 1"]),
     (["0,100,10", "1,10,-2"], ["line 3", "at least 1"]),

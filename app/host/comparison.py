@@ -44,7 +44,7 @@ def failed_label(spec, exc: BaseException) -> str | None:
 
 def labelled(message: str, label: str | None) -> str:
     """The message led by its configuration, unless it names it already (Variant's own checks do)."""
-    if label is None or message.startswith(f"configuration {label!r}"):
+    if label is None or message.startswith("configuration "):
         return message
     shown = label if len(label) <= LABEL_CHARS else f"{label[:LABEL_CHARS - 3]}..."
     return f"configuration {shown!r}: {message}"  # repr: a direction override or newline is escaped

@@ -11,6 +11,7 @@ Every failure is a ConfigError whose message starts with `label` (what was read)
 
 from __future__ import annotations
 
+import datetime
 import errno
 import json
 import os
@@ -42,19 +43,35 @@ def nesting_depth(value) -> int:
 MAX_WHOLE = 2**63 - 1  # TOML's integers are 64-bit; no field of a preset, profile or header is larger
 
 
+def _first_inside(value, found) -> tuple[str, object] | None:
+    """(where, item) of the first item inside value (tables and lists walked, a dotted path kept)
+    for which found(item) holds; None if there is none."""
+    stack = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if found(item):
+            return where or "a value", item
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in children)
+    return None
+
+
 def outsized_whole(value) -> tuple[str, int] | None:
     """(where, number) of the first whole number past 64 bits inside value, None if there is none.
     Such a number has no float (10**400 in a rate), so a check that compares it with one raises
     OverflowError instead of naming the field; the TOML spec itself says it must be refused."""
-    stack = [("", value)]
-    while stack:
-        where, item = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool) and not -MAX_WHOLE - 1 <= item <= MAX_WHOLE:
-            return where or "a value", item
-        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
-        stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in children
-                     if isinstance(child, (dict, list, int)))
-    return None
+    return _first_inside(value, lambda item: isinstance(item, int) and not isinstance(item, bool)
+                         and not -MAX_WHOLE - 1 <= item <= MAX_WHOLE)
+
+
+def refuse_toml_dates(value, label: str) -> None:
+    """TOML's bare dates and times (num_requests = 1979-05-27) are no value of any field kvscope
+    reads; left to each field's own check they were quoted as Python's datetime.date(1979, 5, 27)."""
+    found = _first_inside(value, lambda item: isinstance(item, (datetime.date, datetime.time)))
+    if found is not None:
+        where, item = found
+        raise ConfigError(f"{label}: {str(where)[:80]} is a TOML date or time ({item.isoformat()}); no field takes "
+                          "one (counts and rates are numbers, names and paths quoted text)")
 
 
 def refuse_outsized_whole(value, label: str) -> None:
@@ -112,7 +129,7 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
                 raise ConfigError(f"{label}: not a regular file (a device or a pipe); give a {what}")
             if info.st_size > max_bytes:
                 raise ConfigError(f"{label}: {info.st_size:,} bytes, more than the {max_bytes:,} a {what} may have")
-            data = handle.read(max_bytes + 1)
+            data = _read_to_cap(handle, info.st_size, max_bytes)
     except IsADirectoryError:
         raise ConfigError(f"{label}: is a folder, not a {what}") from None
     except NotADirectoryError:  # the OS's "Not a directory" does not say which part is the file
@@ -125,10 +142,42 @@ def read_capped(path, label: str, max_bytes: int, what: str = "file") -> bytes:
     except OSError as exc:
         if exc.errno == errno.ENXIO and what_is_there(typed).startswith("a socket"):  # "No such device or address"
             raise ConfigError(f"{label}: is {what_is_there(typed)}, not a {what}") from None
-        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{label}: {unreadable_bytes_reason(typed, exc, what)}") from None
     if len(data) > max_bytes:  # it grew while being read
         raise ConfigError(f"{label}: more than the {max_bytes:,} bytes a {what} may have")
     return data
+
+
+READ_STEP_BYTES = 1 << 20
+
+
+def _read_to_cap(handle, size: int, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes (one past the cap says it was passed), reading the size fstat gave
+    first: read(max_bytes + 1) reserved the whole cap (1 GiB for a trace) before a byte came, which an
+    address-space limit refuses. Past that size (a file that grows, or one the kernel makes up as it is
+    read, whose size says 0) it reads on a step at a time."""
+    chunks = [handle.read(min(size, max_bytes) + 1)]
+    total = len(chunks[0])
+    while total > size and total <= max_bytes:
+        chunk = handle.read(min(READ_STEP_BYTES, max_bytes + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def unreadable_bytes_reason(path, exc: OSError, what: str = "file") -> str:
+    """Why a file that opened gave no bytes, in words: /proc/self/mem opens, then says only "Input/output
+    error" (a process's memory is read at its addresses, never from 0), as do other files the kernel
+    makes up as they are read."""
+    reason = (exc.strerror or str(exc)).lower()
+    try:
+        made_up = os.path.realpath(os.fsdecode(path)).startswith(("/proc/", "/sys/"))
+    except (OSError, ValueError):
+        made_up = False
+    where = ", a file the kernel makes up as it is read, not one that holds data" if made_up else ""
+    return f"cannot read its bytes ({reason}{where}); give a {what} kvscope can read"
 
 
 def not_a_folder_reason(path) -> str | None:

@@ -120,6 +120,18 @@ class Variant:
                                   memory_bytes=self.memory_bytes)
 
 
+def _built(variant: "Variant") -> Engine:
+    """The configuration's engine; a refusal names the configuration (of four, one had no room for a
+    KV cache, and the message did not say which)."""
+    try:
+        return variant.build_engine()
+    except ConfigError as exc:
+        if str(exc).startswith("configuration "):  # Variant's own checks name it
+            raise
+        label = variant.label if len(variant.label) <= 80 else f"{variant.label[:77]}..."
+        raise ConfigError(f"configuration {label!r}: {exc}") from exc  # repr: a direction override is escaped
+
+
 _LOADED_MODELS: dict = {}
 
 
@@ -414,7 +426,7 @@ class Comparison:
     def __init__(self, spec: ComparisonSpec, requests: Sequence[RequestSpec] | None = None):
         self.spec = spec
         self.variants = list(spec.variants)
-        self.engines = [variant.build_engine() for variant in self.variants]
+        self.engines = [_built(variant) for variant in self.variants]
         if requests is None:
             # token ids every configuration's model can embed
             vocab = min(engine.model.vocab_size for engine in self.engines)

@@ -21,7 +21,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
-                                          unholdable_number)
+                                          refuse_toml_dates, unholdable_number)
 from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_atomic
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
@@ -130,6 +130,7 @@ def read_toml(path, label: str) -> dict:
     if nesting_depth(table) > MAX_JSON_DEPTH:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels")
     refuse_outsized_whole(table, label)  # 10**400 as a rate: the checks' float compare would raise OverflowError
+    refuse_toml_dates(table, label)
     return table
 
 
@@ -309,6 +310,7 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
                           f"got {len(name.encode()):,}")
     if name in builtin_preset_names(kind) or name == THIS_MACHINE:
         raise ConfigError(f"{name!r} is a built-in preset; choose another name")
+    _refuse_a_name_apart_only_in_case(kind, name)
     # memory_is_budget says how one run got its memory (--memory-gib), not what the hardware is
     data = {**{k: v for k, v in fields.items() if v is not None and k != "memory_is_budget"}, "name": name}
     (model_from_dict if kind == "models" else hardware_from_dict)(data, f"preset {name}")
@@ -324,6 +326,22 @@ def save_user_preset(kind: str, name: str, fields: dict) -> Path:
               for key, value in data.items() if isinstance(value, dict)]
     write_text_atomic(f"preset {name}", path, "\n".join(lines) + "\n")  # a failed save keeps the old preset
     return path
+
+
+def _refuse_a_name_apart_only_in_case(kind: str, name: str) -> None:
+    """A name that differs from another preset's only in case: where the file system ignores case
+    (macOS, Windows) "My-GPU.toml" is the file "my-gpu.toml", so saving it replaced that preset, and a
+    built-in's name ("L4-24GB") was never read at all (the built-in is looked up first)."""
+    folded = name.casefold()
+    for other in builtin_preset_names(kind) + ([THIS_MACHINE] if kind == "hardware" else []):
+        if other.casefold() == folded:
+            raise ConfigError(f"{name!r} differs from the built-in preset {other!r} only in case, and on a file "
+                              "system that ignores case it names the same file; choose another name")
+    for other in user_preset_names(kind):
+        if other != name and other.casefold() == folded:
+            raise ConfigError(f"{name!r} differs from your preset {other!r} only in case, and on a file system that "
+                              f"ignores case saving it would replace that one; save it as {other!r} to replace it, "
+                              "or choose another name")
 
 
 def delete_user_preset(kind: str, name: str) -> None:

@@ -13,13 +13,13 @@ import csv
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import read_capped
+from kvscope.app.lab.bounded_reads import read_capped, refuse_toml_dates
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.engine.checks import real_number, require_text, whole_number
 from kvscope.engine.config import ConfigError
@@ -114,7 +114,7 @@ def dist_from_dict(data, label: str) -> LengthDist:
     return LengthDist("lognormal", min=lo, max=hi, median=median, sigma=sigma)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a trace may hold 10,000,000 rows: 1.9 GB of them with a __dict__ each
 class TraceRow:
     arrival_time_s: float
     prompt_tokens: int
@@ -240,6 +240,7 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
     file's own folder), else in fallback_trace_dir (the built-in traces) when it is there."""
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a table of workload fields, got {data!r:.60}")
+    refuse_toml_dates(data, label)  # a table not read by read_toml (a scenario's) too
     unknown = set(data) - _WORKLOAD_KEYS
     if unknown:
         raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
@@ -298,17 +299,42 @@ def _text(value, what: str) -> str:
     return value
 
 
-def _parse_timestamp(text: str) -> float:
-    """Seconds as a number, or an ISO date-time whose fraction may carry more than 6 digits."""
+# A time in seconds past this is no offset in seconds (3,169 years) but milliseconds or finer since
+# 1970: read as seconds, a trace of 5 s would replay over 83 minutes.
+MAX_TRACE_SECONDS = 1e11
+_COUNT = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*")  # int() also takes 1_000 and other scripts' digits
+
+
+def _parse_timestamp(text: str) -> tuple[float, str]:
+    """(seconds, form): seconds as a number ("seconds"), or an ISO date-time whose fraction may carry
+    more than 6 digits, with a zone ("zoned") or without one ("naive", read as UTC: the Azure traces
+    are, and the machine's own zone would move a replay's arrivals by its offset and its DST)."""
     text = text.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if "_" in text or not text.isascii():  # float() takes 1_0 and other scripts' digits
+            raise ValueError(text)
+        return seconds, "seconds"
     whole, _, fraction = text.partition(".")
     digits = fraction[: len(fraction) - len(fraction.lstrip("0123456789"))]
     base = datetime.fromisoformat(whole + fraction[len(digits):])  # a zone after the fraction (+00:00, Z) stays
-    return base.timestamp() + (float("0." + digits) if digits else 0.0)
+    form = "zoned" if base.tzinfo is not None else "naive"
+    if base.tzinfo is None:
+        base = base.replace(tzinfo=timezone.utc)
+    return base.timestamp() + (float("0." + digits) if digits else 0.0), form
+
+
+_FORMS = {"seconds": "a number of seconds", "zoned": "a date-time with a time zone",
+          "naive": "a date-time without a time zone"}
+
+
+def _count(text: str) -> int:
+    if not _COUNT.fullmatch(text):
+        raise ValueError(text)
+    return int(text)
 
 
 _COLUMN_NAMES = {
@@ -360,6 +386,12 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     for role, names in _COLUMN_NAMES.items():
         found = [i for i, h in enumerate(header) if h.strip() in names]
         if not found:
+            separator = next((name for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars"))
+                              if len(header) == 1 and sep in header[0]), None)
+            if separator:  # a spreadsheet's export in a locale whose decimal mark is a comma
+                raise ConfigError(f"trace {path} line 1: its columns are separated by {separator}; kvscope reads "
+                                  f"comma-separated values (columns {_COLUMN_NAMES['arrival'][0]}, "
+                                  f"{_COLUMN_NAMES['prompt'][0]}, {_COLUMN_NAMES['output'][0]})")
             raise ConfigError(
                 f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
             )
@@ -368,7 +400,7 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
                               f"({', '.join(header[i].strip() for i in found)}); keep one")
         columns[role] = found[0]
     limit = min(limit, ALL_ROWS) if limit is not None else ALL_ROWS
-    start = previous = None
+    start = previous = first_form = None
     for row in reader:
         line_no = reader.line_num
         if len(rows) >= limit:
@@ -376,20 +408,41 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
         if not row or all(not c.strip() for c in row):
             continue
         where = f"trace {path} line {line_no}"
+        while len(row) > len(header) and not row[-1].strip():  # a trailing comma (a spreadsheet's export) holds nothing
+            row = row[:-1]
         if len(row) > len(header):  # a comma inside a number (1,500) would shift the counts that follow
             raise ConfigError(f"{where}: {len(row)} cells where the header names {len(header)}: "
                               f"{','.join(row)[:80]!r} (a comma inside a number? write 1500, not 1,500)")
         try:
-            arrival = _parse_timestamp(row[columns["arrival"]])
-            prompt_text, output_text = row[columns["prompt"]], row[columns["output"]]
-        except (ValueError, IndexError, OverflowError):
-            raise ConfigError(f"{where}: cannot read row {','.join(row)[:80]!r}") from None
+            prompt_text, output_text, arrival_text = (row[columns[k]] for k in ("prompt", "output", "arrival"))
+        except IndexError:
+            raise ConfigError(f"{where}: {len(row)} cells where the header names {len(header)}: "
+                              f"{','.join(row)[:80]!r}") from None
+        try:
+            arrival, form = _parse_timestamp(arrival_text)
+        except (ValueError, OverflowError):
+            raise ConfigError(f"{where}: {header[columns['arrival']].strip()[:40]} {arrival_text.strip()[:40]!r} is "
+                              "neither seconds (12.5) nor an ISO date-time (2023-11-16 18:15:46.68, "
+                              "optionally with a zone: +00:00)") from None
         if not math.isfinite(arrival):
             raise ConfigError(f"{where}: arrival time {row[columns['arrival']]!r} is not a finite time")
-        try:
-            prompt, output = int(prompt_text), int(output_text)
-        except ValueError:
-            raise ConfigError(f"{where}: cannot read row {','.join(row)[:80]!r}") from None
+        if start is None and form == "seconds" and abs(arrival) >= MAX_TRACE_SECONDS:  # later rows: the span says
+            raise ConfigError(f"{where}: arrival time {row[columns['arrival']].strip()[:40]!r} is {abs(arrival):.3g} s, "
+                              f"past {MAX_TRACE_SECONDS:.0e} s (3,169 years): milliseconds or finer since 1970? "
+                              "give seconds (divide by 1,000 for milliseconds)")
+        if first_form is None:
+            first_form = form
+        elif form != first_form:  # their differences would be the zone's offset, or 1970's distance
+            raise ConfigError(f"{where}: arrival time {row[columns['arrival']].strip()[:40]!r} is {_FORMS[form]}, "
+                              f"but the first row's is {_FORMS[first_form]}; write every row's time the same way")
+        counts = []
+        for role, text in (("prompt", prompt_text), ("output", output_text)):
+            try:
+                counts.append(_count(text))
+            except ValueError:
+                raise ConfigError(f"{where}: {header[columns[role]].strip()[:40]} {text.strip()[:40]!r} is not a "
+                                  "whole number of tokens written in digits 0-9 (no separators, no decimals)") from None
+        prompt, output = counts
         if prompt < 1 or output < 1:
             raise ConfigError(f"{where}: token counts must be at least 1, got {prompt} and {output}")
         whole_number(prompt, f"{where}: prompt tokens", 1, MAX_REQUEST_TOKENS)

@@ -77,4 +77,7 @@ def checked_hf_fields(cfg, label: str) -> dict:
     for key in ("architectures", "layer_types"):
         if key in cfg and not all(isinstance(item, str) for item in cfg[key]):
             raise ConfigError(f"{label}: {key} must be a list of names, got {shown(cfg[key])}")
+    if "mlp_only_layers" in cfg:  # layer numbers: a list of names was counted as that many dense layers
+        for item in cfg["mlp_only_layers"]:
+            whole_number(item, f"{label}: mlp_only_layers (layer numbers)", 0, ceiling("num_hidden_layers"))
     return cfg

@@ -14,7 +14,7 @@ from pathlib import Path
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields
 from kvscope.app.lab.said_paths import os_error_text
-from kvscope.engine.checks import ceiling
+from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, build_config, normalize_dtype
 
 MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
@@ -43,6 +43,9 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if method == "compressed-tensors":  # llm-compressor checkpoints: the weights' bits and kind
         weights = next((g.get("weights") or {} for g in (quant.get("config_groups") or {}).values()
                         if isinstance(g, dict)), {})
+        if not isinstance(weights, dict):
+            raise ConfigError(f"quantization_config.config_groups: a group's weights must be a table like "
+                              f'{{"num_bits": 4, "type": "int"}}, got {shown(weights)}')
         bits, kind = weights.get("num_bits"), weights.get("type")
         if bits == 8:
             return "fp8" if kind == "float" else "int8"
@@ -92,6 +95,8 @@ def _linear_state_bytes(cfg: dict, weight_dtype: str) -> int:
     missing = [f for f in fields if not isinstance(cfg.get(f), int) or isinstance(cfg.get(f), bool)]
     if missing:
         raise ConfigError(f"linear_attention layers need {', '.join(missing)} (whole numbers) to size their state")
+    for f in fields:  # a 0 sized the state as 0 bytes (a kernel of 0: as -4), said as a field the file does not have
+        whole_number(cfg[f], f, 2 if f == "linear_conv_kernel_dim" else 1, ceiling(f, MAX_BYTES))
     k_heads, v_heads, k_dim, v_dim, kernel = (cfg[f] for f in fields)
     model_bytes = 2 if weight_dtype not in ("fp32",) else 4
     ssm_dtype = cfg.get("mamba_ssm_dtype")
@@ -180,6 +185,10 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     try:
         data["weight_dtype"] = _weight_dtype_from_hf(cfg)
         if cfg.get("kv_lora_rank"):  # multi-head latent attention
+            absent = [k for k in ("qk_nope_head_dim", "qk_rope_head_dim") if not cfg.get(k)]
+            if absent:  # their sum is the head_dim: a 0 was said as "head_dim must be greater than 0", a field not given
+                raise ConfigError(f"kv_lora_rank (multi-head latent attention) needs {' and '.join(absent)} "
+                                  "(whole numbers > 0): the attention head is qk_nope_head_dim + qk_rope_head_dim")
             data.update(kv_lora_rank=cfg["kv_lora_rank"], qk_rope_head_dim=cfg.get("qk_rope_head_dim"),
                         q_lora_rank=cfg.get("q_lora_rank"), v_head_dim=cfg.get("v_head_dim"),
                         head_dim=(cfg.get("qk_nope_head_dim") or 0) + (cfg.get("qk_rope_head_dim") or 0))

@@ -105,9 +105,14 @@ def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
     shards = ["model.safetensors"]
     if (path / "model.safetensors.index.json").exists():
         shards = sorted(_index_shards(path))
-        missing = [s for s in shards if not (path / s).is_file()]
+        missing = [s for s in shards if not (path / s).exists()]
         if missing:
             raise ConfigError(f"model directory {path}: missing weight shard(s) {', '.join(missing)}")
+    # A pipe named model.safetensors blocked the weights' check (and the load) on open, for ever
+    for name in {*shards, *(p.name for p in path.glob("*.safetensors"))}:
+        if (path / name).exists() and not (path / name).is_file():
+            raise ConfigError(f"model directory {path}: weight file {name} is not a regular file (a folder, a pipe "
+                              "or a device); the weights are *.safetensors files")
     if not cfg.get("quantization_config"):
         for shard in shards:
             _check_float_weights(path, shard)

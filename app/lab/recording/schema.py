@@ -165,22 +165,61 @@ def check_record(record_type: int, head: dict, arrays: dict, num_steps: int, num
     """A STEPS or DELTAS record of num_steps steps: every table it must have, of consistent
     lengths, with indices inside the pool and event kinds the header names. Other types pass."""
     if record_type == STEPS:
-        _check_steps(head, arrays, num_steps, num_kinds, what)
+        _check_steps(head, arrays, num_steps, num_kinds, what, num_blocks)
     elif record_type == DELTAS:
         _check_deltas(arrays, num_steps, num_blocks, what)
 
 
-def _check_steps(head: dict, arrays: dict, num_steps: int, num_kinds: int, what: str) -> None:
+# A step's series as the engine writes them. Forged past these they were exported as they came: a
+# NaN start time was a traceback in the Perfetto export and "nan" cells in the CSV, a kv_usage of 5
+# a pool 500 % full, a clock that ran backwards a timeline folded over itself.
+_STEP_SECONDS = ("start_time_s", "duration_s", "compute_time_s", "memory_time_s")
+_STEP_COUNTS = ("num_running", "num_waiting", "num_tokens", "num_prefill_tokens", "unused_slots", "num_preemptions",
+                "num_output_tokens")
+_IN_ORDER = ("step.step", "step.start_time_s")  # a repeated step number is an out-of-memory step's; none goes back
+
+
+def _series(arrays: dict, name: str, what: str, high: float = np.inf) -> None:
+    """A per-step series of finite numbers from 0 to high."""
+    values = arrays[name]
+    if not len(values):
+        return
+    if values.dtype.kind == "f":
+        bad = ~np.isfinite(values) | (values < 0) | (values > high)
+    else:
+        bad = (values < 0) | (values > high) if values.dtype.kind in "iu" else np.ones(len(values), bool)
+    if bad.any():
+        at = int(np.argmax(bad))
+        span = f"from 0 to {high:g}" if np.isfinite(high) else "0 or more"
+        raise _corrupt(f"{what}: {name} must hold finite numbers {span}; its entry {at:,} is {values[at]!s:.24}")
+    if name in _IN_ORDER and len(values) > 1 and (np.diff(values) < 0).any():
+        at = int(np.argmax(np.diff(values) < 0)) + 1
+        raise _corrupt(f"{what}: {name} goes backwards at entry {at:,} ({values[at - 1]!s:.24} then "
+                       f"{values[at]!s:.24}); a recording's steps are in order")
+
+
+def _check_steps(head: dict, arrays: dict, num_steps: int, num_kinds: int, what: str, num_blocks: int) -> None:
     for name, _ in STEP_COLUMNS:
         _length(arrays, f"step.{name}", num_steps, what)
+    for name in ("step", *_STEP_SECONDS, *_STEP_COUNTS):
+        _series(arrays, f"step.{name}", what)
+    _series(arrays, "step.kv_usage", what, 1.0)
     batch = _counts(arrays, "step.batch_size", num_steps, what)
     events = _counts(arrays, "step.num_events", num_steps, what)
     for name in ("batch.request_id", "batch.num_new_tokens", "batch.is_prefill"):
         _length(arrays, name, batch, what)
     for name, _ in EVENT_COLUMNS:
         _length(arrays, f"event.{name}", events, what)
+    _series(arrays, "event.time_s", what)  # the engine's clock when it happened (a NaN was exported as one)
     _length(arrays, "event.blocks", _counts(arrays, "event.num_blocks", events, what), what)
     _in_range(arrays, "event.kind", num_kinds, what)
+    # an event's blocks are the pool's (a block 10**9 or -5 was exported and replayed as it came); its
+    # request is one of the run's, or -1 for the engine's own (out of memory), as a batch's are the run's
+    _in_range(arrays, "event.blocks", num_blocks, what)
+    _series(arrays, "batch.request_id", what)
+    _series(arrays, "batch.num_new_tokens", what)
+    if len(arrays["event.request_id"]) and int(arrays["event.request_id"].min()) < -1:
+        raise _corrupt(f"{what}: event.request_id must hold request ids (0 or more), or -1 for the engine's own events")
     details = head.get("event_details", {})
     if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
         raise _corrupt(f"{what}: event_details must be a table of texts")
@@ -188,6 +227,8 @@ def _check_steps(head: dict, arrays: dict, num_steps: int, num_kinds: int, what:
     for name, _ in FINISHED_COLUMNS:
         if f"finished.{name}" in arrays:
             _length(arrays, f"finished.{name}", finished, what)
+            if name.endswith("_s"):  # seconds the engine measured: a NaN TTFT was exported as one
+                _series(arrays, f"finished.{name}", what)
 
 
 def delta_limits(num_steps: int, num_blocks: int) -> dict:
@@ -212,6 +253,7 @@ def _check_deltas(arrays: dict, num_steps: int, num_blocks: int, what: str) -> N
         _in_range(arrays, f"{field}.index", num_blocks, what)
     for name, _ in SNAPSHOT_COLUMNS:
         _length(arrays, f"snapshot.{name}", num_steps, what)
+        _series(arrays, f"snapshot.{name}", what, 1.0 if name == "kv_usage" else np.inf)
     upserts = _counts(arrays, "upsert.counts", num_steps, what)
     order = _length(arrays, "upsert.order", upserts, what)
     for name in REQUEST_DTYPE.names:
