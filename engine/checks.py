@@ -2,9 +2,9 @@
 
 Numbers: a closed range, its bounds in the message (`whole_number`, `real_number`); the ranges
 are generous (ten times anything real) but finite, so no product overflows a float and no count
-sizes an allocation past memory. Structures: `check_fields` for a table that builds a
-dataclass, `require_table` / `require_text` for the type of one field. Reading files (a size
-cap, JSON's nesting depth) is app/lab/bounded_reads.py's: the engine reads none.
+sizes an allocation past memory. The engine reads no files: the checks of a table read from
+one (its fields' types, app/lab/table_checks.py) and of the file itself (a size cap, JSON's
+nesting depth, app/lab/bounded_reads.py) are above it.
 
 Every failure is a ConfigError (config.py) whose message starts with what was read (a flag, a
 file, a preset and its field) and says what would be accepted.
@@ -12,9 +12,7 @@ file, a preset and its field) and says what would be accepted.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import typing
 
 # Defined here, re-exported by config.py: the checks below need it, config.py needs the checks.
 
@@ -117,62 +115,3 @@ def real_number(value, what: str, low: float = 0.0, high: float = MAX_RATE, low_
     if value > high:
         raise ConfigError(f"{what} must be at most {_bound(high)}, got {shown(value)}")
     return float(value)
-
-
-# -- structures --------------------------------------------------------------------------------
-
-def require_table(value, what: str, example: str = "") -> dict:
-    if not isinstance(value, dict):
-        hint = f" like {example}" if example else ""
-        raise ConfigError(f"{what} must be a table{hint}, got {shown(value)}")
-    return value
-
-
-def require_text(value, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{what} must be non-empty text, got {shown(value)}")
-    return value
-
-
-def check_fields(cls, data, label: str) -> None:
-    """data can build the dataclass cls: a table, every required field there, each field of the
-    type its annotation names (text, true/false, a number, a table, a list). Ranges are the
-    class's own __post_init__'s to check; this keeps TypeError and AttributeError out of it."""
-    require_table(data, label)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    missing = [name for name, f in fields.items() if name not in data and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
-    hints = typing.get_type_hints(cls)
-    for name, value in data.items():
-        if name not in fields:
-            continue
-        kinds = tuple(t for t in typing.get_args(hints[name]) if t is not type(None)) or (hints[name],)
-        if value is None and type(None) in typing.get_args(hints[name]):
-            continue
-        expected = _field_kind(kinds)
-        if expected == "text" and not isinstance(value, str):
-            raise ConfigError(f"{label}: {name} must be text, got {shown(value)}")
-        if expected == "true or false" and not isinstance(value, bool):
-            raise ConfigError(f"{label}: {name} must be true or false, got {shown(value)}")
-        if expected == "a number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{label}: {name} must be a number, got {shown(value)}")
-        if expected == "a table" and not isinstance(value, dict):
-            raise ConfigError(f"{label}: {name} must be a table, got {shown(value)}")
-        if expected == "a list" and not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{label}: {name} must be a list, got {shown(value)}")
-
-
-def _field_kind(kinds: tuple) -> str:
-    if bool in kinds:
-        return "true or false"
-    if str in kinds:
-        return "text"
-    if set(kinds) & {int, float}:
-        return "a number"
-    if dict in kinds or any(typing.get_origin(k) is dict for k in kinds):
-        return "a table"
-    if set(kinds) & {list, tuple} or any(typing.get_origin(k) in (list, tuple) for k in kinds):
-        return "a list"
-    return "any"

@@ -95,7 +95,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 
 
 # ConfigError lives with the checks (engine/checks.py) that raise it most; it is imported from here.
-from kvscope.engine.checks import ConfigError, ceiling, check_fields, real_number, whole_number  # noqa: E402
+from kvscope.engine.checks import ConfigError, ceiling, real_number, whole_number  # noqa: E402
 from kvscope.engine.cost_model import check_calibration  # noqa: E402
 
 
@@ -529,16 +529,3 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         max_num_seqs=max_num_seqs,
     )
 
-
-def build_config(cls, data: dict, label: str):
-    """cls(**data), its errors starting with `label` (which file or preset said it)."""
-    check_fields(cls, data, label)  # a missing field or a wrong type, named, before cls sees it
-    try:
-        return cls(**data)
-    except ConfigError as exc:
-        message = str(exc)
-        # the dataclass names itself ("model 'x': ..."); the label already says which file
-        message = message.split(": ", 1)[1] if message.startswith(("model ", "hardware ")) else message
-        raise ConfigError(f"{label}: {message}") from None
-    except TypeError as exc:  # a required field is missing
-        raise ConfigError(f"{label}: {exc}") from None

@@ -25,7 +25,8 @@ from typing import Iterator
 
 import numpy as np
 
-from kvscope.engine.checks import require_text, whole_number
+from kvscope.app.lab.table_checks import require_text
+from kvscope.engine.checks import whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
 

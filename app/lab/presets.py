@@ -25,7 +25,8 @@ from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_c
 from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_atomic
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
-from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig, build_config
+from kvscope.app.lab.table_checks import build_config
+from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 
 KINDS = ("models", "hardware", "workloads")
 THIS_MACHINE = "this-machine"

@@ -21,7 +21,8 @@ import numpy as np
 
 from kvscope.app.lab.bounded_reads import read_capped, refuse_toml_dates
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
-from kvscope.engine.checks import real_number, require_text, whole_number
+from kvscope.app.lab.table_checks import require_text
+from kvscope.engine.checks import real_number, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
 

@@ -13,10 +13,11 @@ from kvscope.engine.checks import (
     MAX_BYTES,
     ConfigError,
     ceiling,
-    require_table,
     shown,
     whole_number,
 )
+
+from kvscope.app.lab.table_checks import require_table
 
 WHOLE, TEXT, FLAG, TABLE, LIST = "whole", "text", "flag", "table", "list"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields
 from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
-from kvscope.engine.checks import require_table, shown
+from kvscope.app.lab.table_checks import require_table
+from kvscope.engine.checks import shown
 from kvscope.engine.config import QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
 from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.units import GiB
