@@ -95,7 +95,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 
 
 # ConfigError lives with the checks (engine/checks.py) that raise it most; it is imported from here.
-from kvscope.engine.checks import ConfigError, ceiling, real_number, whole_number  # noqa: E402
+from kvscope.engine.checks import ConfigError, ceiling, real_number, shown, whole_number  # noqa: E402
 from kvscope.engine.cost_model import check_calibration  # noqa: E402
 
 
@@ -403,7 +403,7 @@ class EngineArgs:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
         utilization = _positive_float(owner, "gpu_memory_utilization", self.gpu_memory_utilization)
         if utilization > 1:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {shown(utilization)}")
         object.__setattr__(self, "gpu_memory_utilization", utilization)
         object.__setattr__(self, "reserve_bytes", whole_number(self.reserve_bytes, "reserve_bytes", 0, ceiling("")))
         if self.reserve_bytes and self.kv_cache_memory_bytes is not None:

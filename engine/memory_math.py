@@ -366,9 +366,9 @@ def no_room_reason(plan: MemoryPlan) -> str:
         names = ", ".join(name for name, size in parts[1:] if size)
         return (
             f"no room for a KV cache: vLLM's activation peak for a step of {plan.profiled_tokens:,} tokens "
-            f"(max_num_batched_tokens) takes {plan.activation_bytes / GiB:.2f} GiB, with the weights "
-            f"{plan.weights_bytes / GiB:.2f} GiB" + (f" and {rest / GiB:.2f} GiB more held back ({names})" if rest else "")
+            f"(max_num_batched_tokens) takes {plan.activation_bytes / GiB:,.2f} GiB, with the weights "
+            f"{plan.weights_bytes / GiB:,.2f} GiB" + (f" and {rest / GiB:,.2f} GiB more held back ({names})" if rest else "")
             + f", {where}: give a smaller max_num_batched_tokens")
     names = ", ".join(name for name, size in parts if size)
-    held = f" (+ {plan.reserve_bytes / GiB:.2f} GiB held back: {names})" if plan.reserve_bytes else ""
-    return f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:.2f} GiB{held} {where}"
+    held = f" (+ {plan.reserve_bytes / GiB:,.2f} GiB held back: {names})" if plan.reserve_bytes else ""
+    return f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:,.2f} GiB{held} {where}"

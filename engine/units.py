@@ -27,8 +27,8 @@ def format_bytes(n: float) -> str:
     sign, value, unit, size = _in_binary_units(n)
     if size == 1:
         return f"{sign}{value:.0f} B"
-    text = f"{sign}{value:.2f} {unit}"
-    return text + f" ({sign}{abs(n) / 1e9:.1f} GB)" if size >= GiB else text
+    text = f"{sign}{value:,.2f} {unit}"  # past 1,024 TiB the TiB count grows: separated, as every count
+    return text + f" ({sign}{abs(n) / 1e9:,.1f} GB)" if size >= GiB else text
 
 
 def format_bytes_short(n: float) -> str:
