@@ -69,8 +69,10 @@ def test_a_trace_of_times_without_a_zone_replays_the_same_in_every_time_zone(tmp
 @pytest.mark.parametrize("rows, fragments", [
     # the second row's zone made it arrive 5 hours before the first: "goes backwards", of a sorted file
     ("2023-11-16 18:15:46,100,10\n2023-11-16 18:15:47+05:00,100,10\n",
-     ("line 3", "with a time zone", "first row's is a date-time without a time zone")),
-    ("0,100,10\n2023-11-16 18:15:46,100,10\n", ("line 3", "first row's is a number of seconds")),
+     ("line 3", "with a time zone", "line 2's is a date-time without a time zone (read as UTC)")),
+    ("2023-11-16 18:15:46Z,100,10\n2023-11-16 18:15:47,100,10\n2023-11-16 18:15:48-08:00,100,10\n",
+     ("line 4", "with a time zone", "line 3's is a date-time without a time zone")),
+    ("0,100,10\n2023-11-16 18:15:46,100,10\n", ("line 3", "line 2's is a number of seconds")),
     # milliseconds since 1970 read as seconds: 5 s of trace replayed over 83 minutes
     ("1700000000000,100,10\n1700000005000,100,10\n", ("line 2", "milliseconds", "give seconds")),
     # int() and float() read these as 1000, 100 and 10
@@ -90,6 +92,13 @@ def test_a_trace_separated_by_semicolons_or_tabs_says_so(tmp_path, separator, sa
     text = (HEADER + "0,100,10\n").replace(",", separator)
     message = _refusal(lambda: read_trace(_trace(tmp_path, text)))
     assert f"separated by {said}" in message and "comma-separated" in message, message
+
+
+def test_rows_in_utc_with_and_without_a_zone_are_one_clock(tmp_path):
+    """+00:00 and Z say what a time without a zone is read as: the rows agree, and are read."""
+    rows = read_trace(_trace(tmp_path, HEADER + "2023-11-16 18:15:46+00:00,100,10\n2023-11-16 18:15:47,100,10\n"
+                                               "2023-11-16 18:15:49Z,100,10\n"))
+    assert [r.arrival_time_s - rows[0].arrival_time_s for r in rows] == [0.0, 1.0, 3.0]
 
 
 def test_a_trace_row_with_a_trailing_comma_is_read(tmp_path):

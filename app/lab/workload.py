@@ -322,14 +322,19 @@ def _parse_timestamp(text: str) -> tuple[float, str]:
     whole, _, fraction = text.partition(".")
     digits = fraction[: len(fraction) - len(fraction.lstrip("0123456789"))]
     base = datetime.fromisoformat(whole + fraction[len(digits):])  # a zone after the fraction (+00:00, Z) stays
-    form = "zoned" if base.tzinfo is not None else "naive"
+    # +00:00 and Z agree with a time without a zone (read as UTC); another offset does not
+    form = "naive" if base.tzinfo is None else "utc" if not base.utcoffset() else "zoned"
     if base.tzinfo is None:
         base = base.replace(tzinfo=timezone.utc)
     return base.timestamp() + (float("0." + digits) if digits else 0.0), form
 
 
 _FORMS = {"seconds": "a number of seconds", "zoned": "a date-time with a time zone",
-          "naive": "a date-time without a time zone"}
+          "naive": "a date-time without a time zone (read as UTC)", "utc": "a date-time in UTC"}
+# Forms whose rows cannot be compared: seconds against any date-time (their difference is 1970's
+# distance), a time without a zone against one with another zone than UTC (the difference is the zone's)
+_CLASHES = {"seconds": ("naive", "utc", "zoned"), "naive": ("seconds", "zoned"), "utc": ("seconds",),
+            "zoned": ("seconds", "naive")}
 
 
 def _count(text: str) -> int:
@@ -401,7 +406,8 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
                               f"({', '.join(header[i].strip() for i in found)}); keep one")
         columns[role] = found[0]
     limit = min(limit, ALL_ROWS) if limit is not None else ALL_ROWS
-    start = previous = first_form = None
+    start = previous = None
+    first_of_form: dict[str, int] = {}  # the first line of each form of time
     for row in reader:
         line_no = reader.line_num
         if len(rows) >= limit:
@@ -431,11 +437,12 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
             raise ConfigError(f"{where}: arrival time {row[columns['arrival']].strip()[:40]!r} is {abs(arrival):.3g} s, "
                               f"past {MAX_TRACE_SECONDS:.0e} s (3,169 years): milliseconds or finer since 1970? "
                               "give seconds (divide by 1,000 for milliseconds)")
-        if first_form is None:
-            first_form = form
-        elif form != first_form:  # their differences would be the zone's offset, or 1970's distance
+        first_of_form.setdefault(form, line_no)
+        clash = next((other for other in _CLASHES[form] if other in first_of_form), None)
+        if clash is not None:
             raise ConfigError(f"{where}: arrival time {row[columns['arrival']].strip()[:40]!r} is {_FORMS[form]}, "
-                              f"but the first row's is {_FORMS[first_form]}; write every row's time the same way")
+                              f"but line {first_of_form[clash]}'s is {_FORMS[clash]}; write every row's time the "
+                              "same way")
         counts = []
         for role, text in (("prompt", prompt_text), ("output", output_text)):
             try:
