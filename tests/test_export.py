@@ -199,3 +199,13 @@ def test_what_a_user_sees_for_an_unreadable_recording_and_an_unwritable_record_p
 def test_a_record_path_that_is_a_folder_fails_before_the_run(capsys, tmp_path):
     rc, out, err = cli(capsys, "run", "--requests", "5", "--record", tmp_path)
     assert rc == 2 and "is a folder" in err and "Run:" not in out
+
+
+def test_sparse_request_ids_are_counted_as_the_requests_they_are():
+    """Ids 0, 7 and 2**40 past a cap of 5: two requests have no track, not 2**40 - 4."""
+    from kvscope.app.lab.export.perfetto import _TraceBuilder
+
+    builder = _TraceBuilder(max_requests=5)
+    for rid in (0, 7, 2**40, 7, -1):
+        builder.track(rid)
+    assert builder.tracked == {0} and builder.left_out == {7, 2**40}

@@ -59,7 +59,10 @@ class _TraceBuilder:
         self.events: list[dict] = []
         self.max_requests = max_requests
         self.tracks: dict[int, _RequestTrack] = {}
-        self.highest_request = -1
+        # ids past the cap, each once: counted as highest id + 1 - cap, ids 0 and 2**40 were said as
+        # "1,099,511,627,776 requests have no track"
+        self.left_out: set[int] = set()
+        self.tracked: set[int] = set()  # every id given a track (a finished one's track is closed and dropped)
         self.last_time = 0.0
 
     def slice(self, pid: int, tid: int, name: str, start: float, end: float, args: dict) -> None:
@@ -77,12 +80,13 @@ class _TraceBuilder:
     def track(self, rid: int) -> _RequestTrack | None:
         if rid < 0:
             return None
-        self.highest_request = max(self.highest_request, rid)
         if rid >= self.max_requests:
+            self.left_out.add(rid)
             return None
         track = self.tracks.get(rid)
         if track is None:
             track = self.tracks[rid] = _RequestTrack()
+            self.tracked.add(rid)
         return track
 
     def close_decode(self, rid: int, track: _RequestTrack) -> None:
@@ -196,7 +200,7 @@ def perfetto_trace(recording, max_requests: int = DEFAULT_MAX_REQUESTS,
     builder.finish()
     header = recording.header
     label = header.get("label", recording.path.name)
-    shown = {rid for rid in range(min(builder.highest_request + 1, max_requests))}
+    shown = builder.tracked  # the ids the recording holds, not every number below the highest
     metadata = [
         {"ph": "M", "name": "process_name", "pid": ENGINE_PID, "tid": 0, "ts": 0, "args": {"name": f"engine: {label}"}},
         {"ph": "M", "name": "process_sort_index", "pid": ENGINE_PID, "tid": 0, "ts": 0, "args": {"sort_index": 0}},
@@ -214,7 +218,7 @@ def perfetto_trace(recording, max_requests: int = DEFAULT_MAX_REQUESTS,
         steps_exported=steps,
         steps_left_out=recording.num_steps - steps,
         requests_exported=len(shown),
-        requests_left_out=max(0, builder.highest_request + 1 - max_requests),
+        requests_left_out=len(builder.left_out),
     )
     left_out = []
     if stats.requests_left_out:
