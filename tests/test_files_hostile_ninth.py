@@ -8,7 +8,6 @@ import json
 import os
 import threading
 import time
-from datetime import date, datetime, timezone
 
 import numpy as np
 import pytest
@@ -18,7 +17,8 @@ from kvscope.app.lab.models.loader import check_model_directory
 from kvscope.app.lab.recording import Recording
 from kvscope.app.lab.recording.format import (DELTAS, FILE_HEADER, FRAME, INDEX, STEPS, RecordingError, decode_payload,
                                               encode_payload, frame_record, inflate)
-from kvscope.app.lab.workload import read_trace, workload_from_dict
+from kvscope.app.lab.presets import load_workload_file
+from kvscope.app.lab.workload import read_trace
 from kvscope.engine.config import ConfigError
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -117,17 +117,17 @@ def test_a_trace_row_holds_no_dict_of_its_own(tmp_path):
 # -- workload TOML ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"name": "w", "num_requests": date(1979, 5, 27)}, "num_requests"),
-    ({"name": "w", "num_requests": 2, "prompt_tokens": {"dist": "constant",
-                                                         "value": datetime(1979, 5, 27, tzinfo=timezone.utc)}},
-     "prompt_tokens.value"),
-    ({"name": "w", "num_requests": 2, "chat": date(1979, 5, 27)}, "chat"),
+@pytest.mark.parametrize("text, field", [
+    ('num_requests = 1979-05-27', "num_requests"),
+    ('num_requests = 2\nprompt_tokens = { dist = "constant", value = 1979-05-27T07:32:00Z }', "prompt_tokens.value"),
+    ('num_requests = 2\nchat = 1979-05-27', "chat"),
 ])
-def test_a_workload_date_is_said_in_toml_words(data, field):
+def test_a_workload_date_is_said_in_toml_words(tmp_path, text, field):
     """Quoted as datetime.date(1979, 5, 27), Python's repr, by the field's own check."""
-    message = _refusal(lambda: workload_from_dict(data, "workload preset w"))
-    assert f"w: {field} is a TOML date or time (1979-05-27" in message, message
+    path = tmp_path / "w.toml"
+    path.write_text(f'name = "w"\n{text}\n')
+    message = _refusal(lambda: load_workload_file(path))
+    assert f"w.toml: {field} is a TOML date or time (1979-05-27" in message, message
 
 
 # -- config.json --------------------------------------------------------------------------------------

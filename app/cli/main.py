@@ -161,7 +161,7 @@ class Parser(argparse.ArgumentParser):
             name = extra.split("=", 1)[0]
             # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
-            owners = [c for c, p in (others or {}).items() if p is not self and typed in p._option_string_actions]
+            owners = [c for c in commands_taking(typed, others or {}) if (others or {})[c] is not self]
             if name.startswith("--") and owners:
                 commands = ", ".join(f"`kvscope {c}`" for c in owners[:4]) + (" and others" if len(owners) > 4 else "")
                 said.append(f"{extra} (a flag of {commands}, not of `{self.prog}`)")
@@ -483,12 +483,17 @@ def _flag_before_the_command(parser: argparse.ArgumentParser, argv: list[str]) -
     name = first.split("=", 1)[0]
     if not name.startswith("--") or name in parser._option_string_actions or name == "--":
         return None
-    owners = [c for c, p in command_parsers(parser).items() if name in p._option_string_actions]
+    owners = commands_taking(name, command_parsers(parser))
     if not owners:
         return None
     commands = ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
     return (f"{one_line(first)} comes before the command; it is a flag of {commands}: give it after the command, "
             f"as in `kvscope {owners[0]} {one_line(first)} ...` (kvscope itself takes only --help and --self-test)")
+
+
+def commands_taking(flag: str, commands: dict) -> list[str]:
+    """The names of the commands (name -> parser) that take this flag."""
+    return [name for name, command in commands.items() if flag in command._option_string_actions]
 
 
 def command_parsers(parser: argparse.ArgumentParser) -> dict:

@@ -15,7 +15,7 @@ import time
 import traceback
 
 from kvscope.engine.config import ConfigError
-from kvscope.app.lab.compare import Comparison
+from kvscope.app.lab.compare import Comparison, configuration_said
 
 from kvscope.app.host.block_flashes import collect_flashes, flash_arrays
 from kvscope.app.host.pacing import MAX_WAIT_S, Pacing
@@ -24,36 +24,6 @@ from kvscope.app.host.protocol import APPLY, PAUSE, PLAY, SPEED, STEP, CompareFr
 
 RESULTS_INTERVAL_S = 0.5  # the table so far: percentiles over every finished request
 RUNS_FINISHED_WAIT_S = 0.02  # how often a finished comparison looks whether the window took that news
-LABEL_CHARS = 80  # of a configuration's label in an error: the dialog's first line
-
-
-def failed_label(spec, exc: BaseException) -> str | None:
-    """The label of the configuration whose build raised exc: the variant whose build_engine is on
-    its traceback (None when none is: the workload's requests, say). A failed build said "no room
-    for a KV cache: ..." and not which of four configurations had none."""
-    variants = getattr(spec, "variants", ())
-    tb = exc.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        owner = frame.f_locals.get("self") if frame.f_code.co_name == "build_engine" else None
-        if owner is not None and any(owner is variant for variant in variants):
-            return owner.label
-        tb = tb.tb_next
-    return None
-
-
-def labelled(message: str, label: str | None) -> str:
-    """The message led by its configuration, unless it names it already (Variant's own checks do)."""
-    if label is None or message.startswith("configuration "):
-        return message
-    shown = label if len(label) <= LABEL_CHARS else f"{label[:LABEL_CHARS - 3]}..."
-    return f"configuration {shown!r}: {message}"  # repr: a direction override or newline is escaped
-
-
-def first_line(error: str) -> str:
-    return error.strip().splitlines()[-1]
-
-
 class ComparisonSession(Session):
     frame_type = CompareFrame
 
@@ -100,14 +70,14 @@ class ComparisonSession(Session):
         self._pending = CompareFrame(status="building the configurations ...")
         try:
             comparison = Comparison(spec)
-        except ConfigError as exc:
-            self._fail(labelled(str(exc), failed_label(spec, exc)), "could not build the comparison")
+        except ConfigError as exc:  # naming its configuration (Comparison's), where one failed
+            self._fail(str(exc), "could not build the comparison")
             return
         except Exception as exc:  # noqa: BLE001 - shown to the user; the window keeps working
-            label = failed_label(spec, exc)
             error = traceback.format_exc()
+            label = getattr(exc, "configuration_label", None)
             if label is not None:  # the dialog shows a traceback's last line: that one names it
-                error += f"{labelled(first_line(error), label)}\n"
+                error += f"{configuration_said(label)}: {error.strip().splitlines()[-1]}\n"
             self._fail(error, "could not build the comparison")
             return
         self.comparison = comparison

@@ -120,16 +120,27 @@ class Variant:
                                   memory_bytes=self.memory_bytes)
 
 
+LABEL_CHARS = 80  # of a configuration's label in an error: a dialog's first line
+
+
+def configuration_said(label: str) -> str:
+    """"configuration 'x'", as an error leads with it: short, escaped by repr (a direction override)."""
+    return f"configuration {label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 3] + '...'!r}"
+
+
 def _built(variant: "Variant") -> Engine:
-    """The configuration's engine; a refusal names the configuration (of four, one had no room for a
-    KV cache, and the message did not say which)."""
+    """The configuration's engine. A refusal names the configuration (of four, one had no room for a
+    KV cache, and the message did not say which); any other failure carries its label to whoever
+    shows its traceback (configuration_label)."""
     try:
         return variant.build_engine()
     except ConfigError as exc:
         if str(exc).startswith("configuration "):  # Variant's own checks name it
             raise
-        label = variant.label if len(variant.label) <= 80 else f"{variant.label[:77]}..."
-        raise ConfigError(f"configuration {label!r}: {exc}") from exc  # repr: a direction override is escaped
+        raise ConfigError(f"{configuration_said(variant.label)}: {exc}") from exc
+    except Exception as exc:
+        exc.configuration_label = variant.label
+        raise
 
 
 _LOADED_MODELS: dict = {}

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import read_capped, refuse_toml_dates
+from kvscope.app.lab.bounded_reads import read_capped
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.app.lab.table_checks import require_text
 from kvscope.engine.checks import real_number, whole_number
@@ -241,7 +241,6 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
     file's own folder), else in fallback_trace_dir (the built-in traces) when it is there."""
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a table of workload fields, got {data!r:.60}")
-    refuse_toml_dates(data, label)  # a table not read by read_toml (a scenario's) too
     unknown = set(data) - _WORKLOAD_KEYS
     if unknown:
         raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
