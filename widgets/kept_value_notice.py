@@ -28,12 +28,13 @@ def shown_value(box: QAbstractSpinBox, value) -> str:
 
 
 def taken_range(box: QAbstractSpinBox) -> str:
-    """The values the box takes, in words: "1 to 1,024 tokens", or with its special text at the
-    minimum "1 to 1,024 tokens, or default" (not "default to 1,024 tokens")."""
-    if box.specialValueText():
-        least = box.minimum() + box.singleStep()
-        return f"{shown_value(box, least)} to {shown_value(box, box.maximum())}, or {box.specialValueText()}"
-    return f"{shown_value(box, box.minimum())} to {shown_value(box, box.maximum())}"
+    """The values the box takes, in words, the unit said once: "1 to 1,024 tokens", or with its special
+    text at the minimum "1 to 1,024 tokens, or default" (not "default to 1,024 tokens")."""
+    least = box.minimum()
+    if box.specialValueText():  # the least number it holds past the special value: not singleStep away
+        least += 10 ** -box.decimals() if isinstance(box, QDoubleSpinBox) else 1
+    span = f"{box.textFromValue(least)} to {shown_value(box, box.maximum())}"
+    return f"{span}, or {box.specialValueText()}" if box.specialValueText() else span
 
 
 SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakable word, widened the form past its dock
