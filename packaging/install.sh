@@ -28,12 +28,26 @@ if [ "$(id -u)" = 0 ] && [ -n "${SUDO_USER:-}" ]; then
     exit 2
 fi
 [ -n "${HOME:-}" ] && [ -d "$HOME" ] || { echo "install.sh: HOME is not a folder" >&2; exit 2; }
+# A relative HOME would make the launcher a symlink relative to ~/.local/bin: dangling from the start.
+case "$HOME" in
+    /*) ;;
+    *) echo "install.sh: HOME ($HOME) is not an absolute path; set it to your home folder's full path" >&2; exit 2 ;;
+esac
 
+[ -f "$here/VERSION" ] || { echo "install.sh: $here/VERSION is missing: unpack the whole archive" >&2; exit 1; }
 version=$(cat "$here/VERSION")
 bundle="$here/kvscope"
 [ -x "$bundle/kvscope" ] || { echo "install.sh: $bundle/kvscope is missing: unpack the whole archive" >&2; exit 1; }
 
-data_home="${XDG_DATA_HOME:-$HOME/.local/share}"
+# The XDG spec makes a relative XDG_DATA_HOME invalid, to be ignored (the install would land in the
+# folder this was run from, with a launcher that points nowhere).
+data_home="${XDG_DATA_HOME:-}"
+case "$data_home" in
+    /*) ;;
+    '') data_home="$HOME/.local/share" ;;
+    *) echo "note: XDG_DATA_HOME ($data_home) is not an absolute path; ignored, as the XDG spec says"
+       data_home="$HOME/.local/share" ;;
+esac
 root="$data_home/kvscope"
 target="$root/$version"
 bin_dir="$HOME/.local/bin"
@@ -43,14 +57,34 @@ desktop="$apps/kvscope.desktop"
 icon="$target/_internal/kvscope/resources/kvscope.svg"
 
 # The menu entry's Exec= quotes the launcher's path (% doubled there). A path with characters that
-# the Desktop Entry spec makes ambiguous inside quotes is refused rather than half-escaped.
+# the Desktop Entry spec makes ambiguous inside quotes is refused rather than half-escaped; a line
+# break would also split the menu entry and the manifest uninstall.sh reads line by line.
 case "$target" in
     *'"'* | *'`'* | *'$'* | *'\'*)
         echo "install.sh: the install path $target contains one of \" \` \$ \\; set XDG_DATA_HOME to a plainer folder" >&2
         exit 2 ;;
 esac
+case "$target$link" in
+    *$'\n'* | *$'\r'*)
+        echo "install.sh: the install path or HOME contains a line break; set XDG_DATA_HOME (and HOME) to a plainer folder" >&2
+        exit 2 ;;
+esac
 
-mkdir -p "$root" "$bin_dir" "$apps"
+for folder in "$root" "$bin_dir" "$apps"; do
+    if ! made=$(mkdir -p -- "$folder" 2>&1); then
+        # "Not a directory" names the folder asked for; the user needs the file in its way
+        in_the_way=$folder
+        while [ "$in_the_way" != / ] && { [ ! -e "$in_the_way" ] || [ -d "$in_the_way" ]; }; do
+            in_the_way=$(dirname "$in_the_way")
+        done
+        if [ "$in_the_way" != / ]; then
+            echo "install.sh: cannot create the folder $folder: $in_the_way is a file, not a folder" >&2
+        else
+            echo "install.sh: cannot create the folder $folder: ${made##*: }" >&2
+        fi
+        exit 2
+    fi
+done
 
 # 1. the bundle, copied beside the final place and moved in, so a failed copy leaves nothing half-done
 staging=$(mktemp -d "$root/.installing-$version.XXXXXX")

@@ -174,6 +174,42 @@ def test_the_installer_refuses_sudo_and_an_incomplete_archive(archive, tmp_path)
     assert not (home / ".local").exists()
 
 
+
+@needs_bash
+def test_the_installer_ignores_a_relative_xdg_data_home_and_refuses_what_would_break_the_launcher(archive, tmp_path):
+    top = unpack(archive, tmp_path / "u")
+    home = tmp_path / "home"
+    home.mkdir()
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    # the XDG spec's rule: a relative XDG_DATA_HOME is invalid; it landed in the folder this ran from
+    relative = subprocess.run(["bash", str(top / "install.sh")], capture_output=True, text=True, cwd=elsewhere,
+                              env={"HOME": str(home), "PATH": os.environ["PATH"], "XDG_DATA_HOME": "rel"})
+    assert relative.returncode == 0, relative.stderr
+    assert "XDG_DATA_HOME (rel) is not an absolute path; ignored" in relative.stdout
+    assert not any(elsewhere.iterdir())
+    link = home / ".local" / "bin" / "kvscope"
+    assert link.resolve() == (home / ".local" / "share" / "kvscope" / "9.8.7" / "kvscope").resolve()
+    assert run([str(link), "gui"], home).stdout.strip() == "fake kvscope gui"
+
+    def refused(home_text, said):
+        result = subprocess.run(["bash", str(top / "install.sh")], capture_output=True, text=True, cwd=elsewhere,
+                                env={"HOME": home_text, "PATH": os.environ["PATH"]})
+        assert result.returncode == 2 and said in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        return result
+
+    refused(".", "HOME (.) is not an absolute path")  # the launcher would point relative to ~/.local/bin
+    broken = tmp_path / "line\nbreak"
+    broken.mkdir()
+    refused(str(broken), "contains a line break")  # it split the manifest: uninstall.sh could not find itself
+    assert not (broken / ".local").exists()
+    blocked = tmp_path / "blocked"
+    (blocked / ".local").mkdir(parents=True)
+    (blocked / ".local" / "share").write_text("a file where a folder goes")
+    refused(str(blocked), f"{blocked / '.local' / 'share'} is a file, not a folder")
+
+
 # -- Qt's X11 libraries ------------------------------------------------------------------------------
 LDD_ON_A_FRESH_DEBIAN = """\
 \tlinux-vdso.so.1 (0x00007ffc)
