@@ -145,7 +145,11 @@ def decode_step_breakdown(engine, prompts: list, outputs: list) -> dict:
         with torch.profiler.record_function("kvscope.attention"):
             return paged_attention_forward(module, *args, **kwargs)
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    if device.type != "cuda":  # no GPU time to split: the profiler would only print its start and stop
+        engine.run()
+        return {"batch": len(prompts), "wall_ms": wall_us / 1e3, "gpu_busy_ms": None, "attention_ms": None,
+                "host_overhead_ms": None}  # None, not NaN: --json writes standard JSON
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     AttentionInterface.register(ATTN_IMPLEMENTATION, attributed)
     try:
         with profile(activities=activities) as prof:
@@ -155,7 +159,7 @@ def decode_step_breakdown(engine, prompts: list, outputs: list) -> dict:
     finally:
         AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
     engine.run()
-    busy_us, attention_us = (_kernel_time_us(prof) if device.type == "cuda" else (float("nan"), float("nan")))
+    busy_us, attention_us = _kernel_time_us(prof)
     busy_us /= PROFILED_STEPS
     attention_us /= PROFILED_STEPS
     return {"batch": len(prompts), "wall_ms": wall_us / 1e3, "gpu_busy_ms": busy_us / 1e3,
@@ -237,7 +241,7 @@ def _kvscope_row(label: str, r: dict) -> tuple[str, str]:
         return label, text + f"decode-step split failed: {d['error']}"
     attention = "not attributed in a graph" if d["attention_ms"] is None else f"{d['attention_ms']:.2f} ms"
     split = (f" = GPU busy {d['gpu_busy_ms']:.2f} ms (attention {attention}) + host {d['host_overhead_ms']:.2f} ms"
-             if d["gpu_busy_ms"] == d["gpu_busy_ms"] else " (no GPU: no split)")
+             if d["gpu_busy_ms"] is not None else " (no GPU: no split)")
     return label, text + f"decode step at batch {d['batch']}: {d['wall_ms']:.2f} ms wall, median{split}"
 
 
@@ -246,6 +250,9 @@ def cmd_bench_cuda(args) -> int:
         raise ConfigError(f"--device is cpu or cuda, not {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda, but torch sees no CUDA GPU here")
+    if args.device != "cuda" and not torch.cuda.is_available():  # minutes of silence otherwise
+        print(f"no CUDA GPU here: a dry run of the code path on the CPU (no CUDA graphs), {len(MODELS)} models "
+              f"({', '.join(MODELS)}), each printed as it finishes; several minutes on a small CPU", flush=True)
     bench_cuda(args.requests, args.device, on_model=lambda results, name: _print_model(results, name, args.json))
     return 0
 
