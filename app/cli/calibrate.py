@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from kvscope.app.cli import options
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.engine.cost_model import MAX_EFFICIENCY, calibration_note
 from kvscope.engine.units import format_seconds
@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
 
 
 def status(message: str) -> None:
-    print(f"kvscope calibrate: {message}", file=sys.stderr, flush=True)
+    print(f"kvscope calibrate: {shown(message)}", file=sys.stderr, flush=True)  # a path in it may hold ESC
 
 
 def run(args) -> int:

@@ -20,7 +20,9 @@ from pathlib import Path
 from kvscope.engine.config import ConfigError
 from kvscope.app.lab.recording import Recording
 from kvscope.app.lab.export import write_series_csv
+from kvscope.app.cli.output import shown
 from kvscope.app.lab.output_path import atomic_output, check_distinct_outputs, check_file_output
+from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import ALL_ROWS
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
@@ -59,7 +61,7 @@ def describe(recording: Recording) -> str:
         f"{recording.num_blocks:,} KV blocks of {recording.block_size} tokens "
         f"({format_bytes(_count(plan.get('block_bytes'), 0))} each, {plan.get('kv_cache_dtype', '?')}), "
         f"max_num_seqs {f'{max_num_seqs:,}' if max_num_seqs else '?'}, {args.get('scheduling', '?')} scheduling, "
-        f"{args.get('allocation', '?')} allocation, prefix caching {'on' if args.get('enable_prefix_caching') else 'off'}. "
+        f"{args.get('allocation', '?')} allocation, prefix caching {'on' if _prefix_caching(args) else 'off'}. "
         f"It holds {steps:,} engine step{'s' if steps != 1 else ''} over {format_seconds(recording.duration_s)} of engine clock: "
         f"{completed:,} requests completed, {preemptions:,} preemptions, KV cache usage peaking at "
         f"{format_percent(peak_kv)}. Recorded {h.get('created', '?')} by kvscope {h.get('kvscope_version', '?')} "
@@ -69,6 +71,11 @@ def describe(recording: Recording) -> str:
     if recording.note:
         text += f" Note: {recording.note}."
     return text
+
+
+def _prefix_caching(args: dict) -> bool:
+    """Whether the run cached prefixes: a contiguous reservation shares no blocks, whatever the flag said."""
+    return bool(args.get("enable_prefix_caching")) and args.get("allocation") != "contiguous"
 
 
 def _count(value, default: int) -> int:
@@ -87,30 +94,36 @@ def run(args) -> int:
         return export_attached(args)
     with Recording.open(args.file) as recording:
         if recording.warning:
-            print(f"kvscope: warning: {recording.warning}", file=sys.stderr)
+            print(f"kvscope: warning: {shown(recording.warning)}", file=sys.stderr)
         if not outputs:
-            print(describe(recording))
+            print(shown(describe(recording)))  # the file's name, as typed, may hold ESC
             return 0
-        try:
-            if args.perfetto:
-                from kvscope.app.lab.export.perfetto import write_perfetto
+        if args.perfetto:
+            from kvscope.app.lab.export.perfetto import write_perfetto
 
-                with atomic_output(args.perfetto) as partial:
-                    stats = write_perfetto(recording, partial)
-                print(f"Perfetto trace written to {args.perfetto} ({_size_said(args.perfetto)}{stats.num_events:,} events, "
-                      f"{stats.steps_exported:,} steps, {stats.requests_exported:,} request tracks): "
-                      "open it at https://ui.perfetto.dev")
-                if stats.requests_left_out or stats.steps_left_out:
-                    print(f"kvscope: note: to keep the trace openable, {stats.requests_left_out:,} requests and "
-                          f"{stats.steps_left_out:,} steps were left out (the trace's otherData says which)",
-                          file=sys.stderr)
-            if args.csv:
-                with atomic_output(args.csv) as partial:
-                    rows = write_series_csv(recording, partial)
-                print(f"per-step CSV written to {args.csv} ({_size_said(args.csv)}{rows:,} row{'s' if rows != 1 else ''})")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
+            stats = _written("--perfetto", args.perfetto, lambda partial: write_perfetto(recording, partial))
+            print(f"Perfetto trace written to {shown(args.perfetto)} ({_size_said(args.perfetto)}{stats.num_events:,} "
+                  f"events, {stats.steps_exported:,} steps, {stats.requests_exported:,} request tracks): "
+                  "open it at https://ui.perfetto.dev")
+            if stats.requests_left_out or stats.steps_left_out:
+                print(f"kvscope: note: to keep the trace openable, {stats.requests_left_out:,} requests and "
+                      f"{stats.steps_left_out:,} steps were left out (the trace's otherData says which)",
+                      file=sys.stderr)
+        if args.csv:
+            rows = _written("--csv", args.csv, lambda partial: write_series_csv(recording, partial))
+            print(f"per-step CSV written to {shown(args.csv)} ({_size_said(args.csv)}{rows:,} row{'s' if rows != 1 else ''})")
     return 0
+
+
+def _written(flag: str, path: str, write):
+    """write(partial)'s result, the file written whole (atomic_output). A write that fails, on a full
+    disk or /dev/full, names the flag and the path: `cannot write the output` named neither, as if the
+    standard output had failed, when it was the --perfetto file."""
+    try:
+        with atomic_output(path) as partial:
+            return write(partial)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {said_path(path)}: cannot write: {exc.strerror or exc}") from None
 
 
 def export_attached(args) -> int:
@@ -124,11 +137,11 @@ def export_attached(args) -> int:
                           "publishes no engine steps to trace; --csv writes its metric series")
     recording = AttachedRecording.open(args.file)
     if recording.warning:
-        print(f"kvscope: warning: {recording.warning}", file=sys.stderr)
+        print(f"kvscope: warning: {shown(recording.warning)}", file=sys.stderr)
     series = recording.series()
     if not args.csv:
         info = recording.info
-        print(f"{recording.path.name}: an attached vLLM server, {info['version']} at {info['url']} serving "
+        print(shown(f"{recording.path.name}: an attached vLLM server, {info['version']} at {info['url']} serving "
               f"{', '.join(info['model_names']) or 'an unknown model'} with {info['num_gpu_blocks']:,} KV blocks of "
               f"{info['block_size']} tokens per engine ({len(info['engines'])} engine(s)). It holds "
               f"{recording.num_steps:,} ticks over {format_seconds(recording.duration_s)}: "
@@ -136,16 +149,16 @@ def export_attached(args) -> int:
               f"{len(series['time_s']):,} scrapes of /metrics. Recorded {recording.header.get('created', '?')} by "
               f"kvscope {recording.header.get('kvscope_version', '?')} (recording format "
               f"{'.'.join(str(v) for v in recording.header['format_version'])}); {format_bytes(recording.file_size)}."
-              + (f" Note: {recording.note}." if recording.note else ""))
+              + (f" Note: {recording.note}." if recording.note else "")))  # what the server said, shown
         return 0
-    try:
-        with atomic_output(args.csv) as partial, open(partial, "w", newline="") as out:
+    def write(partial):
+        with open(partial, "w", newline="") as out:
             writer = csv.writer(out)
             writer.writerow(list(series))
             writer.writerows(zip(*(values.tolist() for values in series.values())))
-    except OSError as exc:
-        raise ConfigError(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}") from None
-    print(f"metric series CSV written to {args.csv} ({_size_said(args.csv)}{len(series['time_s']):,} rows, one per scrape)")
+
+    _written("--csv", args.csv, write)
+    print(f"metric series CSV written to {shown(args.csv)} ({_size_said(args.csv)}{len(series['time_s']):,} rows, one per scrape)")
     return 0
 
 

@@ -88,6 +88,9 @@ else:
         from kvscope.engine.config import ConfigError
 
         from kvscope.app.cli import options, streams
+    except KeyboardInterrupt as exc:  # Ctrl+C while kvscope loads: said by main() as any interruption
+        STARTUP_FAILURE = exc
+        ConfigError = options = streams = None  # type: ignore[assignment,misc]
     except Exception as exc:  # noqa: BLE001 - numpy's libraries could not even be mapped (see main())
         # Under a limit that leaves no room, any failure of an import is the memory's: CPython's
         # parser says SyntaxError or SystemError when it cannot allocate.
@@ -148,8 +151,13 @@ class Parser(argparse.ArgumentParser):
                                                      f"(choose from {choices})")
         super()._check_value(action, value)
 
+    def parse_known_args(self, args=None, namespace=None):
+        self.typed = list(sys.argv[1:] if args is None else args)  # for error(): what this parser was given
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
         """One line, not argparse's usage block first (21 lines for `kvscope math`) with the reason last."""
+        message += importlib.import_module("kvscope.app.cli.dash_values").note(message, self)  # `--json -x.json`
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (`{self.prog} --help` says what it takes)\n")
 
     def unknown_flags_error(self, extras: list[str], others: dict | None = None):
@@ -284,6 +292,9 @@ def _lazy(module: str, name: str):
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl+C while loading, before any command ran (a command's is said in _main)
+        _say("kvscope: interrupted")
+        return 130
     except MemoryError as exc:  # argparse's or a check's own work under a tiny `ulimit -v`; a command's
         if not _tiny_memory_limit():  # is said in _main, as too large an input where the limit is not tiny
             raise
@@ -294,10 +305,14 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if streams is not None:  # `2>&-`: see give_closed_stderr_a_place
         streams.give_closed_stderr_a_place()
-    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) gets "?" for "±"
+    # an ASCII terminal (PYTHONIOENCODING=ascii) gets "?" for "±" in a table, but an error line names what
+    # was typed as it was typed: `--trace ü.csv` is "trace \xfc.csv", not "trace ?.csv"
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
         if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="replace")
+            stream.reconfigure(errors=errors)
     if STARTUP_FAILURE is not None:
+        if isinstance(STARTUP_FAILURE, KeyboardInterrupt):
+            raise STARTUP_FAILURE
         return _out_of_memory_at_start(STARTUP_FAILURE)
     if len(argv) > MOST_ARGUMENTS:  # argparse's time grows with the square of the options given
         _say(f"kvscope: error: {len(argv):,} arguments; a command takes at most {MOST_ARGUMENTS:,} (each flag once, "
@@ -336,17 +351,23 @@ def _main(argv: list[str] | None) -> int:
     if sys.stdout is None and args.command != "gui":  # `kvscope math >&-`: nowhere for what it says
         _say(STDOUT_CLOSED_LINE)
         return EXIT_USAGE
+    surroundings = importlib.import_module("kvscope.app.cli.surroundings")
     try:
         refuse_blank_values(args)
+        surroundings.refuse_relative_paths_where_the_folder_is_gone(args)
         importlib.import_module("kvscope.app.cli.input_paths").refuse_unreadable_input_paths(args)
-        name_standard_output_dash(args)
+        streams.name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
-        code = args.func(args)
-        sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
-        return code
+        with surroundings.ending_as_interrupted(args), streams.reader_may_leave() as stdout:
+            code = args.func(args)
+            sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
+        return EXIT_BROKEN_PIPE if stdout.left and code == 0 else code
     except ConfigError as exc:
         _say(f"kvscope: error: {one_line(options.said_with_flags(str(exc), args))}")
         return EXIT_USAGE
+    except surroundings.Terminated as exc:  # SIGTERM, SIGHUP: the same cleanup as Ctrl+C, then as killed by it
+        _say(f"kvscope: stopped by {exc.name}")
+        return 128 + exc.signum
     except KeyboardInterrupt:
         _say("kvscope: interrupted")
         return 130
@@ -465,15 +486,6 @@ def _flush_stdout_or_say(failed: OSError | None = None) -> int:
         print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
               file=sys.stderr)
         return EXIT_USAGE
-
-
-def name_standard_output_dash(args) -> None:
-    from kvscope.app.lab.output_path import names_standard_output
-
-    for dest in streams.STDOUT_DASH_OUTPUTS.get(args.command, ()):
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value != "-" and names_standard_output(value):
-            setattr(args, dest, "-")
 
 
 def _flag_before_the_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:

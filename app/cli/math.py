@@ -138,6 +138,7 @@ def run(args) -> int:
     engine_args = options.engine_args_from_args(args)
     resolved = resolve_engine_args(engine_args, model, hardware)
     plan = plan_memory(model, hardware, resolved)
+    options.refuse_kv_budget_beyond_memory(plan, args)
     refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan)
     if args.json:
         # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says in a

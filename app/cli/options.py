@@ -31,6 +31,9 @@ from kvscope.engine.config import (
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
+from kvscope.engine.checks import shown as said_value
+
+MAX_SAID_IN_FULL = 10**21  # a whole number past this is said by its first digits and its length (said_value)
 from kvscope.engine.units import GiB
 
 # EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.
@@ -222,7 +225,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
 def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
     explicit_geometry = any(v is not None for v in (args.layers, args.kv_heads, args.head_dim))
     if getattr(args, "model_path", None):
-        model = load_hf_config(args.model_path)
+        model = load_hf_config(model_folder(args.model_path))
     elif args.config:
         model = load_hf_config(args.config)
     elif args.model or not explicit_geometry:
@@ -265,6 +268,26 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
         changes["weights_bytes"] = int(args.weights_bytes)
         changes["weights_source"] = "--weights-bytes"
     return model.replace(**changes) if changes else model
+
+
+def model_folder(path: str) -> str:
+    """--model-path as a folder: `math --model-path /missing` was "config /missing: cannot read: no such
+    file", and a file there was read as a config.json, though the flag names a model's folder."""
+    import os
+    import stat
+
+    from kvscope.app.lab.said_paths import said_path
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"model directory {said_path(path)}: no such directory") from None
+    except (OSError, ValueError):  # a name too long, a NUL: the reader says it
+        return path
+    if not stat.S_ISDIR(mode):
+        raise ConfigError(f"--model-path {said_path(path)}: not a folder; give a model's folder (config.json and its "
+                          "weights), or a config.json itself with --config")
+    return path
 
 
 def hardware_from_args(args) -> HardwareSpec:
@@ -316,9 +339,27 @@ def said_with_flags(message: str, args) -> str:
         field, value = fields.get(dest), getattr(args, dest, None)
         flag = "--" + dest.replace("_", "-")
         if field and value is not None and flag not in message and re.search(rf"(?<![\w.-]){field}(?![\w-])", message):
-            named.append(f"{flag} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else
+            # a 309-digit value (--requests 1e308) as the checks say it, not 412 characters of digits and commas
+            named.append(f"{flag} {said_value(value)}" if isinstance(value, int) and not isinstance(value, bool) else
                          f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
     return f"{', '.join(named)}: {message}" if named else message
+
+
+def refuse_kv_budget_beyond_memory(plan, args) -> None:
+    """--kv-cache-memory-bytes sets the pool whatever the device holds (as in vLLM, which then fails to
+    allocate it): `math --kv-cache-memory-bytes 1e12` on a 24 GB L4 said a 931 GiB pool and 931 concurrent
+    sequences, and `run` ran on it."""
+    from kvscope.engine.units import format_bytes
+
+    budget = getattr(args, "kv_cache_memory_bytes", None)
+    room = plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes
+    if budget is None or plan.kv_pool_bytes <= room:
+        return
+    held = f" and {format_bytes(plan.reserve_bytes)} held back" if plan.reserve_bytes else ""
+    raise ConfigError(f"--kv-cache-memory-bytes {budget:g}: a {format_bytes(plan.kv_pool_bytes)} KV pool beside "
+                      f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} is more than the "
+                      f"{format_bytes(plan.memory_bytes)} of {plan.hardware}; "
+                      + (f"give at most {room:,} bytes, or more memory" if room >= 1 else "give more memory"))
 
 
 # What only vLLM's accounting reads, by the command that would ignore it under --accounting lesson
@@ -396,6 +437,28 @@ def model_input_files(model: str | None, model_path: str | None, default_model: 
     return {"model preset": str(path)} if path else {}
 
 
+# Past this many stored profiles the rest are not looked at (one per machine and device kind is usual).
+CALIBRATION_PROFILES_CHECKED = 64
+
+
+def calibration_profile_files(hardware: str | None) -> dict:
+    """The calibration profiles `kvscope calibrate` stored, for check_output_path's inputs, when the
+    command runs on --hardware this-machine: its times rest on one, and `run --hardware this-machine
+    --json PROFILE` replaced minutes of measuring with the run's report (every later command then
+    refused the profile)."""
+    if hardware != "this-machine":
+        return {}
+    import itertools
+
+    from kvscope.app.lab.verify.tiny_model import cache_dir
+
+    try:
+        found = list(itertools.islice((cache_dir() / "calibration").glob("*.json"), CALIBRATION_PROFILES_CHECKED))
+    except OSError:
+        return {}
+    return {f"calibration profile {path.stem} of --hardware this-machine": str(path) for path in found}
+
+
 def check_scenario_path(value: str) -> None:
     """A scenario given as a path (app/lab/scenarios.py reads it as one when it ends in .toml or holds
     a slash) that exists but is no regular file is said as what it is: the loader says "no such
@@ -440,6 +503,10 @@ def check_real_model(model: str | None, model_path: str | None, allow_pickle: bo
         if model:
             load_model(model)
         check_cache_variable()  # the weights are built (or converted) there on first use
+        from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
+
+        # a folder where none can be made (KVSCOPE_CACHE_DIR=/proc/self) failed after `loading ...`
+        make_cache_folder(cache_dir() / "models")
 
 
 def check_cache_variable() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,8 +14,9 @@ from kvscope.app.lab.presets import load_workload, load_workload_file, preset_fi
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 from kvscope.app.lab.trained_model import TRAINED_MODEL
-from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
+from kvscope.app.lab.workload import ALL_ROWS, MAX_REQUESTS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
+from kvscope.app.cli.options import MAX_SAID_IN_FULL, said_value
 from kvscope.engine.cost_model import calibration_note
 from kvscope.engine.memory_math import full_length_reason
 from kvscope.engine.events import EventKind
@@ -23,7 +25,7 @@ from kvscope.app.cli import options
 from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import shown, table
 
 DEFAULT_WORKLOAD = "chat"
 
@@ -74,6 +76,7 @@ def input_files(args) -> dict:
                               None if given["workload file"] or args.trace else args.workload or DEFAULT_WORKLOAD)):
         if name:
             given[what] = preset_file(kind, name)
+    given.update(options.calibration_profile_files(args.hardware))
     return {what: str(path) for what, path in given.items() if path}
 
 
@@ -92,12 +95,20 @@ def workload_from_args(args) -> WorkloadSpec:
         spec = load_workload(args.workload or DEFAULT_WORKLOAD)
     if spec.trace_path is not None and args.arrival_rate is not None:
         refuse_ignored_by_trace(["--arrival-rate"], f"workload {spec.name}")
+    if args.requests is not None and args.requests > MAX_SAID_IN_FULL:  # the workload's check wrote 400 digits out
+        said = said_value(args.requests)
+        raise ConfigError(f"--requests {said}: num_requests must be at most {MAX_REQUESTS:,}, got {said}")
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
 
 
 def build_engine(args) -> tuple[Engine, WorkloadSpec]:
     spec = workload_from_args(args)
     options.refuse_what_the_lesson_ignores(args, "run --backend real" if args.backend == "real" else "run")
+    if args.allocation == "contiguous" and args.enable_prefix_caching and \
+            "enable_prefix_caching" in getattr(args, "given_flags", ()):  # ran, 0 % hits, without a word
+        raise ConfigError("--enable-prefix-caching: --allocation contiguous reserves each request its own "
+                          "max_model_len region and shares no blocks, so no prefix is ever cached; drop it, or use "
+                          "--allocation paged")
     if args.backend == "real":
         engine = build_real_engine(args)
     else:
@@ -110,6 +121,7 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
             raise ConfigError(f"{', '.join(real_only)}: the real backend's (it loads and runs the weights); use "
                               "them with --backend real, or size simulated weights with --weight-dtype")
         engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
+        options.refuse_kv_budget_beyond_memory(engine.plan, args)
     too_long = full_length_reason(engine.plan)
     if too_long and engine.args.accounting == "vllm":  # as vLLM refuses to start; the lesson's accounting
         # is a what-if that may run a pool smaller than one request (the longer ones are rejected on arrival)
@@ -154,6 +166,7 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
 
     edited = any(getattr(args, f) is not None for f in ("layers", "attention_heads", "kv_heads", "head_dim"))
     architecture = options.model_from_args(args, default_model=DEFAULT_REAL_MODEL) if edited else None
+    refuse_before_loading(args, architecture or options.model_from_args(args, default_model=DEFAULT_REAL_MODEL))
     if not args.model_path:
         name = architecture.name if architecture else (args.model or DEFAULT_REAL_MODEL)
         kind = "trained weights (converted" if name == TRAINED_MODEL.name else "random weights (built"
@@ -166,8 +179,34 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     return create_real_engine(loaded, options.engine_args_from_args(args), record_outputs=record_outputs)
 
 
+def refuse_before_loading(args, shape) -> None:
+    """What the engine refuses of the model once it is loaded, said before `loading ...` and its minutes
+    (three lines, the refusal last): more than one device, a --max-model-len past the model's positions,
+    random weights larger than this machine's memory."""
+    tp = args.tensor_parallel_size
+    if tp not in (None, 1):
+        raise ConfigError(f"--tensor-parallel-size {tp:,}: the real backend runs on one device; tensor parallelism "
+                          "is simulated only")
+    if args.max_model_len is not None and shape.max_position_embeddings_given and args.max_model_len > shape.longest_context:
+        from kvscope.engine.config import resolve_engine_args
+        from kvscope.app.lab.presets import load_hardware
+
+        # its first check is this one: the engine's own words, as after loading
+        resolve_engine_args(options.engine_args_from_args(args), shape, load_hardware(DEFAULT_HARDWARE))
+    from kvscope.app.lab.models.loader import check_weights_fit, resolve_device
+
+    device = resolve_device(args.device, "--device")
+    if not args.model_path and shape.name != TRAINED_MODEL.name:  # random weights, built in fp32
+        check_weights_fit(shape, device, "fp32")
+    budget = args.kv_cache_memory_bytes
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if device.type == "cpu" else None
+    if budget is not None and memory is not None and budget > memory:  # its tensors are allocated: swap, or killed
+        raise ConfigError(f"--kv-cache-memory-bytes {budget:g}: a KV pool of {format_bytes(int(budget))} is more than "
+                          f"this machine's {format_bytes(memory)} of memory; give at most {memory:,} bytes")
+
+
 def status(message: str) -> None:
-    print(f"kvscope: {message}", file=sys.stderr, flush=True)
+    print(f"kvscope: {shown(message)}", file=sys.stderr, flush=True)  # a path in it may hold ESC
 
 
 class Progress:
@@ -417,7 +456,7 @@ def run(args) -> int:
         write_json_output("--json", args.json, report)
     if recording_size is not None:
         # stdout may hold the JSON summary (--json -): the note goes to stderr then
-        print(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} step{'s' if recorder.num_steps != 1 else ''}); "
-              f"replay it with `kvscope gui --replay {args.record}`",
+        print(shown(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} "
+                    f"step{'s' if recorder.num_steps != 1 else ''}); replay it with `kvscope gui --replay {args.record}`"),
               file=sys.stderr if args.json == "-" else sys.stdout)
     return 0

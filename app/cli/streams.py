@@ -10,6 +10,7 @@ to standard error mixed a binary recording or a PNG into the command's messages.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -77,3 +78,62 @@ def refuse_outputs_onto_standard_streams(args) -> None:
             dash = dest in STDOUT_DASH_OUTPUTS.get(args.command, ())
             raise ConfigError(f"{flag} {path}: is this command's {name} ({where}); give a file name"
                               + (" or '-' for stdout" if dash else ""))
+
+
+def name_standard_output_dash(args) -> None:
+    """A text output naming standard output by another name (/dev/stdout, the file `> out.txt` opened)
+    becomes '-', so the command's own text moves to stderr as it does for '-'."""
+    from kvscope.app.lab.output_path import names_standard_output
+
+    for dest in STDOUT_DASH_OUTPUTS.get(args.command, ()):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value != "-" and names_standard_output(value):
+            setattr(args, dest, "-")
+
+
+class ReaderMayLeave:
+    """Standard output whose reader may leave (`kvscope run --json o.json | head -3`): past that, what is
+    printed goes nowhere and the command goes on to write the files it was asked for, then exits as a
+    command killed by SIGPIPE would. The BrokenPipeError of the first print ended the command there:
+    o.json, compare's --csv, export's second file and calibrate's profile (stored after its table,
+    after minutes of measuring) were never written, and nothing said so."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.left = False
+
+    def write(self, text):
+        if not self.left:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def flush(self):
+        if not self.left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def _reader_left(self):
+        self.left = True
+        try:  # what is still buffered, flushed at the exit, goes to the null device
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):  # no file behind it (a captured stream)
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def reader_may_leave():
+    """sys.stdout as a ReaderMayLeave while in it; put back after."""
+    kept = sys.stdout
+    stdout = sys.stdout = ReaderMayLeave(kept)
+    try:
+        yield stdout
+    finally:
+        sys.stdout = kept
