@@ -92,14 +92,42 @@ def unholdable_number(label: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{label}: {exc}")
 
 
-def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH):
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs):
+    """An object's pairs as a dict, refusing a key given twice with two values: json keeps the last
+    without a word (config.json's "num_hidden_layers": 2 then 40 was a 40-layer model), and which was
+    meant cannot be told. The same value twice is read: transformers loads such files, and so do users."""
+    table = {}
+    for key, value in pairs:
+        if key in table and table[key] != value:
+            raise _DuplicateKey(f"the key {key[:80]!r} is given twice in one object ({_shown_json(table[key])}, then "
+                                f"{_shown_json(value)}); keep the one meant")
+        table[key] = value
+    return table
+
+
+def _shown_json(value) -> str:
+    text = json.dumps(value) if not isinstance(value, (dict, list)) else ("an object" if isinstance(value, dict)
+                                                                           else "a list")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bool = False):
     """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
-    is a ConfigError naming `label`."""
+    is a ConfigError naming `label`. unique_keys: a key given twice in one object is refused too
+    (a file whose fields kvscope reads: config.json, an index, generation_config.json)."""
     try:
         if isinstance(text, (bytes, bytearray, memoryview)):
             text = bytes(text).decode("utf-8-sig")
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_pairs if unique_keys else None)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     except UnicodeDecodeError as exc:
+        if bytes(text[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # an editor's "Unicode": every other byte is 0
+            raise ConfigError(f"{label}: UTF-16 text; JSON is read as UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None

@@ -328,6 +328,10 @@ def read_profile(path: Path) -> dict:
         raise ConfigError(f"{exc}{hint}") from None
     if profile.get("format") != PROFILE_FORMAT:
         raise ConfigError(f"{label}: format is {profile.get('format')!r:.40}, not {PROFILE_FORMAT!r}{hint}")
+    if type(profile.get("version")) is int and profile["version"] > PROFILE_VERSION:  # a later kvscope's, not damage
+        raise ConfigError(f"{label}: version {shown(profile['version'])} is newer than this kvscope reads "
+                          f"({PROFILE_VERSION}); it was written by a newer kvscope: upgrade, or run `kvscope calibrate` "
+                          "again to replace it")
     if type(profile.get("version")) is not int or profile["version"] != PROFILE_VERSION:  # true == 1 in Python
         raise ConfigError(f"{label}: version {profile.get('version')!r:.20} is not {PROFILE_VERSION}, the version "
                           f"this kvscope reads{hint}")

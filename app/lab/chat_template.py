@@ -340,6 +340,9 @@ def _said(exc: BaseException) -> str:
         return "it recurses without end"
     if isinstance(exc, MemoryError):
         return "it needs more memory than this machine has"
+    if isinstance(exc, ValueError) and "int_max_str_digits" in str(exc):  # Python's advice is not the user's to take
+        return (f"it writes a whole number of more than {sys.get_int_max_str_digits():,} digits, past any a prompt "
+                "holds")
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kvscope.app.lab.table_checks import require_text
+from kvscope.app.lab.table_checks import require_text, unknown_fields
 from kvscope.engine.checks import whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
@@ -63,10 +63,9 @@ def chat_script_from_dict(data, label: str) -> ChatScript:
     """A ChatScript from a workload TOML's [chat] table; every mistake named with where it is."""
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a table with system_prompt and [[chat.conversations]], got {data!r:.60}")
-    unknown = set(data) - _CHAT_KEYS
-    if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"allowed: {', '.join(sorted(_CHAT_KEYS))}")
+    said = unknown_fields(data, _CHAT_KEYS)
+    if said:
+        raise ConfigError(f"{label}: {said}")
     system = _message(data.get("system_prompt"), f"{label}: system_prompt")
     concurrent = whole_number(data.get("concurrent_conversations", 4), f"{label}: concurrent_conversations", 1,
                               MAX_CONCURRENT)

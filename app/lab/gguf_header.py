@@ -32,6 +32,7 @@ _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 _GGUF_MIN_TENSOR_INFO = 8 + 4 + 8 + 4 + 8  # an empty name, one dimension, its type, its offset
 _GGUF_MIN_KV = 8 + 4 + 1
+_GGUF_MAX_NESTING = 8
 
 
 class _GgufWalk:
@@ -61,7 +62,7 @@ class _GgufWalk:
         self.pos += n
         return bytes(self.data[self.pos - n:self.pos]) if keep else None
 
-    def _value(self, kind: int, what: str):
+    def _value(self, kind: int, what: str, depth: int = 0):
         if kind == _GGUF_STRING:
             return self._string(what, keep=False)
         if kind == _GGUF_ARRAY:
@@ -73,6 +74,11 @@ class _GgufWalk:
             elif inner == _GGUF_STRING:
                 for _ in range(self._count(f"{what}'s length", 8)):
                     self._string(what, keep=False)  # a tokenizer's 50,000: skipped, not copied
+            elif inner == _GGUF_ARRAY:  # arrays of arrays are GGUF's too; no model's nest more than a few deep
+                if depth >= _GGUF_MAX_NESTING:
+                    raise ValueError(f"{what} nests arrays more than {_GGUF_MAX_NESTING} deep")
+                for _ in range(self._count(f"{what}'s length", 4 + 8)):
+                    self._value(_GGUF_ARRAY, what, depth + 1)
             else:
                 raise ValueError(f"{what} is an array of value type {inner}, which GGUF does not have")
             return None
@@ -91,22 +97,44 @@ class _GgufWalk:
         if tensors * _GGUF_MIN_TENSOR_INFO > len(self.data) - self.pos:
             raise ValueError(f"its tensor count is {tensors:,}, more than the rest of the file "
                              f"({len(self.data) - self.pos:,} bytes) can hold: it is truncated or damaged")
-        alignment = 32
+        alignment, keys = 32, set()
         for index in range(pairs):
-            key = self._string(f"metadata entry {index}'s key")
-            value = self._value(self._take("I", f"metadata entry {index}"), f"metadata {key[:80]!r}")
-            if key == b"general.alignment":
+            raw = self._string(f"metadata entry {index}'s key")
+            try:
+                key = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"metadata entry {index}'s key {raw[:80]!r} is not UTF-8 text") from None
+            if key in keys:  # which of the two a reader takes cannot be told
+                raise ValueError(f"metadata key {key[:80]!r} is given twice")
+            keys.add(key)
+            kind = self._take("I", f"metadata entry {index}")
+            if key == "general.architecture" and kind != _GGUF_STRING:  # the kind of model it holds: a name
+                raise ValueError(f"its general.architecture has value type {kind}, not text (a model kind's name)")
+            value = self._value(kind, f"metadata {key[:80]!r}")
+            if key == "general.alignment":
                 alignment = value
-        if not isinstance(alignment, int) or isinstance(alignment, bool) or not 0 < alignment <= 1 << 16:
-            raise ValueError(f"its general.alignment is {alignment!r}")
-        infos = [self._tensor_info(index) for index in range(tensors)]
+        if not isinstance(alignment, int) or isinstance(alignment, bool) or not 0 < alignment <= 1 << 16 \
+                or alignment % 8:
+            raise ValueError(f"its general.alignment is {alignment!r} (GGUF's is a multiple of 8, 32 when not given)")
+        infos = sorted(self._tensor_info(index) for index in range(tensors))
         data_start = -(-self.pos // alignment) * alignment
-        for name, offset, nbytes in infos:
-            if data_start + offset + nbytes > len(self.data):
+        names, end = set(), 0
+        for offset, name, nbytes in infos:
+            if name in names:
+                raise ValueError(f"tensor {name[:80]!r} is listed twice")
+            names.add(name)
+            if offset % alignment:
+                raise ValueError(f"tensor {name[:80]!r} starts at offset {offset:,}, not a multiple of the "
+                                 f"alignment ({alignment})")
+            if offset < end:
+                raise ValueError(f"tensor {name[:80]!r} at offset {offset:,} overlaps the tensor before it "
+                                 f"(which ends at {end:,})")
+            end = offset + nbytes
+            if data_start + end > len(self.data):
                 raise ValueError(f"tensor {name[:80]!r} lies at bytes {data_start + offset:,} to "
-                                 f"{data_start + offset + nbytes:,}, past the end of the file at {len(self.data):,}")
+                                 f"{data_start + end:,}, past the end of the file at {len(self.data):,}")
 
-    def _tensor_info(self, index: int) -> tuple[str, int, int]:
+    def _tensor_info(self, index: int) -> tuple[int, str, int]:
         from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
         name = self._string(f"tensor {index}'s name").decode("utf-8", "replace")
@@ -119,4 +147,9 @@ class _GgufWalk:
             block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
         except (ValueError, KeyError):
             raise ValueError(f"tensor {name[:80]!r} has type {kind}, which GGUF does not have") from None
-        return name, offset, math.prod(shape) // block * block_bytes
+        if 0 in shape:
+            raise ValueError(f"tensor {name[:80]!r} has a dimension of 0 (shape {shape})")
+        if shape[0] % block:  # a quantised row is whole blocks; the bytes of a part block cannot be told
+            raise ValueError(f"tensor {name[:80]!r}'s rows of {shape[0]:,} are not whole blocks of {block} for its "
+                             f"type {GGMLQuantizationType(kind).name}")
+        return offset, name, math.prod(shape) // block * block_bytes

@@ -25,7 +25,7 @@ from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_c
 from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_atomic
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
-from kvscope.app.lab.table_checks import build_config
+from kvscope.app.lab.table_checks import build_config, unknown_fields
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
 
 KINDS = ("models", "hardware", "workloads")
@@ -122,8 +122,10 @@ def read_toml(path, label: str) -> dict:
         table = tomllib.loads(data.decode("utf-8-sig"))  # a byte-order mark (Windows editors) is not TOML
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: malformed TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{label}: not UTF-8 text") from None
+    except UnicodeDecodeError as exc:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # an editor's "Unicode": TOML is UTF-8 only
+            raise ConfigError(f"{label}: UTF-16 text; TOML is UTF-8: save it as UTF-8") from None
+        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
     except RecursionError:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # TOMLDecodeError is one too, caught above: a number Python will not hold
@@ -244,9 +246,9 @@ def preset_file(kind: str, name: str) -> Path | None:
 
 
 def _check_keys(data: dict, allowed: set, label: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(unknown)}")
+    said = unknown_fields(data, allowed, list_allowed=False)
+    if said:
+        raise ConfigError(f"{label}: {said}")
 
 
 def model_from_dict(data: dict, label: str, default_name: str | None = None) -> ModelConfig:

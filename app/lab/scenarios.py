@@ -33,6 +33,7 @@ from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload, meant_names, presets_root, read_toml
+from kvscope.app.lab.table_checks import unknown_fields
 from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
                                      workload_from_dict)
 from kvscope.engine.units import GiB
@@ -275,9 +276,9 @@ class _Fields:
         self.where = where
         if not isinstance(data, dict):
             raise self.error(f"expected a table, got {data!r}")
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise self.error(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        said = unknown_fields(data, allowed)
+        if said:
+            raise self.error(said)
         self.data = data
 
     def error(self, message: str, key: str | None = None) -> ConfigError:

@@ -9,6 +9,7 @@ preset and its field)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 
 from kvscope.engine.checks import ConfigError, shown
@@ -25,6 +26,26 @@ def require_text(value, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{what} must be non-empty text, got {shown(value)}")
     return value
+
+
+def unknown_fields(data: dict, allowed, list_allowed: bool = True) -> str | None:
+    """What to say of the keys of data that are not in allowed, each with the field it seems to mean
+    (a typo, another case, a space around it: 'arival_rate_per_s (did you mean arrival_rate_per_s?)');
+    None when every key is known."""
+    from kvscope.app.lab.presets import meant_names  # presets reads its tables with this module
+    from kvscope.app.lab.said_paths import said_short
+
+    unknown = sorted(map(str, set(data) - set(allowed)))
+    if not unknown:
+        return None
+    said = []
+    for key in unknown:
+        # a field's name is long and a typo short of it (memory_bandwith): closer than a preset's name need be
+        meant = meant_names(key, sorted(allowed)) or difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+        shown_key = said_short(repr(key) if not key.isprintable() or key != key.strip() else key, 60)
+        said.append(f"{shown_key} (did you mean {meant[0]}?)" if meant else shown_key)
+    listed = f"; allowed: {', '.join(sorted(allowed))}" if list_allowed else ""
+    return f"unknown field(s) {', '.join(said)}{listed}"
 
 
 def check_fields(cls, data, label: str) -> None:

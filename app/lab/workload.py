@@ -21,7 +21,7 @@ import numpy as np
 
 from kvscope.app.lab.bounded_reads import read_capped
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
-from kvscope.app.lab.table_checks import require_text
+from kvscope.app.lab.table_checks import require_text, unknown_fields
 from kvscope.engine.checks import real_number, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
@@ -90,13 +90,18 @@ def dist_from_dict(data, label: str) -> LengthDist:
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a whole number of tokens or a table like "
                           f"{{ dist = \"lognormal\", median = 512, sigma = 0.8 }}, got {data!r:.60}")
-    unknown = set(data) - {"dist", "value", "min", "max", "median", "sigma"}
-    if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                          "allowed: dist, value, min, max, median, sigma")
+    said = unknown_fields(data, {"dist", "value", "min", "max", "median", "sigma"})
+    if said:
+        raise ConfigError(f"{label}: {said}")
     kind = data.get("dist", "constant")
     if kind not in DIST_KINDS:
         raise ConfigError(f"{label}: dist must be one of {', '.join(DIST_KINDS)}, got {kind!r:.60}")
+    unused = sorted(set(data) & ({"median", "sigma"} if kind != "lognormal" else set())
+                    | (set(data) & {"value"} if kind != "constant" else set()))
+    if unused:  # a lognormal's median given to a constant length was dropped without a word
+        uses = {"constant": "value", "uniform": "min and max", "lognormal": "median, sigma, min and max"}[kind]
+        raise ConfigError(f"{label}: a {kind} length does not use {' or '.join(unused)} (it uses {uses}); "
+                          "remove it, or set dist to the distribution meant")
     lo = whole_number(data.get("min", 1), f"{label}: min", 1, MAX_REQUEST_TOKENS)
     hi = whole_number(data.get("max", 1_000_000), f"{label}: max", 1, MAX_REQUEST_TOKENS)
     if hi < lo:
@@ -241,10 +246,9 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
     file's own folder), else in fallback_trace_dir (the built-in traces) when it is there."""
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a table of workload fields, got {data!r:.60}")
-    unknown = set(data) - _WORKLOAD_KEYS
-    if unknown:
-        raise ConfigError(f"{label}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"allowed: {', '.join(sorted(_WORKLOAD_KEYS))}")
+    said = unknown_fields(data, _WORKLOAD_KEYS)
+    if said:
+        raise ConfigError(f"{label}: {said}")
     if "name" not in data:
         raise ConfigError(f"{label}: missing field name")
     kwargs = {k: require_text(data[k], f"{label}: {k}") if k == "name" else _text(data[k], f"{label}: {k}")
@@ -349,10 +353,23 @@ _COLUMN_NAMES = {
 }
 
 
+# the leading bytes of compressed files, a trace's download often is one (azure_conv.csv.gz)
+_PACKED = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd"),
+           (b"\xfd7zXZ\0", "xz"))
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]{0,1024}[\[{]")  # a JSON trace, or JSON Lines: no header row
+
+
 def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     """Rows of a trace CSV, arrival times relative to the first row. Errors name the line."""
     path = Path(path)
     data = read_capped(path, f"trace {path}", MAX_TRACE_BYTES, "trace CSV file")
+    packed = next((name for magic, name in _PACKED if data.startswith(magic)), None)
+    if packed:  # said as "binary data (a NUL byte)", the file's nature not named
+        raise ConfigError(f"trace {path}: {packed}-compressed, not CSV text; decompress it first and give the .csv")
+    if _JSON_START.match(data):  # was "line 1: no arrival column"
+        raise ConfigError(f"trace {path}: JSON, not CSV; kvscope reads a trace as CSV whose first line names its "
+                          f"columns ({_COLUMN_NAMES['arrival'][0]},{_COLUMN_NAMES['prompt'][0]},"
+                          f"{_COLUMN_NAMES['output'][0]}), one request a line")
     nul = data.find(b"\0")  # binary data (a sparse file of zeros): said at once, not after decoding a GiB
     if nul >= 0:
         if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a spreadsheet's "Unicode text": every other byte is 0

@@ -55,6 +55,13 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
         if bits not in (None, 16):  # 2- or 3-bit weights sized as 16-bit ones would be 5 - 8x off
             raise ConfigError(f"quantization_config: compressed-tensors weights of {bits!r:.20} bits: kvscope sizes "
                               "4-, 8- and 16-bit weights")
+    if quant and not method:  # as transformers reads it: only bitsandbytes' old configs may leave it out
+        if quant.get("load_in_4bit") or quant.get("load_in_8bit"):
+            return "nf4" if quant.get("load_in_4bit") and quant.get("bnb_4bit_quant_type", "nf4") == "nf4" \
+                else "int4" if quant.get("load_in_4bit") else "int8"
+        raise ConfigError("quantization_config has no quant_method, so how its weights are stored cannot be told "
+                          "(sized as 16-bit they may be 2 - 4x off); give quant_method (fp8, mxfp4, bitsandbytes, "
+                          "gptq, awq, compressed-tensors)")
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
                           "(fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
@@ -118,8 +125,16 @@ def _experts(cfg: dict, model_type: str) -> dict:
     if cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of moe_intermediate_size
         shared = cfg["n_shared_experts"] * (cfg.get("moe_intermediate_size") or 0)
     dense = cfg.get("first_k_dense_replace") or 0
+    layers = cfg.get("num_hidden_layers")
+    if isinstance(layers, int) and dense > layers:  # said as num_dense_layers, a field the file does not have
+        raise ConfigError(f"first_k_dense_replace ({dense:,}) is more than num_hidden_layers ({layers:,})")
     if isinstance(cfg.get("mlp_only_layers"), list):  # Qwen-MoE: these layers keep a dense MLP
-        dense = max(dense, len(cfg["mlp_only_layers"]))
+        numbers = set(cfg["mlp_only_layers"])  # [0, 0, 0] is one dense layer, not three
+        past = sorted(n for n in numbers if isinstance(layers, int) and n >= layers)
+        if past:
+            raise ConfigError(f"mlp_only_layers names layer {past[0]:,}, but num_hidden_layers is {layers:,} "
+                              f"(layers 0 to {layers - 1:,})")
+        dense = max(dense, len(numbers))
     return {"num_experts": count, "num_experts_per_tok": per_token, "moe_intermediate_size": size,
             "shared_expert_intermediate_size": shared, "num_dense_layers": dense}
 
@@ -149,10 +164,16 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     label = label or f"config {name}"
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
+        label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
     if missing:
-        raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
+        from kvscope.app.lab.presets import meant_names  # imported when needed, as table_checks does
+
+        given = [str(k) for k in cfg][:1000]  # "Num_Hidden_Layers" or "num_hidden_layers ": the field, misspelt
+        near = [f"{meant[0]!r} for {k}" for k in missing if (meant := meant_names(k, given))]
+        raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}"
+                          + (f" (it has {', '.join(near)}: field names are exact)" if near else ""))
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
     model_type = str(cfg.get("model_type", "llama"))
@@ -216,7 +237,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"config {os_error_text(path, exc)}") from None
     if is_folder:
         path = path / "config.json"
-    cfg = load_json(read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json"), f"config {path}")
+    cfg = load_json(read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json"), f"config {path}",
+                    unique_keys=True)
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem

@@ -17,6 +17,7 @@ from pathlib import Path
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields
 from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
+from kvscope.app.lab.models.safetensors_header import safetensors_header
 from kvscope.app.lab.table_checks import require_table
 from kvscope.engine.checks import shown
 from kvscope.engine.config import QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
@@ -46,7 +47,7 @@ def _read_config(path: Path) -> dict:
     if not config_file.is_file():
         raise ConfigError(f"model directory {path}: missing config.json")
     label = f"model directory {path}: config.json"
-    cfg = load_json(read_capped(config_file, label, MAX_CONFIG_BYTES, "config.json"), label)
+    cfg = load_json(read_capped(config_file, label, MAX_CONFIG_BYTES, "config.json"), label, unique_keys=True)
     if not isinstance(cfg, dict):
         raise ConfigError(f"{label}: expected a JSON object of model fields, got {shown(cfg)}")
     return cfg
@@ -71,19 +72,21 @@ def _architecture(cfg: dict, path: Path) -> str:
                       f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type {', '.join(SUPPORTED_MODEL_TYPES)})")
 
 
-def _index_shards(path: Path) -> set:
-    """The shard files model.safetensors.index.json names (plain file names in the directory)."""
+def _index_map(path: Path) -> dict:
+    """model.safetensors.index.json's weight_map: tensor name -> the shard file (a plain file name in
+    the directory) that holds it."""
     label = f"model directory {path}: model.safetensors.index.json"
     index = load_json(read_capped(path / "model.safetensors.index.json", label, MAX_INDEX_BYTES,
-                                  "safetensors index"), label)
+                                  "safetensors index"), label, unique_keys=True)
     weight_map = require_table(require_table(index, label).get("weight_map"), f"{label}: weight_map",
                                '{"model.embed_tokens.weight": "model-00001-of-00002.safetensors", ...}')
-    shards = set(weight_map.values())
-    for shard in shards:
+    for shard in weight_map.values():
         if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
             raise ConfigError(f"{label}: weight_map names a shard {shown(shard)}; each must be a file name in the "
                               "model directory")
-    return shards
+        if not shard.endswith(".safetensors"):  # config.json read as weights: "its header length says 8,243,..."
+            raise ConfigError(f"{label}: weight_map names a shard {shown(shard)}; each is a .safetensors file")
+    return weight_map
 
 
 def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
@@ -103,48 +106,81 @@ def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
             )
         if not has_pickle:
             raise ConfigError(f"model directory {path}: no weights (*.safetensors) found")
-    shards = ["model.safetensors"]
+    shards, index = ["model.safetensors"], None
     if (path / "model.safetensors.index.json").exists():
-        shards = sorted(_index_shards(path))
+        index = _index_map(path)
+        shards = sorted(set(index.values()))
         missing = [s for s in shards if not (path / s).exists()]
         if missing:
             raise ConfigError(f"model directory {path}: missing weight shard(s) {', '.join(missing)}")
     # A pipe named model.safetensors blocked the weights' check (and the load) on open, for ever
-    for name in {*shards, *(p.name for p in path.glob("*.safetensors"))}:
+    for name in sorted({*shards, *(p.name for p in path.glob("*.safetensors"))}):
+        if (path / name).is_symlink() and not (path / name).exists():  # transformers: "no file named ... found"
+            raise ConfigError(f"model directory {path}: weight file {name} is a link that leads nowhere (to a missing "
+                              "file, or round a loop of links); link it to the weights, or copy them there")
         if (path / name).exists() and not (path / name).is_file():
             raise ConfigError(f"model directory {path}: weight file {name} is not a regular file (a folder, a pipe "
                               "or a device); the weights are *.safetensors files")
-    if not cfg.get("quantization_config"):
-        for shard in shards:
-            _check_float_weights(path, shard)
+    _check_generation_config(path, cfg)
+    if has_safetensors:
+        _check_weight_files(path, [s for s in shards if (path / s).is_file()], index,
+                            bool(cfg.get("quantization_config")))
     return cfg
 
 
 # safetensors dtypes of whole numbers: an unquantised model's parameter stored as one is cast to a
 # float on load (an I32 holding a float's bits becomes 1e9-sized weights) and the model runs on nonsense
 _WHOLE_NUMBER_DTYPES = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"}
-MAX_SAFETENSORS_HEADER = 100 * 1024**2  # the safetensors library's own limit
 
 
-def _check_float_weights(path: Path, shard: str) -> None:
-    """Each tensor of a weight file transformers will read holds floats (its header says its dtype).
-    A header that cannot be read is left to the load, whose error names what is wrong."""
-    label = f"model directory {path}: {shard}"
-    try:
-        with open(path / shard, "rb") as handle:
-            size = int.from_bytes(handle.read(8), "little")
-            if not 2 <= size <= MAX_SAFETENSORS_HEADER:
-                return
-            header = load_json(handle.read(size), label)
-    except (OSError, ConfigError):
+MAX_GENERATION_CONFIG_BYTES = 1024**2  # a few hundred bytes: the ids that end an answer, sampling defaults
+
+
+def _check_generation_config(path: Path, cfg: dict) -> None:
+    """generation_config.json, when there is one, a JSON object whose eos_token_id (the ids that end an
+    answer, which kvscope stops on) is an id or a list of ids of the model's vocabulary. transformers
+    skips a malformed file without a word and keeps any id: an answer then never ended where the model ends it."""
+    if not (path / "generation_config.json").is_file():  # a pipe there is passed over, as transformers does
         return
-    if not isinstance(header, dict):
+    label = f"model directory {path}: generation_config.json"
+    data = load_json(read_capped(path / "generation_config.json", label, MAX_GENERATION_CONFIG_BYTES,
+                                 "generation_config.json"), label, unique_keys=True)
+    require_table(data, label)
+    eos = data.get("eos_token_id")
+    if eos is None:
         return
+    vocab = cfg.get("vocab_size")
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+    ids = eos if isinstance(eos, list) and eos else [eos]
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0 or (vocab and token >= vocab):
+            span = f"0 to {vocab - 1:,} (config.json vocab_size {vocab:,})" if vocab else "0 or more"
+            raise ConfigError(f"{label}: eos_token_id must be a token id, or a list of them, from {span}; got "
+                              f"{shown(eos)}")
+
+
+def _check_weight_files(path: Path, shards: list, index: dict | None, quantized: bool) -> None:
+    """Each weight file's header whole (safetensors_header), every tensor the index places in a shard
+    there, and, for a model config.json does not say is quantised, every parameter stored as floats."""
+    for shard in shards:
+        label = f"model directory {path}: {shard}"
+        header = safetensors_header(path / shard, f"model directory {path}: cannot load {shard}")
+        if index is not None:
+            absent = sorted(name for name, where in index.items() if where == shard and name not in header)
+            if absent:
+                raise ConfigError(f"model directory {path}: model.safetensors.index.json: weight_map places "
+                                  f"{len(absent):,} tensor(s) in {shard} that it does not hold ({_names(absent)})")
+        if not quantized:
+            _check_float_weights(header, label)
+
+
+def _check_float_weights(header: dict, label: str) -> None:
+    """Each parameter of a weight file holds floats (its header says its dtype)."""
     for name, entry in header.items():
-        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        dtype = entry.get("dtype")
         # parameters only: older checkpoints keep buffers of whole numbers beside them (GPT-NeoX's
         # boolean `attention.bias` mask, position_ids), which load as they are
-        if dtype in _WHOLE_NUMBER_DTYPES and isinstance(name, str) and name.endswith(".weight"):
+        if dtype in _WHOLE_NUMBER_DTYPES and name.endswith(".weight"):
             raise ConfigError(f"{label}: tensor {shown(name)} is stored as {dtype} (whole numbers), but config.json "
                               "has no quantization_config: the weights of a model kvscope runs are floats (F32, F16, "
                               "BF16); this file is not this model's weights, or is quantised in a way it does not say")

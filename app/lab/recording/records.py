@@ -109,6 +109,9 @@ def open_records(path, allow_truncated: bool = False) -> OpenedFile:
             raise RecordingError(
                 f"{name} uses recording format {major}.{minor}, newer than this kvscope reads "
                 f"({FORMAT_MAJOR}.x): open it with a newer kvscope")
+        if major < 1:  # read as a 1.x recording, a forged or damaged version went unsaid
+            raise RecordingError(f"{name} says recording format {major}.{minor}, which no kvscope writes (the first "
+                                 "is 1.0): the file header is damaged")
         reader = _RecordReader(handle, name, size)
         entries, index_head = reader.index_from_trailer()
         warning = None

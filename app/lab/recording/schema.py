@@ -66,6 +66,9 @@ def check_header(header, name: str, file_version: tuple) -> dict:
     if version[0] > FORMAT_MAJOR:
         raise RecordingError(f"{name} uses recording format {version}, newer than this kvscope reads "
                              f"({FORMAT_MAJOR}.x): open it with a newer kvscope")
+    if version[0] != file_version[0]:  # the two records of one write cannot disagree
+        raise _corrupt(f"{name}: the header's format_version {version} is not the file's "
+                       f"{file_version[0]}.{file_version[1]}")
     whole(header.get("block_size"), f"{name}: the header's block_size", 1, MAX_BLOCK_SIZE)
     whole(header.get("num_blocks"), f"{name}: the header's num_blocks", 1, MAX_NUM_BLOCKS)
     kinds = header.get("event_kinds", [])
