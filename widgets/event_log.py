@@ -100,9 +100,21 @@ class EventLog(QWidget):
         return text.splitlines() if text else []
 
     def _refilter(self) -> None:
-        self.view.setPlainText("\n".join(text for kind, text in self.lines if self._matches(kind, text)))
+        shown = [text for kind, text in self.lines if self._matches(kind, text)]
+        self.view.setPlainText("\n".join(shown))
         self.view.moveCursor(self.view.textCursor().MoveOperation.End)
         self._update_count()
 
+    def _filtering(self) -> bool:
+        return self.kind_filter.currentText() != ALL_KINDS or bool(self.text_filter.text().strip())
+
     def _update_count(self) -> None:
-        self.count.setText(f"{len(self.lines):,} of the last {self.lines.maxlen:,} events kept")
+        """What is kept and, while a filter is set, how many of those lines it shows: a filter that
+        matched nothing left an empty log beside "5,000 of the last 5,000 events kept", as if nothing had come."""
+        kept = f"{len(self.lines):,} of the last {self.lines.maxlen:,} events kept"
+        if not self._filtering():
+            self.count.setText(kept)
+            return
+        # the view holds the lines shown, one block each (none: one empty block)
+        shown = 0 if self.view.document().isEmpty() else self.view.blockCount()
+        self.count.setText(f"{shown:,} match the filter ({kept})" if shown else f"none match the filter ({kept})")

@@ -37,7 +37,12 @@ class PrefixCacheMapView(BlockMapView):
         chain, depth = self.cells.get("chain"), self.cells.get("depth")
         age = self.cells.get("age_s")
         lines.append(f"cached block, hash {int(snap.block_hash[block_id]):016x}")
-        if chain is not None and depth is not None:
+        cut = self.cells.get("chain_cut")
+        if chain is not None and depth is not None and cut is not None and cut[block_id]:
+            # "block 1 of its chain" of a block whose parent the server named: not a prompt's first block
+            lines.append(f"prefix chain {int(chain[block_id])}, block {int(depth[block_id]) + 1} of it as seen: its "
+                         "first block follows one never seen stored (before attaching, in a lost batch, or evicted)")
+        elif chain is not None and depth is not None:
             lines.append(f"prefix chain {int(chain[block_id])}, block {int(depth[block_id]) + 1} of its chain")
         if age is not None and not np.isnan(age[block_id]):
             lines.append(f"stored {float(age[block_id]):,.1f} s before the newest stored block")

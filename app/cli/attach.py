@@ -17,7 +17,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
 from kvscope.app.cli import options
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import shown, table
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 
@@ -70,7 +70,8 @@ def target_from_args(args):
     if not (args.kv_events or args.kv_listen):
         raise ConfigError("give the server's KV event endpoint (--kv-events tcp://HOST:5557) or one for servers to "
                           "dial (--kv-listen tcp://*:5557)")
-    model = load_hf_config(args.model_path) if args.model_path else load_model(args.model) if args.model else None
+    model = load_hf_config(options.model_folder(args.model_path)) if args.model_path else \
+        load_model(args.model) if args.model else None
     hardware = load_hardware(args.hardware) if args.hardware else None
     return AttachTarget(url=args.url, kv_events=args.kv_events, kv_listen=args.kv_listen, replay=args.replay,
                         data_parallel_size=args.data_parallel_size, topic=args.topic or "", model=model,
@@ -163,8 +164,10 @@ def run_window(target, args) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("kvscope")
     window = MainWindow(values, theme=args.theme or "dark", autoplay=False, attach=target)
-    if args.record:
-        window.attached.host.start_recording(args.record)
+    if args.record:  # through File > Record's own path: the action checked, exports kept off the file
+        from kvscope.app.gui import recording_control
+
+        recording_control.start(window, args.record)
     window.resize(1600, 960)
     window.show()
     window.arrange_docks()
@@ -238,7 +241,7 @@ def input_files(args) -> dict:
     hardware = preset_file("hardware", args.hardware) if args.hardware else None
     if hardware:
         inputs["hardware preset"] = str(hardware)
-    return inputs
+    return {**inputs, **options.calibration_profile_files(args.hardware)}
 
 
 def run(args) -> int:
@@ -264,15 +267,15 @@ def run(args) -> int:
             write_json_output("--json", args.json, exc.report)
         raise
     for warning in report["warnings"]:
-        print(f"kvscope: warning: {warning}", file=sys.stderr)
+        print(f"kvscope: warning: {shown(warning)}", file=sys.stderr)  # the server's words may hold ESC
     if args.json:
         write_json_output("--json", args.json, report)
     if args.json != "-":
         print(table(summary_rows(report), title=f"Attached for {args.duration:g} s"))
         if report["warning"]:
-            print(f"note: {report['warning']}")
+            print(f"note: {shown(report['warning'])}")
         if args.record:
             recorded = report["recording"]
-            print(f"recording written to {recorded['path']} ({format_bytes(recorded['bytes'])}, "
-                  f"{recorded['ticks']:,} ticks): `kvscope gui --replay {recorded['path']}` replays it")
+            print(shown(f"recording written to {recorded['path']} ({format_bytes(recorded['bytes'])}, "
+                        f"{recorded['ticks']:,} ticks): `kvscope gui --replay {recorded['path']}` replays it"))
     return 0

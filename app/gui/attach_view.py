@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import html
 import math
+import os
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QTextBrowser, QVBoxLayout, QWidget
 
 from kvscope.app.host.attach_replay import AttachReplaySession
-from kvscope.app.host.attach_session import AttachSession
+from kvscope.app.host.attach_session import RECORDING_REFUSED, AttachSession
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.lab.bounded_reads import escaped
-from kvscope.app.lab.said_paths import LONGEST_SAID, said_short
+from kvscope.app.lab.said_paths import LONGEST_SAID, said_path, said_short
 from kvscope.app.lab.vllm.attachment import LOG_KINDS
 from kvscope.engine.units import format_percent, format_seconds
 from kvscope.widgets.attach_plots import AttachPlots
@@ -56,7 +57,14 @@ class AttachView(QWidget):
         self.counts: dict = {}
         self.errors: list[str] = []
         self.frames = 0
+        self.failed = False  # the attach was refused, or its process died: the page follows nothing
+        self.failure = ""  # ... and why
+        # called with the reason when a recording of the page stops or never starts (the window
+        # unchecks File > Record: it stayed checked over a page that recorded nothing)
+        self.recording_ended = lambda reason: None
+        self.recording_to: str | None = None  # the file File > Record writes the server to
         self.latest_snapshot = None
+        self.usage_served: bool | None = True  # whether the newest scrape served the KV usage (None: none yet)
         self._series: dict[str, list] = {key: [] for key in ("time_s", *SERIES_KEYS, "prompt_tokens_per_s",
                                                                "generation_tokens_per_s")}
 
@@ -115,6 +123,13 @@ class AttachView(QWidget):
         if frame.error:
             self.errors.append(frame.error)
         if frame.info is not None:
+            self.failed = False
+        elif frame.error and _ends_following(frame.status):
+            self.failed, self.failure = True, frame.error
+        if self.recording_to is not None and frame.error and (self.failed or frame.status == RECORDING_REFUSED):
+            self.recording_to = None  # ended with the page's process, or refused
+            self.recording_ended(frame.error)
+        if frame.info is not None:
             if self.info is not None:  # a replay sought: the history up to there follows
                 self._clear()
             self.info = frame.info
@@ -132,6 +147,7 @@ class AttachView(QWidget):
             self.plots.set_series({key: np.asarray(values, dtype=np.float64) for key, values in self._series.items()})
         if frame.snapshot is not None:
             self.latest_snapshot = frame.snapshot
+            self.usage_served = (frame.cells or {}).get("kv_usage_served", True)
             self.block_map.update_cells(frame.snapshot, frame.cells)
             self._show_blocks()
         if frame.log_lines:
@@ -150,10 +166,26 @@ class AttachView(QWidget):
     def seek(self, position: int) -> None:
         self.host.seek(position)
 
+    def reattach(self) -> str | None:
+        """Reset (R) on the page once it follows nothing (the attach refused, its process killed):
+        attach again, or open the recording again, in a new process if the last one died. The
+        message said "Play, Apply or Reset (R) starts a new one", and on this page all three were
+        refused. What it does, said; None (nothing done) while the page follows the server."""
+        if not self.failed:
+            return None
+        self.failed = False
+        said = ("attaching again: the page follows the server once it answers" if self.recording is None
+                else "opening the recording again")
+        self.status.setText(f"{said} ...")
+        self.host.restart(play=True)
+        return said
+
     def start_recording(self, path: str) -> None:
+        self.recording_to = path
         self.host.start_recording(path)
 
     def stop_recording(self) -> None:
+        self.recording_to = None
         self.host.stop_recording()
 
     def _add_point(self, point) -> None:
@@ -171,6 +203,16 @@ class AttachView(QWidget):
         cached = snap.count(1)  # BLOCK_CACHED
         cached_free = max(0, cached - used)
         theme = self.theme
+        if not self.usage_served:  # "in use 0" was drawn of a server that said nothing of its usage
+            why = ("its usage is not scraped yet" if self.usage_served is None else "its usage is not served")
+            self.blocks_bar.set_segments(f"KV cache of the server ({why})", [
+                BlockSegment("cached (KV events)", cached, theme.good,
+                             f"{cached:,} blocks stored and not evicted (KV events); {why} "
+                             "(vllm:kv_cache_usage_perc), so how many blocks are in use is not known"),
+                BlockSegment("not known cached", cells - cached, theme.free_block,
+                             "in use or free: the server's /metrics does not say"),
+            ])
+            return
         self.blocks_bar.set_segments("KV cache of the server", [
             BlockSegment("in use", used, theme.decode, f"vllm:kv_cache_usage_perc {format_percent(snap.kv_usage)} of "
                                                        f"{cells:,} blocks: held by running requests"),
@@ -181,8 +223,11 @@ class AttachView(QWidget):
         ])
 
     def status_text(self, status: str = "", error: str | None = None) -> str:
-        if error:
-            return f"not attached: {error}"
+        if error and not _ends_following(status):  # a recording refused, say: said with what the page follows
+            return f"{error}  ·  {self.status_text()}"
+        if self.failed:  # why it stopped following, until it attaches again
+            hint = "" if self.failure.rstrip().endswith("again.") else "  ·  Reset (R) on this page tries again"
+            return f"not attached: {self.failure}{hint}"
         if self.info is None:
             return status or "attaching ..."
         c = self.counts
@@ -215,6 +260,12 @@ class AttachView(QWidget):
     def stop(self) -> None:
         self.timer.stop()
         self.host.stop()
+
+
+def _ends_following(status: str) -> bool:
+    """Whether a frame's status says the page follows nothing now: the attach (or the recording's
+    opening) was refused, or the page's process died."""
+    return status.startswith("not attached") or status.endswith(("ended unexpectedly", "could not start"))
 
 
 def details_html(info: dict | None, counts: dict, theme, latency: list = ()) -> str:
@@ -258,10 +309,14 @@ def open_attached(window, target, recording=None) -> AttachView:
     """Add the page for target (or for a recording of one) to the window and show it; it takes
     the place of a page attached before."""
     if window.attached is not None:
+        if window.attached.recording_to is not None:  # finished, and Record no longer checked over nothing
+            window.attached.stop_recording()
+            _uncheck_record(window)
         window.attached.stop()
         window.pages.removeTab(window.pages.indexOf(window.attached))
         window.attached.deleteLater()
     view = AttachView(target, window.theme, recording=recording)
+    view.recording_ended = lambda reason: _recording_ended(window, reason)
     window.attached = view
     if recording is None:
         index = window.pages.addTab(view, f"Attached: {address_for_tab(target.url)}")
@@ -277,6 +332,51 @@ def open_attached(window, target, recording=None) -> AttachView:
     window.pages.setCurrentWidget(view)
     _page_changed(window)
     return view
+
+
+def _uncheck_record(window) -> None:
+    action = window.record_action
+    action.blockSignals(True)  # not a user's uncheck: nothing is left to stop
+    action.setChecked(False)
+    action.blockSignals(False)
+    window.state.recording_path = None
+
+
+def recording_in_progress(window, path) -> str | None:
+    """Why File > Open recording refuses path: it is the file File > Record is writing (the server's
+    or the live engine's), which was opened half-written, as a recording cut short; else None."""
+    page = window.attached
+    if page is not None and page.recording_to is not None:
+        writing, whose = page.recording_to, "the attached server"
+    else:
+        writing = window.state.recording_path if window.record_action.isChecked() else None
+        whose = "the live run"
+    if writing is None or not _same_file(writing, path):
+        return None
+    return (f"{said_path(path)} is the recording of {whose} in progress: uncheck File > Record the run to finish "
+            "it, then open it")
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # not there yet (a recording begun moments ago), a NUL in a name
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _recording_ended(window, reason: str) -> None:
+    """File > Record of the page did not start, or stopped (the page's process died): unchecked,
+    and said in a dialog about the recording, as the live run's are (recording_control.show_failure)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from kvscope.app.gui.recording_control import DID_NOT_START
+
+    _uncheck_record(window)
+    box = QMessageBox(QMessageBox.Warning, DID_NOT_START if reason.startswith(("Cannot record", "Nothing to"))
+                      else "Recording stopped", f"{reason}\n\nFile > Record the run (Ctrl+Shift+R) records the "
+                      "server to a file once the page follows it.", parent=window)
+    box.setModal(False)  # it came with a frame: a modal loop here would run the frame timer inside it
+    box.open()
 
 
 def address_for_tab(address: str, longest: int = TAB_CHARS) -> str:
@@ -306,13 +406,20 @@ def open_attached_replay(window, path) -> bool:
     from kvscope.app.lab.recording import RecordingError
     from kvscope.app.lab.recording.attached_reader import AttachedRecording
 
+    page = window.attached
+    following = page is not None and page.recording is None and not page.failed
     try:
         recording = AttachedRecording.open(path, allow_truncated=True)
     except (RecordingError, OSError) as exc:
         QMessageBox.warning(window, "Cannot open the recording", f"{exc}\n\nThe window keeps what it showed.")
         return False
+    # the replay takes the attached page's place: a server followed live stopped without a word
+    replaced = (f"the replay took the place of the page following {address_for_tab(page.target.url)}"
+                f"{' (its recording finished)' if page.recording_to is not None else ''}; `kvscope attach` follows "
+                "it again") if following else None
     window.live_worker.pause()
     open_attached(window, None, recording)
-    if recording.warning:
-        window.statusBar().showMessage(recording.warning, 10000)
+    said = "; ".join(text for text in (recording.warning, replaced) if text)
+    if said:
+        window.statusBar().showMessage(said, 10000)
     return True

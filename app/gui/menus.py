@@ -85,6 +85,10 @@ def _on_screen(w, what: str, act) -> None:
     """Play, Step and Reset act on what the page shows; an attached server runs by itself, and the
     keys pressed on its page built and played the live engine out of sight."""
     if w.attached is not None and w.pages.currentWidget() is w.attached:
+        again = w.attached.reattach() if what == "reset" else None  # the page follows nothing: attach again
+        if again:
+            w.statusBar().showMessage(again, 10000)
+            return
         w.statusBar().showMessage(f"nothing to {what} here: the attached server runs by itself; Play, Step "
                                   "and Reset act on the Live run and Compare pages", 10000)
         return

@@ -15,6 +15,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from kvscope.app.gui.export_files import ExportError, writable
+from kvscope.app.lab.said_paths import said_short
 
 DID_NOT_START = "Recording did not start"
 STOPPED = "Recording stopped"
@@ -25,10 +26,22 @@ def target(window):
     return attached if showing and attached.recording is None else window.live_worker
 
 
+def recording(window):
+    """What Record, unchecked, stops: the page that records, whichever page shows. It stopped what the
+    page on screen would record: the server's recording, begun on its page, ran on unchecked from the
+    Live run page, and the live engine's from the server's page."""
+    attached = window.attached
+    return attached if attached is not None and attached.recording_to is not None else window.live_worker
+
+
 def why_not(window) -> str | None:
     """Why the live engine cannot be recorded now (none is built: a scenario's page opened the
-    window, or the last Apply failed), else None; an attached server says for itself."""
-    if target(window) is not window.live_worker:
+    window, or the last Apply failed), or the attached page follows no server, else None."""
+    page = target(window)
+    if page is not window.live_worker:
+        if page.failed:  # Record stayed checked over "Nothing to record: not attached to a server."
+            return (f"the page follows no server now ({said_short(page.failure, 200)}); Reset (R) on the page "
+                    "attaches again: record once it follows the server")
         return None
     if window.builds.failed is not None:
         return f"no engine is running: it could not be built ({window.builds.failed}); change the settings and Apply"
@@ -42,7 +55,10 @@ def why_not(window) -> str | None:
 def toggle(window, checked: bool) -> None:
     """The Record action's slot (Qt has already checked or unchecked it)."""
     if not checked:
-        target(window).stop_recording()
+        stopped = recording(window)
+        stopped.stop_recording()
+        if stopped is window.attached:  # finished: no longer a file in progress (the live run's keeps its note)
+            window.state.recording_path = None
         return
     reason = why_not(window)
     if reason is not None:  # before the file dialog: no file to choose for a run that is not there

@@ -31,8 +31,13 @@ class ReplayControls:
         from kvscope.app.lab.recording import RecordingError
         from kvscope.app.lab.recording.records import is_attached, read_header
 
+        from kvscope.app.gui.attach_view import recording_in_progress
         from kvscope.app.host.replay import ReplaySession, read_replay_info
 
+        writing = recording_in_progress(self, path)
+        if writing is not None:  # opened half-written, it was said to be cut short
+            QMessageBox.warning(self, "Cannot open the recording", f"{writing}.\n\nThe window keeps what it showed.")
+            return False
         try:
             if is_attached(read_header(path)):  # a recorded vLLM server: its own page (attach_view.py)
                 from kvscope.app.gui.attach_view import open_attached_replay

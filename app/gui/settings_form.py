@@ -33,7 +33,9 @@ from kvscope.app.lab.presets import (
     load_model,
     preset_names,
     user_preset_names,
+    user_presets_root,
 )
+from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
@@ -124,6 +126,8 @@ class SettingsForm:
 
     def current_config(self):
         """The RunConfig of the two forms; None (each refused value shown in its field) if there is none."""
+        if self._presets_gone():
+            return None
         try:
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
@@ -141,6 +145,27 @@ class SettingsForm:
         self.settings.show_preview(memory_preview(config))
         self.forget_refusal_said()
         return config
+
+    def _presets_gone(self) -> bool:
+        """A preset of the user's that the form holds, deleted on disk while the window ran (by a
+        second kvscope, a file manager): the lists are read again and the form says what it holds
+        now. Apply said "unknown model preset 'mine'" beside a list still offering mine, and Delete
+        "'mine' is not one of your presets"."""
+        values = self.settings.values()
+        try:
+            gone = [values[key] for key, kind in (("model", "models"), ("hardware", "hardware"),
+                                                  ("workload", "workloads"))
+                    if values[key] and values[key] not in preset_names(kind)]
+        except (ConfigError, OSError):  # an unreadable folder: said when the lists are read
+            return False
+        if not gone:
+            return False
+        said = (f"your preset {', '.join(gone)} is no longer in {said_path(user_presets_root())} (deleted outside "
+                "this window): the form holds another now, check it and Apply again")
+        self._user_presets_changed(said)
+        key = next(key for key in ("model", "hardware", "workload") if values[key] in gone)
+        self.refusal = (0, self.settings.fields.get(key, self.settings.preview), said)  # Apply says it, here
+        return True
 
     def forget_refusal_said(self) -> None:
         """An Apply's "not applied: ..." went on standing for its ten seconds after the field was
@@ -293,9 +318,20 @@ class SettingsForm:
         try:
             delete_user_preset(kind, name)
         except ConfigError as exc:
+            if self._listed_but_gone(kind, name):  # deleted on disk meanwhile: the list is what was stale
+                self._user_presets_changed(f"your preset {name} was already gone from {said_path(user_presets_root())} "
+                                           "(deleted outside this window): taken off the list")
+                return
             QMessageBox.warning(self.window, "Preset not deleted", str(exc))
             return
         self._user_presets_changed(f"deleted your preset {name}")
+
+    @staticmethod
+    def _listed_but_gone(kind: str, name: str) -> bool:
+        try:
+            return name not in user_preset_names(kind)
+        except (ConfigError, OSError):
+            return False
 
     def _user_presets_changed(self, message: str) -> None:
         backend = self.settings.values()["backend"]

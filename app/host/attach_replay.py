@@ -109,6 +109,8 @@ def replay_tick(attachment: Attachment, tick) -> None:
 class AttachReplaySession(AttachSession):
     """apply(path) opens a recording of an attached server (checked when it opened) at its start."""
 
+    restart_hint = "Reset (R) on this page opens the recording again."
+
     def __init__(self):
         super().__init__()
         self.recording: AttachedRecording | None = None

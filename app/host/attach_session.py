@@ -43,7 +43,10 @@ def map_snapshot(attachment: Attachment, point: ObservedPoint | None) -> tuple[S
                         block_hash=cache.cell_hash.copy(), requests=np.zeros(0, REQUEST_DTYPE), kv_usage=usage,
                         num_running=running, num_waiting=waiting)
     newest_ts = max((b.stored_ts for b in cache.blocks.values()), default=np.nan)
-    cells = {"chain": cache.cell_chain.copy(), "depth": cache.cell_depth.copy(),
+    cells = {"chain": cache.cell_chain.copy(), "depth": cache.cell_depth.copy(), "chain_cut": cache.chain_cut(),
+             # no usage served (a series renamed by a newer vLLM, a value out of range): the snapshot's
+             # 0 is no figure of the server's, and the page must not draw it as blocks in use
+             "kv_usage_served": None if point is None else not np.isnan(point.kv_usage),  # None: not scraped yet
              "age_s": cache.cell_age_s(newest_ts), "segments": {rank: (cache.segment_of(rank).start, cache.segment_of(rank).stop)
                           for rank in cache.ranks}}
     return snapshot, cells
@@ -57,8 +60,15 @@ def series_point(point: ObservedPoint) -> SeriesPoint:
                        0 if np.isnan(point.preemptions) else int(point.preemptions))
 
 
+# the status of a frame whose error is the recording's: the page still follows the server, and the
+# window unchecks File > Record (attach_view.py)
+RECORDING_REFUSED = "the recording did not start or could not be finished"
+
+
 class AttachSession(Session):
     frame_type = AttachFrame
+    # the attached page's Play and Apply act on the live engine: its Reset (R) attaches again (attach_view.py)
+    restart_hint = "Reset (R) on this page attaches again."
 
     def __init__(self):
         self.attachment: Attachment | None = None
@@ -103,11 +113,13 @@ class AttachSession(Session):
     def _start_recording(self, path: str) -> None:
         if self.attachment is None:
             self._pending.error = "Nothing to record: not attached to a server."
+            self._pending.status = RECORDING_REFUSED
             return
         try:
             self.attachment.start_recording(path)
         except (OSError, ConfigError) as exc:  # RecordingError is a ConfigError
             self._pending.error = f"Cannot record to {path}: {exc}"
+            self._pending.status = RECORDING_REFUSED
             return
         self._pending.status = f"recording the server to {path}"
 
@@ -118,6 +130,7 @@ class AttachSession(Session):
             recorder = self.attachment.stop_recording(note)
         except (OSError, ConfigError) as exc:
             self._pending.error = f"The recording could not be finished: {exc}"
+            self._pending.status = RECORDING_REFUSED
             return
         self._pending.status = (f"recording written to {recorder.path} ({format_bytes(recorder.size)}, "
                                 f"{recorder.num_ticks:,} ticks); open it with File > Open recording")

@@ -410,7 +410,7 @@ class SessionHost:
             self._reported_exit = True
             return self.session_class.frame_type(
                 error=f"The {self.name} process ended unexpectedly ({exit_cause(self._process.exitcode)}); "
-                      "Play, Apply or Reset (R) starts a new one.",
+                      f"{self.session_class.restart_hint}",
                 status=f"the {self.name} process ended unexpectedly")
         try:
             if self._share_since is not None:

@@ -315,6 +315,7 @@ class Session(ABC):
     drive a session directly the same way."""
 
     frame_type: type = FrameDelta  # what take_frame returns; the host makes one to report a crash
+    restart_hint = "Play, Apply or Reset (R) starts a new one."  # ... and says with it how to start again
     playing: bool = False  # the host calls advance() while this is true
 
     @abstractmethod

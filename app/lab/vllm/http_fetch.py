@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -26,6 +27,9 @@ DEFAULT_TIMEOUT_S = 2.0
 MAX_RESPONSE_BYTES = 16 * 1024**2  # an exposition is about 50 KB
 MAX_PORT = 65535
 MAX_ADDRESS_CHARS = 2000
+# Pages of a vLLM server that users paste as its address (the OpenAI client's base_url ends in /v1)
+_SERVER_PAGES = {"/v1": "the OpenAI API's base path", "/metrics": "its metrics page", "/version": "its version page",
+                 "/v1/models": "its model list", "/health": "its health check", "/docs": "its API docs"}
 
 
 class MetricsError(ConfigError):
@@ -45,7 +49,9 @@ def short_label(text, most: int = 40) -> str:
 def server_url(address: str) -> str:
     """"host:8000", "http://host:8000/" -> "http://host:8000"; an address in another protocol, with
     no host ("https://", "http:/x"), a malformed host ("http://[::1:8000"), a port that is not one
-    (0, 99999, -1, "８０"), or credentials ("user:pass@host") is refused with what to give instead."""
+    (0, 99999, -1, "８０", "", "80:80"), credentials ("user:pass@host"), a query or fragment (kvscope
+    appends /metrics), a page of the server (/v1, /metrics) or a host name no network takes ("a..b")
+    is refused with what to give instead; a host name in another script is given in its IDNA form."""
     address = address.strip()
     if len(address) > MAX_ADDRESS_CHARS:  # a recording keeps it, and reads back one of at most this many
         raise ServerUnreachable(f"{address[:40]}...: an address of {len(address):,} characters; give the server's "
@@ -64,18 +70,61 @@ def server_url(address: str) -> str:
         shown = f"{parts.scheme}://...@{parts.netloc.rpartition('@')[2]}"  # the credentials are not repeated
         raise ServerUnreachable(f"{shown}: the address holds credentials (user:password@), which kvscope does not "
                                 f"send; give it without them, {example}")
+    if parts.netloc.count(":") >= 2 and re.fullmatch(r"[0-9A-Fa-f:]+", parts.netloc):  # "::1:8000": which colon?
+        raise ServerUnreachable(f"{address}: an IPv6 host is written in brackets, e.g. http://[::1]:8000")
     if not parts.hostname or "://" not in address:
         raise ServerUnreachable(f"{address}: no host in the address; give the server's, {example}")
     port = _port_text(parts.netloc)
-    if port and not valid_port(port):
+    if (port or parts.netloc.endswith(":")) and not valid_port(port):  # "host:" too: an empty port
         raise ServerUnreachable(f"{address}: {shown_port(port)} is not a valid port; give a whole number from 1 to "
                                 f"65535, {example}")
+    try:
+        parts.port  # "host:80:80": the last part is a port, the whole is not (http.client refused it late)
+    except ValueError:
+        raise ServerUnreachable(f"{address}: {short_label(parts.netloc)} is not one host and port; give the "
+                                f"server's, {example}") from None
+    if address.rstrip("?#") != address.partition("?")[0].partition("#")[0]:
+        # kvscope appends /metrics: "host:8000/?x=1" asked for /?x=1/metrics, "host:8000/#top" for /
+        raise ServerUnreachable(f"{short_label(address, 120)}: the address holds a query (?...) or a fragment "
+                                f"(#...), which kvscope would put before /metrics; give the server's address "
+                                f"alone, {example}")
+    address = address.rstrip("?#")
+    parts = urllib.parse.urlsplit(address)
+    page = parts.path.rstrip("/")
+    if page.lower() in _SERVER_PAGES:  # a page of the server, pasted: kvscope asked for /v1/version, a 404
+        base = urllib.parse.urlunsplit(parts._replace(path=""))
+        raise ServerUnreachable(f"{address}: {page} is {_SERVER_PAGES[page.lower()]}, not the server's address; "
+                                f"give {short_label(base, 120)} (kvscope asks for /version, /metrics and "
+                                "/v1/models itself)")
     if any(not ch.isprintable() or ch.isspace() for ch in address):
         raise ServerUnreachable(f"{address!r}: the address holds spaces or control characters; give the server's, "
                                 f"{example}")
+    address = _internet_host(address, parts, example)
+    parts = urllib.parse.urlsplit(address)
     if not parts.path.isascii():  # a path prefix in another script goes out percent-encoded, as a browser sends it
         address = urllib.parse.urlunsplit(parts._replace(path=urllib.parse.quote(parts.path, safe="/%")))
     return address.rstrip("/")
+
+
+def _internet_host(address: str, parts, example: str) -> str:
+    """The address with its host as the network is given it: a name in another script in its IDNA
+    form ("bücher.example" -> "xn--bcher-kva.example"; urllib sent it raw in the Host header, and one
+    that Latin-1 cannot hold failed with "'latin-1' codec can't encode characters"); a name with an
+    empty part or one over 63 characters ("a..b") is refused here, where it was "encoding with 'idna'
+    codec failed"."""
+    host = parts.netloc.rpartition("@")[2]
+    if host.startswith("["):  # an IPv6 literal: ASCII, and no name
+        return address
+    name = host.rpartition(":")[0] if ":" in host else host
+    try:
+        encoded = name.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ServerUnreachable(f"{short_label(address, 120)}: {short_label(name, 80)} is not a host name: a part "
+                                f"between its dots is empty or longer than 63 characters; give the server's, "
+                                f"{example}") from None
+    if name.isascii():
+        return address
+    return urllib.parse.urlunsplit(parts._replace(netloc=encoded + host[len(name):]))
 
 
 def valid_port(text: str) -> bool:
@@ -85,6 +134,8 @@ def valid_port(text: str) -> bool:
 
 def shown_port(text: str) -> str:
     """A port as a message quotes it: short, and its non-ASCII digits named as such."""
+    if not text:
+        return "the port after ':' is empty, which"
     quoted = repr(text) if len(text) <= 20 else repr(text[:17] + "...")
     return f"port {quoted}" + ("" if text.isascii() else " (not ASCII digits)")
 
@@ -97,8 +148,21 @@ def _port_text(netloc: str) -> str:
     return host_port.rpartition(":")[2] if ":" in host_port else ""
 
 
+def _tls_record(line) -> bool:
+    """Whether an answer's first line is a TLS record (a handshake or an alert, TLS 1.x): what an
+    HTTPS server sends back to a request in plain HTTP."""
+    head = line.encode("latin-1", "replace") if isinstance(line, str) else bytes(line or b"")
+    return len(head) >= 2 and head[0] in (0x15, 0x16) and head[1] == 0x03
+
+
 def _why_unreachable(reason) -> str:
     """An OS error as a person reads it: "connection refused (nothing listens there)", not "[Errno 111] ..."."""
+    if isinstance(reason, ssl.SSLError) and reason.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE",
+                                                               "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
+        # "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)": https:// of a server in plain HTTP
+        return "the server answered in plain HTTP, not in TLS: it speaks http:// there, not https://"
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"its TLS certificate is not trusted ({short_label(reason.verify_message or reason, 120)})"
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused (is the server running, on that port?)"
     if isinstance(reason, socket.gaierror):
@@ -140,6 +204,9 @@ def fetch_text(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
     except http.client.HTTPException as exc:  # something answered, not in HTTP (a ZMQ port, say)
         if deadline.expired:  # the deadline cut the answer off mid-way (IncompleteRead)
             raise ServerUnreachable(too_slow) from None
+        if _tls_record(getattr(exc, "line", "")):  # a TLS alert: http:// given of an HTTPS server
+            raise ServerUnreachable(f"{url}{via()} answered in TLS: the server speaks HTTPS there; give its "
+                                    f"https:// address") from None
         raise ServerUnreachable(f"{url}{via()} did not answer in HTTP ({type(exc).__name__})") from None
     except (OSError, ValueError) as exc:  # timeouts, resets, a malformed URL
         if deadline.expired:

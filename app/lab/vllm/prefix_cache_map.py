@@ -97,6 +97,9 @@ class PrefixCacheMap:
         self.cell_hash = np.zeros(0, np.uint64)  # low 64 bits, 0 for free
         self._next_order = 0
         self._next_chain = 0
+        # chains whose first block names a parent the map never held (stored before kvscope attached,
+        # in a lost batch, or evicted): their depths count from what was seen, not from a prompt's start
+        self.cut_chains: set[int] = set()
         self._stored = self._removed = self._cleared = self._unknown_removals = self._unknown_events = 0
         self._segment(0)
 
@@ -143,6 +146,8 @@ class PrefixCacheMap:
                 chain, depth = (parent_block.chain, parent_block.depth + 1) if parent_block else (self._new_chain(), 0)
                 block = self.blocks[key] = CachedBlock(parent, event.tokens_of(index), rank, event.group_idx,
                                                        self._next_order, ts, chain, depth)
+                if parent_block is None and parent is not None:
+                    self._cut(chain)
             block.order, block.stored_ts = self._next_order, ts
             self._next_order += 1
             self._stored += 1
@@ -238,6 +243,17 @@ class PrefixCacheMap:
         self.cell_chain[cells] = NO_CHAIN
         self.cell_depth[cells] = -1
         self.cell_hash[cells] = 0
+
+    def _cut(self, chain: int) -> None:
+        self.cut_chains.add(chain)
+        if len(self.cut_chains) > 2 * len(self.blocks) + 1024:  # a publisher of orphans only: keep the held ones
+            self.cut_chains &= {block.chain for block in self.blocks.values()}
+
+    def chain_cut(self) -> np.ndarray:
+        """Per cell: whether its chain begins after a block the map never held."""
+        if not self.cut_chains:
+            return np.zeros(self.num_cells, bool)
+        return np.isin(self.cell_chain, np.fromiter(self.cut_chains, np.int64, len(self.cut_chains)))
 
     def _new_chain(self) -> int:
         self._next_chain += 1
@@ -369,6 +385,8 @@ def restore_map(blob: bytes, arrays: dict, max_cells: int) -> PrefixCacheMap:
                                         b.depth, list(b.cells))
         for c in b.cells:
             cache._cell_key[c] = key
+        if b.depth == 0 and b.parent is not None:  # a chain's first block, after a parent never held
+            cache.cut_chains.add(b.chain)
     state_of_cells = np.full(cells, BLOCK_FREE, np.uint8)
     state_of_cells[list(used)] = BLOCK_CACHED
     if not np.array_equal(state_of_cells, cache.cell_state):

@@ -102,7 +102,7 @@ def served_models(address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[s
         return ()
     if len(ids) > MAX_MODEL_NAMES or not all(is_one_line(i, MAX_MODEL_NAME_CHARS) for i in ids):
         return ()
-    return ids
+    return tuple(dict.fromkeys(ids))  # an id listed twice is one model: "tiny, tiny" named two
 
 
 def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
