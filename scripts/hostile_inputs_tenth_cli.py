@@ -65,7 +65,7 @@ def _number_cases(Case) -> list:
              ["math", "--model", "llama-3-8b", "--layers", "1e308"], must_say=("--layers 100000... (309 digits): ",),
              must_not_say=("characters)",)),
         Case("run --requests 1e308 (the workload's 411 characters)", "numbers", RUN[:2] + ["--requests", "1e308"],
-             must_say=("--requests 100000... (309 digits): num_requests must be at most 10,000,000",),
+             must_say=("--requests 100000... (309 digits): ", "num_requests must be at most 10,000,000, got 100000... (309 digits)"),
              must_not_say=("characters)",)),
         Case("compare --requests 1e30 (the workload's 411 characters)", "numbers",
              ["compare", "--scenario", "prefix-caching", "--quiet", "--requests", "1e30"],

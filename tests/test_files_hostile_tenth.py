@@ -116,3 +116,13 @@ def test_a_chat_template_writing_a_number_of_100001_digits_is_said_without_pytho
     with pytest.raises(ConfigError) as caught:
         ChatTemplate("{{ 10 ** 100000 }}", "T's chat_template", {}).render([{"role": "user", "content": "hi"}])
     assert "digits" in str(caught.value) and "set_int_max_str_digits" not in str(caught.value)
+
+
+def test_a_request_count_of_hundreds_of_digits_is_said_short():
+    from kvscope.app.lab.presets import load_workload
+
+    for count in (10**400, -10**400):
+        with pytest.raises(ConfigError) as caught:
+            load_workload("chat").with_overrides(num_requests=count)
+        said = str(caught.value)
+        assert "(401 digits)" in said and len(said) < 200, said

@@ -33,7 +33,6 @@ from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
 from kvscope.engine.checks import shown as said_value
 
-MAX_SAID_IN_FULL = 10**21  # a whole number past this is said by its first digits and its length (said_value)
 from kvscope.engine.units import GiB
 
 # EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.

@@ -22,7 +22,7 @@ import numpy as np
 from kvscope.app.lab.bounded_reads import read_capped
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.app.lab.table_checks import require_text, unknown_fields
-from kvscope.engine.checks import real_number, whole_number
+from kvscope.engine.checks import real_number, shown, whole_number
 from kvscope.engine.config import ConfigError
 from kvscope.engine.request import RequestSpec
 
@@ -185,9 +185,9 @@ def _check_tokens_at_once(spec: WorkloadSpec, label: str) -> None:
 
 def _validate(spec: WorkloadSpec, label: str) -> None:
     if spec.num_requests < 1:
-        raise ConfigError(f"{label}: num_requests must be at least 1, got {spec.num_requests}")
+        raise ConfigError(f"{label}: num_requests must be at least 1, got {shown(spec.num_requests)}")
     if spec.num_requests > MAX_REQUESTS and not (spec.trace_path is not None and spec.num_requests == ALL_ROWS):
-        raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {spec.num_requests:,}")
+        raise ConfigError(f"{label}: num_requests must be at most {MAX_REQUESTS:,}, got {shown(spec.num_requests)}")
     if spec.arrival_rate_per_s < 0 or not math.isfinite(spec.arrival_rate_per_s):
         raise ConfigError(f"{label}: arrival_rate_per_s must be 0 (all at once) or more, got {spec.arrival_rate_per_s}")
     real_number(spec.arrival_rate_per_s, f"{label}: arrival_rate_per_s", 0.0, MAX_ARRIVAL_RATE)
