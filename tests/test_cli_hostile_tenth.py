@@ -48,13 +48,19 @@ def test_a_termination_signal_mid_export_leaves_no_partial_file(capsys, monkeypa
             time.sleep(5)  # not reached: the handler raises at the next bytecode
         return 0
 
+    # as in a terminal: under `nohup` (a CI runner's, say) SIGHUP is ignored, and kvscope keeps it so
+    inherited = signal.signal(signum, signal.SIG_DFL)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     monkeypatch.setattr(export_command, "run", export_killed_midway)
-    rc, out, err = cli(capsys, "export", recording, "--perfetto", target)
+    try:
+        rc, out, err = cli(capsys, "export", recording, "--perfetto", target)
+    finally:
+        after = {s: signal.getsignal(s) for s in before}
+        signal.signal(signum, inherited)
     assert rc == 128 + signum and err.strip() == f"kvscope: stopped by {signal.Signals(signum).name}"
     assert target.read_text() == "the export from before\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]  # no .trace.json.XXXX.partial
-    assert {s: signal.getsignal(s) for s in before} == before  # put back once the command ended
+    assert after == before  # put back once the command ended
 
 
 @POSIX

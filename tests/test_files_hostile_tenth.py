@@ -126,3 +126,33 @@ def test_a_request_count_of_hundreds_of_digits_is_said_short():
             load_workload("chat").with_overrides(num_requests=count)
         said = str(caught.value)
         assert "(401 digits)" in said and len(said) < 200, said
+
+
+def test_a_recording_interrupted_inside_a_step_closes_at_the_last_whole_chunk(tmp_path):
+    """SIGTERM (now raised as Ctrl+C is) landed inside record_step, between the chunk's lists: closing
+    then wrote lists of uneven lengths (numpy's "operands could not be broadcast", a traceback)."""
+    from kvscope.app.lab.presets import load_hardware, load_model
+    from kvscope.app.lab.recording import Recording, RunRecorder
+    from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
+    from kvscope.engine import Engine, EngineArgs
+
+    engine = Engine(load_model("llama-3-8b"), load_hardware("h100-80gb"), EngineArgs(num_gpu_blocks_override=60))
+    spec = WorkloadSpec(name="w", num_requests=20, arrival_rate_per_s=100.0,
+                        prompt_tokens=LengthDist("constant", value=64), output_tokens=LengthDist("constant", value=30))
+    engine.add_workload(generate_requests(spec, engine.model.vocab_size, seed=1))
+    recorder = RunRecorder(engine, tmp_path / "r.kvrec", {"label": "interrupted"}, keyframe_interval=16)
+    for _ in range(20):
+        recorder.record_step(engine.step())
+    real_block_arrays = engine.kv.block_arrays
+
+    def interrupted():
+        raise KeyboardInterrupt  # where a signal handler raises: after the step's batch entries were listed
+
+    engine.kv.block_arrays = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        while True:
+            recorder.record_step(engine.step())
+    engine.kv.block_arrays = real_block_arrays
+    recorder.close(engine.summary(), note="the run stopped early: KeyboardInterrupt", failed=True)
+    recording = Recording.open(tmp_path / "r.kvrec")
+    assert recording.num_steps == 16  # the last chunk flushed (every 16 steps); the 4 after it and the cut step dropped

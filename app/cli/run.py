@@ -390,8 +390,10 @@ def run(args) -> int:
     progress = Progress(enabled=not args.quiet)
     wall_watch = WallWatch(engine)
     rejections = RejectionWatch()
-    recorder = start_recording(engine, spec, args) if args.record else None
     started = time.monotonic()
+    # nothing that calls a function between the recorder and the try below: a signal's handler runs at
+    # a call, and raised there it would leave the recording's partial file with no one to remove it
+    recorder = start_recording(engine, spec, args) if args.record else None
     if recorder is None:
         def on_step(step):
             wall_watch(step)

@@ -125,17 +125,19 @@ class RunRecorder:
         self._closed = False
         self._kind_codes = {kind.value: code for code, kind in enumerate(EventKind)}  # str keys hash fast
         self._started = time.monotonic()
+        # to the end: a SIGTERM during the first keyframe left the file beside the recording it replaces
         with self._writer.opening():
             self._writer.append(None, FILE_HEADER.pack(SIGNATURE, FORMAT_MAJOR, FORMAT_MINOR))
             self._write_record(HEADER, encode_payload(self._header(run_info or {}), {}), compress=False, first=0,
                                count=0)
-        # Blocks each request holds, rebuilt from the events: a finished request's list is gone
-        # from the engine by the time its step returns, and its blocks are what the step freed.
-        self._block_lists = {r.request_id: list(r.block_ids) for r in engine.requests.values() if r.block_ids}
-        self._finished_seen = len(engine.metrics.ttft)
-        self._mirror: dict[str, np.ndarray] = {}
-        self._new_chunk()
-        self._keyframe(engine.snapshot())
+            # Blocks each request holds, rebuilt from the events: a finished request's list is gone
+            # from the engine by the time its step returns, and its blocks are what the step freed.
+            self._block_lists = {r.request_id: list(r.block_ids) for r in engine.requests.values() if r.block_ids}
+            self._finished_seen = len(engine.metrics.ttft)
+            self._mirror: dict[str, np.ndarray] = {}
+            self._mid_step = False  # inside record_step: an interruption there leaves the chunk's lists uneven
+            self._new_chunk()
+            self._keyframe(engine.snapshot())
 
     def _header(self, run_info: dict) -> dict:
         engine = self.engine
@@ -197,6 +199,7 @@ class RunRecorder:
         engine = self.engine
         requests = engine.requests
         bs = self.block_size
+        self._mid_step = True
         self._results.append(result)
 
         candidates: list[int] = []  # blocks whose owner, ref_cnt or hash this step may have changed
@@ -285,6 +288,7 @@ class RunRecorder:
         self._snapshot_rows.append((engine.clock, engine.step_count, engine.kv.usage, len(scheduler.running),
                                     len(scheduler.waiting)))
         self.num_steps += 1
+        self._mid_step = False
         in_chunk = self.num_steps - self._chunk_first
         if (in_chunk >= CHUNK_STEPS or (self.keyframe_interval and self.num_steps % self.keyframe_interval == 0)
                 or time.monotonic() - self._chunk_started >= CHUNK_WALL_S):
@@ -454,6 +458,9 @@ class RunRecorder:
         if self._closed:
             return self._writer.offset
         self._closed = True
+        if self._mid_step:  # Ctrl+C or SIGTERM inside record_step: the chunk's steps end where it was flushed
+            self.num_steps = self._chunk_first
+            self._new_chunk()
         try:
             self._flush_chunk()
             records = self._writer.finish()
