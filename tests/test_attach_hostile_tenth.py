@@ -168,3 +168,32 @@ def test_attach_record_in_the_window_checks_file_record_and_keeps_exports_off_it
     finally:
         pub.stop()
     assert done.stdout.strip().splitlines()[-1] == repr((0, [(True, True, str(path))])), done.stderr
+
+
+def test_an_interrupted_headless_attach_says_its_capture_was_kept(server, publisher, tmp_path, capsys, monkeypatch):
+    """Ctrl+C or SIGTERM ends `attach --record F` as --duration would, replacing F with the capture so
+    far: it said only "interrupted", leaving the user to wonder whether F (or the file before it) was kept."""
+    from kvscope.app.lab.recording.attached_reader import AttachedRecording
+    from kvscope.app.lab.vllm.attachment import Attachment
+
+    path = tmp_path / "capture.kvrec"
+    path.write_bytes(b"an older capture")
+    polls = []
+    real_poll = Attachment.poll
+
+    def poll_then_interrupted(self, *args, **kwargs):
+        polls.append(1)
+        if len(polls) == 3:
+            raise KeyboardInterrupt
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(Attachment, "poll", poll_then_interrupted)
+    pub = publisher()
+    try:
+        code = main(["attach", server().url, "--kv-events", pub.endpoint, "--duration", "30", "--record", str(path)])
+    finally:
+        pub.stop()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and err[-1] == "kvscope: interrupted"
+    assert err[-2].startswith(f"kvscope: what came before the interruption is recorded in {path}")
+    AttachedRecording.open(path)  # closed whole: no allow_truncated needed

@@ -84,21 +84,31 @@ def follow(target, duration_s: float, record: str | None = None) -> dict:
     then in the error's `report`)."""
     from kvscope.app.lab.vllm.attachment import Attachment, publisher_error
 
-    with Attachment(target) as attachment:
-        if record:
-            attachment.start_recording(record)
-        deadline = time.monotonic() + duration_s
-        while (left := deadline - time.monotonic()) > 0:
-            attachment.poll(int(min(POLL_MS, left * 1000)) + 1, deadline)
-        attachment.poll(0, deadline)
-        attachment.scrape()
-        report = attachment.report()
-        error = publisher_error(attachment)
-        if error is not None:
-            attachment.discard_recording()  # a refused attach keeps nothing, and replaces no recording
-        recorder = attachment.stop_recording()
-        if recorder is not None:
-            report["recording"] = {"path": str(recorder.path), "bytes": recorder.size, "ticks": recorder.num_ticks}
+    recording = None
+    try:
+        with Attachment(target) as attachment:
+            if record:
+                attachment.start_recording(record)
+                recording = record
+            deadline = time.monotonic() + duration_s
+            while (left := deadline - time.monotonic()) > 0:
+                attachment.poll(int(min(POLL_MS, left * 1000)) + 1, deadline)
+            attachment.poll(0, deadline)
+            attachment.scrape()
+            report = attachment.report()
+            error = publisher_error(attachment)
+            if error is not None:
+                recording = None
+                attachment.discard_recording()  # a refused attach keeps nothing, and replaces no recording
+            recorder = attachment.stop_recording()
+            if recorder is not None:
+                report["recording"] = {"path": str(recorder.path), "bytes": recorder.size,
+                                       "ticks": recorder.num_ticks}
+    except KeyboardInterrupt:  # Ctrl+C (or SIGTERM) ends it as --duration would: the capture is kept, and said
+        if recording is not None:
+            print(f"kvscope: what came before the interruption is recorded in {shown(recording)} (it replaced any "
+                  f"file there): `kvscope gui --replay {shown(recording)}` replays it", file=sys.stderr)
+        raise
     if error is not None:
         error.report = report
         raise error
