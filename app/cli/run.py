@@ -24,6 +24,7 @@ from kvscope.app.cli import options
 from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
+from kvscope.app.cli import surroundings
 from kvscope.app.cli.output import shown, table
 
 DEFAULT_WORKLOAD = "chat"
@@ -391,34 +392,33 @@ def run(args) -> int:
     wall_watch = WallWatch(engine)
     rejections = RejectionWatch()
     started = time.monotonic()
-    # nothing that calls a function between the recorder and the try below: a signal's handler runs at
-    # a call, and raised there it would leave the recording's partial file with no one to remove it
-    recorder = start_recording(engine, spec, args) if args.record else None
-    if recorder is None:
-        def on_step(step):
-            wall_watch(step)
-            rejections(step)
-            progress(engine, step)
+    recorder = None
 
-        summary = engine.run(on_step=on_step)
-    else:
-        def on_step(step):
+    def on_step(step):
+        if recorder is not None:
             recorder.record_step(step)
-            wall_watch(step)
-            rejections(step)
-            progress(engine, step)
+        wall_watch(step)
+        rejections(step)
+        progress(engine, step)
 
+    try:
+        held = surroundings.hold_ending_signals()  # until the recorder that removes its file on them exists
         try:
-            summary = engine.run(on_step=on_step)
-        except BaseException as exc:  # a new file keeps the steps so far, and says why it stops there
-            note = f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": ")
-            recorder.close(engine.summary(), note=note, failed=True)
-            if recorder.replaced:
-                raise
-            if isinstance(exc, ConfigError):  # its one line says both
-                raise ConfigError(f"{exc} (the run stopped; {args.record} was left as it was)") from None
-            status(f"the run stopped early: {args.record} was left as it was")
+            recorder = start_recording(engine, spec, args) if args.record else None
+        finally:
+            surroundings.release(held)  # a Ctrl+C or SIGTERM that came meanwhile is raised here
+        summary = engine.run(on_step=on_step)
+    except BaseException as exc:  # a new file keeps the steps so far, and says why it stops there
+        if recorder is None:
             raise
+        note = f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": ")
+        recorder.close(engine.summary(), note=note, failed=True)
+        if recorder.replaced:
+            raise
+        if isinstance(exc, ConfigError):  # its one line says both
+            raise ConfigError(f"{exc} (the run stopped; {args.record} was left as it was)") from None
+        status(f"the run stopped early: {args.record} was left as it was")
+        raise
     progress(engine, None, force=True)
     progress.done()
     wall = time.monotonic() - started

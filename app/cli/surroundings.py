@@ -45,13 +45,15 @@ def ending_as_interrupted(args):
     while cleaning up is ignored, so the cleanup finishes). A signal already ignored (`nohup`) stays
     ignored; the handlers that were there are put back after."""
     previous = {}
-    raised = []
+    raised = _ENDING["raised"] = []
     if has_a_window(args):
         yield
         return
 
     def stop(signum, frame):
-        if not raised:
+        if _ENDING["held"]:  # a file is being handed to its cleanup: raised once it is (release())
+            _ENDING["waiting"].append(signum)
+        elif not raised:
             raised.append(signum)
             raise Terminated(signum)
 
@@ -105,3 +107,40 @@ def refuse_relative_paths_where_the_folder_is_gone(args) -> None:
         said = said_path(value) if dest in POSITIONAL_PATHS else f"--{dest.replace('_', '-')} {said_path(value)}"
         raise ConfigError(f"{said}: a relative path, and the current folder no longer exists (deleted or moved "
                           "after the shell entered it); cd to a folder that exists, or give an absolute path")
+
+
+
+# While held, an ending signal waits for release() instead of raising: the kernel hands a signal to
+# any thread that does not block it (torch's, the recorder's), so blocking it in this one is not enough.
+_ENDING = {"held": 0, "waiting": [], "raised": []}
+
+
+def _wait_for_release(signum, frame) -> None:
+    _ENDING["waiting"].append(signum)
+
+
+def hold_ending_signals():
+    """Hold Ctrl+C, SIGTERM and SIGHUP back until release(): while a file is created and handed to the
+    code that removes it on an interruption. Raised in between (a SIGTERM landed in the recorder's
+    thread start), the interruption left the file (a recording's `.partial`) with no one to remove it."""
+    _ENDING["held"] += 1
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _wait_for_release)
+            return signal.default_int_handler
+    except ValueError:  # not the main thread: Ctrl+C stays as it is
+        pass
+    return None
+
+
+def release(sigint_handler) -> None:
+    """Let ending signals through again: one that came meanwhile is raised here, as it would have been."""
+    _ENDING["held"] -= 1
+    if sigint_handler is not None:
+        signal.signal(signal.SIGINT, sigint_handler)
+    waiting, _ENDING["waiting"] = _ENDING["waiting"], []
+    if waiting and not _ENDING["held"]:
+        if waiting[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        _ENDING["raised"].append(waiting[0])  # a second, while cleaning up, is ignored as ever
+        raise Terminated(waiting[0])
