@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import select
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def main() -> int:
     if args.play:
         print(f"steps {_play(args.play, args.steps)}")
         return 0
-    if subprocess.run(["sh", "-c", "command -v valgrind"], capture_output=True).returncode != 0:
+    if shutil.which("valgrind") is None:
         print("frame_instructions: needs valgrind (apt-get install valgrind)", file=sys.stderr)
         return 2
     n = args.steps
