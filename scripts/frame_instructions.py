@@ -9,9 +9,11 @@ the machine. This script runs, each under valgrind's cachegrind (`apt-get instal
   session -- the same, played the way the process host plays it (advance for COMMAND_POLL_S,
              a look at a pipe, a frame encoded for the pipe FRAME_INTERVAL_S apart);
 each for N and for 2N steps, so that one-off work (imports, building) cancels, and prints each
-one's instructions per step against the bare engine's. Wall time is virtual (STEP_S per engine step), so the session thins plot points and frames exactly as it
-would at that speed, and, with Python's hash seed fixed, the counts repeat run to run.
-It counts instructions, not cache misses: what a frame leaves in the caches is not in it.
+one's instructions per step against the bare engine's. Wall time is virtual (STEP_S per engine
+step), so the session thins plot points and frames exactly as it would at that speed, and, with
+Python's hash seed fixed, the counts repeat run to run. It counts instructions, not cache misses:
+what a frame leaves in the caches is not in it. The "session" play repeats the process host's loop
+(process_host._serve_commands) without its pipe, sender thread and frame throttle: keep the two alike.
 
   .venv/bin/python scripts/frame_instructions.py [--steps N]   (about 4 minutes at 20,000, two runs at a time)
 """
@@ -95,7 +97,10 @@ def _counted(mode: str, steps: int) -> tuple[int, int]:
     """(instructions, engine steps) of one process under cachegrind."""
     done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                            sys.executable, __file__, "--play", mode, "--steps", str(steps)],
-                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+                          capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if done.returncode != 0:
+        raise SystemExit(f"frame_instructions: the {mode} run of {steps:,} steps failed (exit {done.returncode}):\n"
+                         f"{done.stderr[-2000:]}")
     instructions = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     taken = re.search(r"^steps (\d+)$", done.stdout, re.M)
     if instructions is None or taken is None:
