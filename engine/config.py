@@ -194,6 +194,11 @@ class ModelConfig:
         for name in ("shared_expert_intermediate_size", "num_dense_layers"):
             if getattr(self, name):
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
+        if self.max_model_len_limit is not None and self.max_model_len_limit < self.max_position_embeddings:
+            raise ConfigError(f"{owner}: max_model_len_limit ({self.max_model_len_limit:,}) is less than "
+                              f"max_position_embeddings ({self.max_position_embeddings:,}); it is the positions "
+                              "rope_scaling stretches them to, never fewer: leave it out, or lower "
+                              "max_position_embeddings")
         object.__setattr__(self, "layer_types", _check_layer_layout(self, owner))
         _check_latent_and_experts(self, owner)
 
@@ -250,6 +255,12 @@ def _check_latent_and_experts(model: ModelConfig, owner: str) -> None:
                           else ("qk_rope_head_dim", "kv_lora_rank"))
         raise ConfigError(f"{owner}: {given} is set without {missing}; multi-head latent attention caches "
                           "both (the latent and its rope part) per token")
+    latent_only = [f for f in ("q_lora_rank", "v_head_dim") if getattr(model, f) is not None]
+    if latent_only and not model.uses_mla:  # read by the latent layout only: ignored without a word
+        one = len(latent_only) == 1
+        raise ConfigError(f"{owner}: {' and '.join(latent_only)} describe{'s' * one} multi-head latent attention, "
+                          "but kv_lora_rank is not set; set kv_lora_rank and qk_rope_head_dim, or leave "
+                          f"{'it' if one else 'them'} out")
     if model.uses_mla and model.qk_rope_head_dim >= model.head_dim:
         raise ConfigError(f"{owner}: qk_rope_head_dim ({model.qk_rope_head_dim}) must be less than head_dim "
                           f"({model.head_dim}), which holds qk_nope_head_dim + qk_rope_head_dim")
@@ -306,8 +317,12 @@ class HardwareSpec:
         if not isinstance(self.peak_flops, dict) or not self.peak_flops:
             raise ConfigError(f"{owner}: peak_flops needs a table of at least one dtype = FLOP/s, "
                               f"like {{ bf16 = 989e12 }}, got {self.peak_flops!r:.60}")
-        object.__setattr__(self, "interconnect_bandwidth_bytes_per_s", real_number(
-            self.interconnect_bandwidth_bytes_per_s, f"{owner}: interconnect_bandwidth_bytes_per_s", 0.0, 1e21))
+        link = real_number(self.interconnect_bandwidth_bytes_per_s, f"{owner}: interconnect_bandwidth_bytes_per_s",
+                           0.0, 1e21)
+        if 0 < link < MIN_DEVICE_RATE:  # 1e-300 put each all-reduce at 1e300 s: a summary of NaN and inf
+            raise ConfigError(f"{owner}: interconnect_bandwidth_bytes_per_s must be 0 (none given: the memory "
+                              f"bandwidth stands in) or at least {MIN_DEVICE_RATE:,.0f}, got {shown(link)}")
+        object.__setattr__(self, "interconnect_bandwidth_bytes_per_s", link)
         if self.kind not in ("gpu", "cpu"):
             raise ConfigError(f"{owner}: kind must be 'gpu' or 'cpu', got {self.kind!r:.60}")
         flops = {}

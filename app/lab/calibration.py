@@ -382,6 +382,9 @@ def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) 
     if not path.is_file():
         return None
     profile = read_profile(path)
+    if "machine" in profile and profile["machine"] != machine:  # copied from another machine: not this one's speed
+        raise ConfigError(f"calibration profile {path}: it was measured on {shown(profile['machine'])}, not on this "
+                          f"machine ({machine}); run `kvscope calibrate` here, or delete the file")
     calibration = profile["calibration"]
     measured_on = profile.get("measured_on") or {}  # read_profile checked it is a table
     fitted_peak, dtype = measured_on.get("peak_flops"), measured_on.get("peak_dtype", "fp32")

@@ -237,6 +237,14 @@ def _preset_file(kind: str, name: str):
     return path
 
 
+def _refuse_a_name_apart_from_the_file(data: dict, name: str, label: str) -> None:
+    """A model or hardware preset is known by its file's name: a name field that says another (a copy of
+    a preset, its name left as it was) titled every table, recording and comparison with the other."""
+    if "name" in data and data["name"] != name:
+        raise ConfigError(f"{label}: its name field is {data['name']!r:.60}, not {name!r}, the name of its file; "
+                          "make them the same, or leave name out")
+
+
 def preset_file(kind: str, name: str) -> Path | None:
     """The file a preset name is read from (built-in or the user's); None where the name names none."""
     try:
@@ -256,7 +264,13 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
     default_name names it when the table does not (a user preset is named by its file)."""
     _check_keys(data, _MODEL_KEYS, label)
     given = {"max_position_embeddings_given": "max_position_embeddings" in data}  # unless the preset says
-    return build_config(ModelConfig, {**given, **_named(data, default_name)}, label)
+    model = build_config(ModelConfig, {**given, **_named(data, default_name)}, label)
+    if model.num_experts is not None and model.num_dense_layers == model.num_hidden_layers:
+        # a file's experts that no layer runs (--layers may still cut a model to its dense layers)
+        raise ConfigError(f"{label}: num_dense_layers ({model.num_dense_layers}) makes every layer dense: no layer "
+                          f"is left for its {model.num_experts} experts; give fewer dense layers, or leave the "
+                          "mixture-of-experts fields out")
+    return model
 
 
 def hardware_from_dict(data: dict, label: str, default_name: str | None = None) -> HardwareSpec:
@@ -274,8 +288,10 @@ def _named(data: dict, default_name: str | None) -> dict:
 
 
 def load_model(name: str) -> ModelConfig:
-    path = _preset_file("models", name)
-    return model_from_dict(read_toml(path, f"model preset {name}"), f"model preset {name}", default_name=name)
+    path, label = _preset_file("models", name), f"model preset {name}"
+    data = read_toml(path, label)
+    _refuse_a_name_apart_from_the_file(data, name, label)
+    return model_from_dict(data, label, default_name=name)
 
 
 def load_hardware(name: str) -> HardwareSpec:
@@ -283,8 +299,10 @@ def load_hardware(name: str) -> HardwareSpec:
         from kvscope.app.lab.this_machine import detect_this_machine
 
         return detect_this_machine()
-    path = _preset_file("hardware", name)
-    return hardware_from_dict(read_toml(path, f"hardware preset {name}"), f"hardware preset {name}", default_name=name)
+    path, label = _preset_file("hardware", name), f"hardware preset {name}"
+    data = read_toml(path, label)
+    _refuse_a_name_apart_from_the_file(data, name, label)
+    return hardware_from_dict(data, label, default_name=name)
 
 
 def _toml_value(value) -> str:

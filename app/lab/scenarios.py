@@ -468,6 +468,9 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
     all_at_once = shaping.get("all_at_once", False)
     if not isinstance(all_at_once, bool):
         raise shape.error(f"must be true or false, got {all_at_once!r}", "all_at_once")
+    if all_at_once and "arrival_rate_per_s" in data:  # the rate given beside it was dropped without a word
+        raise shape.error("all_at_once sends every request at time 0, so arrival_rate_per_s would be ignored; "
+                          "give one of them", "arrival_rate_per_s")
     try:
         return ComparisonWorkload(
             spec=spec, seed=base.whole("seed", required=False, default=0, minimum=0),

@@ -110,6 +110,10 @@ def dist_from_dict(data, label: str) -> LengthDist:
         if "value" not in data:
             raise ConfigError(f"{label}: a constant length needs value (a whole number of tokens)")
         value = whole_number(data["value"], f"{label}: constant value", 1, MAX_REQUEST_TOKENS)
+        if ("min" in data and value < lo) or ("max" in data and value > hi):  # clipped to min, or max ignored
+            bound = f"below min {lo:,}" if value < lo else f"above max {hi:,}"
+            raise ConfigError(f"{label}: constant value {value:,} is {bound}, so it would not be the length given; "
+                              "a constant length needs only value")
         return LengthDist("constant", value=value, min=max(lo, 1), max=max(hi, value))
     if kind == "uniform":
         return LengthDist("uniform", min=lo, max=hi)
@@ -117,6 +121,9 @@ def dist_from_dict(data, label: str) -> LengthDist:
     sigma = real_number(data.get("sigma", -1), f"{label}: lognormal sigma", -math.inf, MAX_SIGMA)
     if median <= 0 or sigma < 0:
         raise ConfigError(f"{label}: lognormal needs median > 0 and sigma >= 0")
+    if not lo <= median <= hi:  # most samples would be clipped to the bound: not the distribution described
+        raise ConfigError(f"{label}: lognormal median {shown(median)} is outside min {lo:,} to max {hi:,}; "
+                          "give a median between them")
     return LengthDist("lognormal", min=lo, max=hi, median=median, sigma=sigma)
 
 
@@ -286,7 +293,27 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
         kwargs["chat"] = chat_script_from_dict(data["chat"], f"{label}: chat")
     spec = WorkloadSpec(**kwargs)
     _validate(spec, label)
+    _refuse_unused(data, spec, label)
     return spec
+
+
+def _refuse_unused(data: dict, spec: WorkloadSpec, label: str) -> None:
+    """Fields a workload file gives that its other fields leave unread (dropped without a word),
+    and a shared prefix no prompt can hold (each prompt using it grew past prompt_tokens)."""
+    if "trace_speedup" in data and spec.trace_path is None:
+        raise ConfigError(f"{label}: trace_speedup replays a trace faster, but the workload has no trace; "
+                          "leave it out, or give trace (a CSV of arrivals)")
+    prefix = [k for k in ("shared_prefix_tokens", "num_shared_prefixes") if k in data]
+    if prefix and spec.shared_prefix_fraction == 0 and spec.chat is None:
+        raise ConfigError(f"{label}: {' and '.join(prefix)} would be ignored: shared_prefix_fraction (the share of "
+                          "requests that start with a shared prefix) is 0; set it, or leave them out")
+    if spec.shared_prefix_fraction > 0 and spec.trace_path is None and spec.chat is None:
+        dist = spec.prompt_tokens
+        longest = dist.value if dist.dist == "constant" else dist.max
+        if spec.shared_prefix_tokens >= longest:
+            raise ConfigError(f"{label}: shared_prefix_tokens ({spec.shared_prefix_tokens:,}) is not shorter than the "
+                              f"longest prompt prompt_tokens gives ({longest:,}), which counts the prefix; give "
+                              "longer prompts or a shorter prefix")
 
 
 def _whole(value, what: str) -> int:

@@ -135,6 +135,10 @@ def _experts(cfg: dict, model_type: str) -> dict:
             raise ConfigError(f"mlp_only_layers names layer {past[0]:,}, but num_hidden_layers is {layers:,} "
                               f"(layers 0 to {layers - 1:,})")
         dense = max(dense, len(numbers))
+    if isinstance(layers, int) and dense == layers:  # said as num_dense_layers, a field the file does not have
+        field = "first_k_dense_replace" if (cfg.get("first_k_dense_replace") or 0) == layers else "mlp_only_layers"
+        raise ConfigError(f"{field} makes all {layers:,} layers dense: no layer is left for its {count} experts; "
+                          "give fewer dense layers, or no experts for a dense model")
     return {"num_experts": count, "num_experts_per_tok": per_token, "moe_intermediate_size": size,
             "shared_expert_intermediate_size": shared, "num_dense_layers": dense}
 

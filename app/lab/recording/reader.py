@@ -151,6 +151,7 @@ class Recording:
     def verify(self) -> None:
         """Check every record's checksum and the structure of every keyframe and chunk of steps
         (recording/schema.py); raises RecordingError naming the first that fails."""
+        last = {}  # the previous chunk's last step number and start time: each chunk checks only its own order
         for entry in self._entries:
             payload = self._handle.payload(entry)
             if entry.type not in (STEPS, DELTAS, KEYFRAME):
@@ -161,6 +162,19 @@ class Recording:
                 check_keyframe(head, arrays, self.num_blocks, what)
             else:
                 check_record(entry.type, head, arrays, entry.count, self.num_blocks, len(self._event_kinds), what)
+            if entry.type == STEPS and entry.count:
+                self._check_after_previous_chunk(arrays, last, what)
+
+    @staticmethod
+    def _check_after_previous_chunk(arrays: dict, last: dict, what: str) -> None:
+        """A chunk's first step after the one before it: a later chunk whose clock restarted (or whose step
+        numbers did) was exported and replayed as it came, a timeline folded over itself."""
+        for name in ("step.step", "step.start_time_s"):
+            values = arrays[name]
+            if name in last and values[0] < last[name]:
+                raise RecordingError(f"{what}: {name} goes backwards from the chunk before it ({last[name]!s:.24} "
+                                     f"then {values[0]!s:.24}); a recording's steps are in order: the file is corrupt")
+            last[name] = values[-1]
 
     def _record_name(self, entry: RecordEntry) -> str:
         return (f"{self.path.name}: record {entry.number} (the {RECORD_NAMES.get(entry.type, 'unknown')} record at "
