@@ -11,11 +11,13 @@ the machine. This script runs, each under valgrind's cachegrind (`apt-get instal
 each for N and for 2N steps, so that one-off work (imports, building) cancels, and prints each
 one's instructions per step against the bare engine's. Wall time is virtual (STEP_S per engine
 step), so the session thins plot points and frames exactly as it would at that speed, and, with
-Python's hash seed fixed, the counts repeat run to run. It counts instructions, not cache misses:
-what a frame leaves in the caches is not in it. The "session" play repeats the process host's loop
+Python's hash seed fixed, the counts repeat run to run. With --cache it also counts the misses of
+a simulated 2 MB last-level cache (this machine's per-core L2): what a frame's arrays push out of
+the core's cache, which the engine's next steps fetch again. The "session" play repeats the process host's loop
 (process_host._serve_commands) without its pipe, sender thread and frame throttle: keep the two alike.
 
-  .venv/bin/python scripts/frame_instructions.py [--steps N]   (about 4 minutes at 20,000, two runs at a time)
+  .venv/bin/python scripts/frame_instructions.py [--steps N] [--cache]   (about 4 minutes at 20,000, two runs
+  at a time; 6 with --cache)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 STEP_S = 47e-6  # a flat-out simulated step of this workload here (~21,000 steps a second)
 FRAME_INTERVAL_S = 0.19  # the window's frames at maximum speed (~5.2 a second, `bench gui --part cost`)
 WARM_STEPS = 3000
+SIMULATED_CACHE = "2097152,16,64"  # --cache: 2 MB, 16-way, 64-byte lines, as this machine's per-core L2
 
 
 def _run_config():
@@ -93,9 +96,10 @@ def _play(mode: str, steps: int) -> int:
     return session.engine.step_count
 
 
-def _counted(mode: str, steps: int) -> tuple[int, int]:
-    """(instructions, engine steps) of one process under cachegrind."""
-    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+def _counted(mode: str, steps: int, cache: bool) -> tuple[int, int, int | None]:
+    """(instructions, engine steps, last-level cache misses or None) of one process under cachegrind."""
+    simulation = ["--cache-sim=yes", f"--LL={SIMULATED_CACHE}"] if cache else ["--cache-sim=no"]
+    done = subprocess.run(["valgrind", "--tool=cachegrind", *simulation, "--cachegrind-out-file=/dev/null",
                            sys.executable, __file__, "--play", mode, "--steps", str(steps)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     if done.returncode != 0:
@@ -103,14 +107,18 @@ def _counted(mode: str, steps: int) -> tuple[int, int]:
                          f"{done.stderr[-2000:]}")
     instructions = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     taken = re.search(r"^steps (\d+)$", done.stdout, re.M)
-    if instructions is None or taken is None:
+    misses = re.search(r"LL misses:\s+([\d,]+)", done.stderr)
+    if instructions is None or taken is None or (cache and misses is None):
         raise SystemExit(f"frame_instructions: no count in valgrind's output:\n{done.stderr[-2000:]}")
-    return int(instructions.group(1).replace(",", "")), int(taken.group(1))
+    return (int(instructions.group(1).replace(",", "")), int(taken.group(1)),
+            int(misses.group(1).replace(",", "")) if cache else None)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20_000, help="engine steps measured (default 20,000)")
+    parser.add_argument("--cache", action="store_true",
+                        help="also count the misses of a simulated 2 MB last-level cache (this machine's per-core L2)")
     parser.add_argument("--play", choices=("bare", "loop", "session"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not 1_000 <= args.steps <= 1_000_000:
@@ -124,18 +132,24 @@ def main() -> int:
     n = args.steps
     runs = [(mode, steps) for mode in ("bare", "loop", "session") for steps in (n, 2 * n)]
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        counts = dict(zip(runs, pool.map(lambda run: _counted(*run), runs)))
+        counts = dict(zip(runs, pool.map(lambda run: _counted(*run, args.cache), runs)))
 
-    def per_step(mode: str) -> float:
-        """Instructions per step: the difference between its N and 2N runs (one-off work cancels)."""
-        (short, short_steps), (long, long_steps) = counts[mode, n], counts[mode, 2 * n]
-        return (long - short) / (long_steps - short_steps)
+    def per_step(mode: str, what: int = 0) -> float:
+        """Instructions (what=0) or cache misses (what=2) per step: the difference between its N and
+        2N runs (one-off work cancels)."""
+        short, long = counts[mode, n], counts[mode, 2 * n]
+        return (long[what] - short[what]) / (long[1] - short[1])
 
     bare = per_step("bare")
     print(f"virtual time: {STEP_S * 1e6:.0f} us a step, a frame every {FRAME_INTERVAL_S * 1000:.0f} ms")
     print(f"one engine step           {bare:,.0f} instructions (bare)")
     for mode, what in (("loop", "the session, no frames"), ("session", "the session and frames")):
         print(f"{what:<25} {per_step(mode):,.0f} a step: {100 * (per_step(mode) / bare - 1):+.2f} %")
+    if args.cache:
+        bare_misses = per_step("bare", 2)
+        print(f"2 MB cache misses a step: {bare_misses:,.1f} bare")
+        for mode, what in (("loop", "the session, no frames"), ("session", "the session and frames")):
+            print(f"{what:<25} {per_step(mode, 2):,.1f} a step: {per_step(mode, 2) - bare_misses:+,.1f}")
     return 0
 
 
