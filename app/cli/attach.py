@@ -16,7 +16,7 @@ import time
 from kvscope.engine.config import ConfigError
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.output import shown, table
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
@@ -257,6 +257,7 @@ def input_files(args) -> dict:
 def run(args) -> int:
     check_mode_flags(args)
     check_addresses(args)
+    combinations.refuse_replay_on_an_event_port(args)
     check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})
     inputs = input_files(args)
     check_output_path("--json", args.json, inputs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.output import shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.engine.cost_model import MAX_EFFICIENCY, calibration_note
@@ -56,6 +56,10 @@ def run(args) -> int:
         raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
     options.check_real_model(args.model, args.model_path)  # before torch's import (seconds) and `loading ...`
     options.check_real_device(args.device)
+    if args.threads:
+        from kvscope.app.lab.models.loader import resolve_device
+
+        combinations.refuse_threads_past_the_cores(args, resolve_device(args.device, "--device").type)
     if not args.no_save:  # the profile is stored in the cache
         options.check_cache_variable()
     import torch

@@ -12,7 +12,7 @@ from kvscope.app.lab.scenarios import load_scenario
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
 from kvscope.engine.checks import MAX_SEED, whole_number
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import readable_lesson
 from kvscope.app.cli.run import Progress, status
 from kvscope.engine.units import GiB, format_bytes, format_percent, format_seconds
@@ -183,6 +183,8 @@ def run(args) -> int:
     to_stdout = "-" in (args.json, args.csv)
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if to_stdout else print
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading
+    combinations.refuse_requests_past_trace(spec.workload.spec, args.requests,
+                                            f"scenario {scenario.name}'s trace {spec.workload.spec.trace_path}")
 
     say(table([
         ("from the lesson", readable_lesson(scenario.seed_lesson)),

@@ -10,7 +10,7 @@ from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, resolve_eng
 from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import MEMORY_LESSON
 from kvscope.app.cli.output import table
 
@@ -136,10 +136,13 @@ def run(args) -> int:
     model = options.model_from_args(args)
     hardware = options.hardware_from_args(args)
     engine_args = options.engine_args_from_args(args)
+    combinations.refuse_cpu_share_simulated(args, hardware)
+    combinations.refuse_a_split_not_typed(args, model, hardware)
     resolved = resolve_engine_args(engine_args, model, hardware)
     plan = plan_memory(model, hardware, resolved)
     options.refuse_kv_budget_beyond_memory(plan, args)
     refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan)
+    combinations.refuse_what_a_set_budget_ignores(args, hardware, engine_args, resolved, "math")
     if args.json:
         # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says in a
         # word whether a server with these settings would start: a block, and a whole request, fit

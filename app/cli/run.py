@@ -20,7 +20,7 @@ from kvscope.engine.cost_model import calibration_note
 from kvscope.engine.memory_math import full_length_reason
 from kvscope.engine.events import EventKind
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
@@ -80,6 +80,9 @@ def input_files(args) -> dict:
     return {what: str(path) for what, path in given.items() if path}
 
 
+TOO_LONG_ADVICE = "give --max-model-len, more memory, or --accounting lesson to run it anyway"
+
+
 def workload_from_args(args) -> WorkloadSpec:
     if args.trace and args.workload:
         raise ConfigError(f"--trace {args.trace} and --workload {args.workload} both say what requests to send; "
@@ -95,6 +98,8 @@ def workload_from_args(args) -> WorkloadSpec:
         spec = load_workload(args.workload or DEFAULT_WORKLOAD)
     if spec.trace_path is not None and args.arrival_rate is not None:
         refuse_ignored_by_trace(["--arrival-rate"], f"workload {spec.name}")
+    combinations.refuse_requests_past_trace(spec, args.requests, f"trace {args.trace}" if args.trace else
+                                            f"workload {spec.name}'s trace {spec.trace_path}")
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
 
 
@@ -117,12 +122,17 @@ def build_engine(args) -> tuple[Engine, WorkloadSpec]:
         if real_only:  # the simulated backend would run without them, silently
             raise ConfigError(f"{', '.join(real_only)}: the real backend's (it loads and runs the weights); use "
                               "them with --backend real, or size simulated weights with --weight-dtype")
-        engine = Engine(options.model_from_args(args), options.hardware_from_args(args), options.engine_args_from_args(args))
+        model, hardware = options.model_from_args(args), options.hardware_from_args(args)
+        engine_args = options.engine_args_from_args(args)
+        combinations.refuse_cpu_share_simulated(args, hardware)
+        combinations.refuse_a_split_not_typed(args, model, hardware)
+        engine = Engine(model, hardware, engine_args)
         options.refuse_kv_budget_beyond_memory(engine.plan, args)
+        combinations.refuse_what_a_set_budget_ignores(args, hardware, engine_args, engine.resolved, "run")
     too_long = full_length_reason(engine.plan)
     if too_long and engine.args.accounting == "vllm":  # as vLLM refuses to start; the lesson's accounting
         # is a what-if that may run a pool smaller than one request (the longer ones are rejected on arrival)
-        raise ConfigError(f"{too_long}: give --max-model-len, more memory, or --accounting lesson to run it anyway")
+        raise ConfigError(f"{too_long}: {TOO_LONG_ADVICE}")
     try:
         tokenizer = text_tokenizer(engine)
     except ConfigError:  # a broken chat template: only a workload of text needs it
@@ -147,7 +157,7 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     """The real backend on this machine: a local model directory, or a preset's shape with random weights."""
     if args.hardware or args.memory_bytes is not None or args.memory_gib is not None:
         raise ConfigError("--hardware and the memory flags describe a simulated target; the real backend runs on "
-                          "this machine (size its KV pool with --kv-cache-memory-bytes or --gpu-memory-utilization)")
+                          "this machine (size its KV pool with --kv-cache-memory-bytes; on CUDA also --gpu-memory-utilization)")
     if args.config:
         raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
                           "or a --model preset (random weights of its shape)")
@@ -156,6 +166,8 @@ def build_real_engine(args, record_outputs: bool = False) -> Engine:
     if sized:  # the real backend loads the weights it is given: these would change nothing
         raise ConfigError(f"{', '.join(sized)}: size a simulated model's weights; the real backend loads them at "
                           "--dtype (fp32, bf16, fp16), quantised with --quantization int8 or nf4")
+    combinations.refuse_shape_edits_of_real_weights(args, TRAINED_MODEL.name, DEFAULT_REAL_MODEL)
+    combinations.refuse_pickle_permission_for_a_preset(args)
     # before torch is imported (seconds) and minutes of loading
     options.check_real_device(args.device)
     options.check_real_model(args.model, args.model_path, args.allow_pickle)
@@ -193,6 +205,13 @@ def refuse_before_loading(args, shape) -> None:
     from kvscope.app.lab.models.loader import check_weights_fit, resolve_device
 
     device = resolve_device(args.device, "--device")
+    if device.type == "cpu":
+        combinations.refuse_share_of_a_cpu_budget(args, "on this machine's CPU (the real backend's device)",
+                                                  memory_flags=False)
+        combinations.refuse_eager_on_a_cpu(args)
+        too_long = combinations.refuse_cpu_budget_without_room(args, shape, options.engine_args_from_args(args))
+        if too_long:  # in the words build_engine says it in, after loading
+            raise ConfigError(f"{too_long}: {TOO_LONG_ADVICE}")
     if not args.model_path and shape.name != TRAINED_MODEL.name:  # random weights, built in fp32
         check_weights_fit(shape, device, "fp32")
     budget = args.kv_cache_memory_bytes

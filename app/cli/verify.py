@@ -12,7 +12,7 @@ from kvscope.engine.config import (
     ConfigError,
 )
 
-from kvscope.app.cli import options
+from kvscope.app.cli import combinations, options
 from kvscope.app.cli.run import status
 from kvscope.app.cli.output import table
 from kvscope.app.lab.output_path import check_output_path, write_json_output
@@ -98,6 +98,10 @@ def run(args) -> int:
     check_output_path("--json", args.json, options.model_input_files(args.model, args.model_path))
     options.check_real_model(args.model, args.model_path)  # before `loading ...`, not after it
     options.check_real_device(args.device)
+    if not args.model_path:  # random weights of a preset's shape have no tokenizer: said before loading
+        from kvscope.app.lab.trained_model import TRAINED_MODEL
+
+        combinations.refuse_passages_without_a_tokenizer(args, args.model == TRAINED_MODEL.name, args.model)
     from kvscope.app.lab.verify.parity import run_parity
     from kvscope.app.lab.verify import quality
 
@@ -106,6 +110,8 @@ def run(args) -> int:
     if None in quantizations or args.passages:
         full_precision = load(None)
     text = bool(args.passages) and full_precision.tokenizer is not None
+    combinations.refuse_passages_without_a_tokenizer(args, full_precision is None or full_precision.tokenizer is not None,
+                                                     full_precision.config.name if full_precision else "")
     check_context((full_precision or load(quantizations[0])).config.max_position_embeddings, args.max_tokens)
     passages = reference = None
     if text:
