@@ -44,6 +44,7 @@ from hostile_inputs_ninth_cli import ninth_cli_cases
 from hostile_inputs_ninth_files import ninth_file_cases
 from hostile_inputs_tenth_cli import tenth_cli_cases
 from hostile_inputs_tenth_files import tenth_file_cases
+from hostile_inputs_eleventh_cli import eleventh_cli_cases
 from hostile_inputs_eleventh_files import eleventh_file_cases
 
 KVSCOPE = ROOT / ".venv" / "bin" / "kvscope"
@@ -137,7 +138,7 @@ def main() -> int:
                  + eighth_cli_cases(d, Case, write) + eighth_file_cases(d, Case, write)
                  + ninth_cli_cases(d, Case, write) + ninth_file_cases(d, Case, write)
                  + tenth_cli_cases(d, Case, write) + tenth_file_cases(d, Case, write)
-                 + eleventh_file_cases(d, Case, write))
+                 + eleventh_cli_cases(d, Case, write) + eleventh_file_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []
