@@ -268,10 +268,12 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
             pool_source = "memory x gpu_memory_utilization - weights - reserve (the memory-math lesson's formula)"
         else:
             activation = activation_peak_bytes(model, tp, tokens, resolved.max_num_seqs)
-            non_torch = non_torch_bytes(hardware, tp)
+            on_cuda = hardware.kind == "gpu"  # a CPU target has no CUDA context (non-torch) and captures no graphs
+            non_torch = non_torch_bytes(hardware, tp) if on_cuda else 0
             # --enforce-eager captures no CUDA graphs: vLLM then holds nothing back for them
-            graphs = cuda_graph_bytes(model) if version >= CUDA_GRAPHS_SUBTRACTED_FROM and not args.enforce_eager else 0
-            pool_source = (f"memory x gpu_memory_utilization - weights - activation peak - non-torch"
+            graphs = (cuda_graph_bytes(model) if on_cuda and version >= CUDA_GRAPHS_SUBTRACTED_FROM
+                      and not args.enforce_eager else 0)
+            pool_source = (f"memory x gpu_memory_utilization - weights - activation peak{' - non-torch' * on_cuda}"
                            f"{' - CUDA graphs' if graphs else ''} - reserve (vLLM {args.vllm_version})")
         pool_per_device = lesson_pool - activation - non_torch - graphs
     layout = _layout(model, resolved, version, lesson)

@@ -208,6 +208,22 @@ def test_an_eager_vllm_holds_nothing_back_for_cuda_graphs_it_never_captures():
     assert "CUDA graphs" not in eager.kv_pool_source and "CUDA graphs" in graphs.kv_pool_source
 
 
+def test_a_cpu_target_sized_by_its_memory_holds_back_no_cuda_context_or_graphs():
+    """--hardware this-machine --memory-gib 32 sized the pool as a share of the RAM and took 256 MiB of
+    CUDA context and the CUDA graphs off it, which a CPU never has."""
+    model = hf(LLAMA_31_8B)
+    cpu = load_hardware("this-machine").with_memory(32 * GiB)
+    gpu = cpu.replace(kind="gpu")
+    on_cpu, as_gpu = (plan_memory(model, h, resolve_engine_args(EngineArgs(vllm_version="0.21"), model, h))
+                      for h in (cpu, gpu))
+    assert on_cpu.non_torch_bytes == 0 and on_cpu.cudagraph_bytes == 0
+    assert as_gpu.non_torch_bytes > 0 and as_gpu.cudagraph_bytes > 0
+    assert on_cpu.activation_bytes > 0  # the profiling forward runs on a CPU too
+    assert on_cpu.reserve_bytes == on_cpu.activation_bytes
+    assert on_cpu.kv_pool_bytes == int(32 * GiB * 0.9 - on_cpu.weights_bytes) - on_cpu.activation_bytes
+    assert "non-torch" not in on_cpu.kv_pool_source
+
+
 def test_non_torch_memory_is_2_gib_a_gpu_with_tensor_parallelism_over_nvlink_only():
     assert non_torch_bytes(load_hardware("8x-h100-80gb"), 1) == int(0.25 * GiB)
     assert non_torch_bytes(load_hardware("8x-h100-80gb"), 2) / GiB == pytest.approx(2.1)  # logged 2.06 - 2.21

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, resolve_engine_args
-from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
+from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, parse_vllm_version, resolve_engine_args
+from kvscope.engine.memory_math import CUDA_GRAPHS_SUBTRACTED_FROM, full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import combinations, options
@@ -73,6 +73,14 @@ def _counted(count: int, thing: str) -> str:
     return f"{count:,} {thing}{'' if count == 1 else 's'}"  # `--max-model-len 1` said "1 blocks per sequence"
 
 
+def _no_graphs_reason(plan, hardware) -> str:
+    if hardware.kind != "gpu":
+        return "none on a CPU target (CUDA graphs are captured on CUDA only)"
+    if parse_vllm_version(plan.vllm_version) < CUDA_GRAPHS_SUBTRACTED_FROM:
+        return "not subtracted (captured after the KV cache before vLLM 0.21)"
+    return "none captured (--enforce-eager)"
+
+
 def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     tp = plan.tensor_parallel_size
     devices = f" on {tp} devices" if tp > 1 else ""
@@ -101,9 +109,10 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
         rows += [
             ("activation peak", f"{format_bytes(plan.activation_bytes)}  (profiled: a forward of "
                                 f"{plan.profiled_tokens:,} tokens, sampling {plan.profiled_seqs:,} sequences)"),
-            ("non-torch memory", f"{format_bytes(plan.non_torch_bytes)}  (CUDA context, NCCL and all-reduce buffers)"),
+            ("non-torch memory", f"{format_bytes(plan.non_torch_bytes)}  (CUDA context, NCCL and all-reduce buffers)"
+             if hardware.kind == "gpu" else "none on a CPU target (no CUDA context, no NCCL)"),
             ("CUDA graphs", f"{format_bytes(plan.cudagraph_bytes)}  (vLLM's estimate)" if plan.cudagraph_bytes
-             else "not subtracted (captured after the KV cache before vLLM 0.21)"),
+             else _no_graphs_reason(plan, hardware)),
         ]
     if not plan.is_set_budget:
         rows.append(("reserve", f"{format_bytes(plan.extra_reserve_bytes)}"
