@@ -87,6 +87,9 @@ def azure_shaped_requests(count: int, vocab_size: int, seed: int = 0) -> tuple[l
     from kvscope.app.lab.workload import read_trace
 
     rows = read_trace(load_workload("azure-conv").trace_path, limit=count)
+    if len(rows) < count:  # ran the whole trace and still printed the count asked for
+        raise ConfigError(f"--requests {count:,}: the Azure conversation trace holds {len(rows):,} requests; "
+                          f"give at most {len(rows):,}")
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, vocab_size, max(4, r.prompt_tokens // 8)).tolist() for r in rows]
     outputs = [max(4, min(256, r.output_tokens // 4)) for r in rows]

@@ -251,8 +251,9 @@ def add_bench_parser(sub) -> None:
                               "cuda: on a CUDA GPU, the real engine with and without CUDA graphs vs transformers' "
                               "continuous batching in its fastest configuration there, and where a decode step's "
                               "time goes (default: all but gui, compare, soak, calibration, scenarios and cuda)")
-    p_bench.add_argument("--requests", type=options.bounded(1, 100_000, whole_only=True),
-                         help="real, cuda: requests in the workload, 1 to 100,000 (default 64)")
+    # all at once: each a running sequence, and vLLM's CPU server steps at most 2,048 tokens
+    p_bench.add_argument("--requests", type=options.bounded(1, 2048, whole_only=True),
+                         help="real, cuda: requests in the workload, all sent at once, 1 to 2,048 (default 64)")
     p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
                          help="real: serve the trained model with vLLM's CPU build on loopback (installed into "
