@@ -251,3 +251,13 @@ def test_this_cpu_peak_is_an_upper_bound_of_what_its_matmuls_reach():
     finally:
         torch.set_num_threads(threads)
     assert 2 * 512**3 / best <= per_core
+
+
+def test_a_scale_whose_prompts_pass_the_model_length_is_refused_with_the_most_that_fits():
+    from kvscope.app.lab.calibration import calibration_phases, check_scale_fits
+
+    check_scale_fits(7.98, 4096, "tiny-llama")  # every prompt runs at its scaled length
+    longest = max(len(prompt) for phase in calibration_phases(1000, 4096, scale=7.98) for prompt, _ in phase)
+    assert longest == int(512 * 7.98)
+    with pytest.raises(ConfigError, match=r"--scale 16: .* 8,192 tokens .* give at most --scale 7.98"):
+        check_scale_fits(16, 4096, "tiny-llama")

@@ -103,6 +103,18 @@ DECODE_SHAPES = ((1, 16), (1, 512), (2, 128), (4, 64), (4, 256), (8, 32), (8, 25
 DECODE_STEPS = 8
 
 
+def check_scale_fits(scale: float, max_model_len: int, model_name: str) -> None:
+    """A prompt scaled past the model's length was cut to it, and the profile said the scale it was
+    not run at: the longest prompts then all had one length."""
+    longest = max(PREFILL_LENGTHS + tuple(length for _batch, length in DECODE_SHAPES))
+    room = max_model_len - DECODE_STEPS - 1
+    if int(longest * scale) > room:
+        raise ConfigError(f"--scale {scale:g}: the longest calibration prompt would be {int(longest * scale):,} tokens "
+                          f"({longest} x {scale:g}), and {model_name} takes at most {room:,} beside its "
+                          f"{DECODE_STEPS} decoded tokens (max_model_len {max_model_len:,}); give at most "
+                          f"--scale {math.floor(room / longest * 100) / 100:g}")
+
+
 def calibration_phases(vocab_size: int, max_model_len: int, seed: int = 0, scale: float = 1.0) -> list:
     """Groups of (prompt token ids, max_tokens), each group run to completion before the next."""
     rng = np.random.default_rng(seed)
@@ -453,6 +465,7 @@ def run_calibration(loaded, engine_args, scale: float = 1.0, seed: int = 0, prog
     from kvscope.app.lab.real_backend import create_real_engine
 
     engine = create_real_engine(loaded, engine_args)
+    check_scale_fits(scale, engine.resolved.max_model_len, engine.model.name)
     phases = calibration_phases(engine.model.vocab_size, engine.resolved.max_model_len, seed, scale)
     steps = measure_steps(engine, phases, progress)
     return fit_run(engine, steps, clock)
