@@ -79,11 +79,6 @@ def check_calibration(table, owner: str) -> dict:
     return result
 
 
-def calibration_note(calibration: dict) -> str:
-    """One line naming a time's calibration and its expected error: "datasheet peaks, uncalibrated; expected error ±51 %"."""
-    return f"{calibration['label']}; expected error \u00b1{calibration['expected_error'] * 100:.0f} %"
-
-
 class StepCostModel:
     """The cost of a step of `model` on `hardware` (its calibration included), per device."""
 

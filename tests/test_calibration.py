@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvscope.app.lab.calibration import (
-    LEGACY_CPU_FLOPS_PER_CORE,
+    LEGACY_CPU_FLOPS_PER_CORE, calibration_note,
     MeasuredStep, fit_features, fit_steps, held_out_error, make_profile, profile_path, read_profile, save_profile,
     step_features,
 )
@@ -18,7 +18,7 @@ from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.app.lab.this_machine import cpu_machine_key, cpu_peak_flops, detect_this_machine
 from kvscope.engine import Engine, EngineArgs
 from kvscope.engine.config import ConfigError
-from kvscope.engine.cost_model import UNCALIBRATED, StepCostModel, calibration_note, check_calibration
+from kvscope.engine.cost_model import UNCALIBRATED, StepCostModel, check_calibration
 from kvscope.engine.memory_math import plan_memory
 from kvscope.engine.config import resolve_engine_args
 

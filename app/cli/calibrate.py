@@ -13,7 +13,8 @@ import sys
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.output import shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
-from kvscope.engine.cost_model import MAX_EFFICIENCY, calibration_note
+from kvscope.app.lab.calibration import calibration_note
+from kvscope.engine.cost_model import MAX_EFFICIENCY
 from kvscope.engine.units import format_seconds
 
 

@@ -16,7 +16,7 @@ from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_outp
 from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
-from kvscope.engine.cost_model import calibration_note
+from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.memory_math import full_length_reason
 from kvscope.engine.events import EventKind
 

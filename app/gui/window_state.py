@@ -17,7 +17,7 @@ from kvscope.app.gui.request_texts import RequestTexts
 from kvscope.app.gui.series import RunSeries
 from kvscope.app.host.block_flashes import FLASH_KINDS
 from kvscope.app.host.protocol import EVENT_KIND_CODES, FrameDelta, StepTable
-from kvscope.engine.cost_model import calibration_note
+from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.events import EventKind
 from kvscope.engine.units import format_percent
 from kvscope.widgets.palette import THEMES

@@ -94,6 +94,11 @@ class StepRecorder:
         return result
 
 
+def calibration_note(calibration: dict) -> str:
+    """One line naming a time's calibration and its expected error: "datasheet peaks, uncalibrated; expected error ±51 %"."""
+    return f"{calibration['label']}; expected error \u00b1{calibration['expected_error'] * 100:.0f} %"
+
+
 # -- the batch shapes ----------------------------------------------------------------------------
 
 # Prompt lengths run alone (prefill steps), and (batch size, prompt length) pairs decoded for

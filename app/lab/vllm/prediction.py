@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs, HardwareSpec, ModelConfig,
                                    parse_vllm_version, resolve_engine_args)
-from kvscope.engine.cost_model import StepCostModel, calibration_note
+from kvscope.app.lab.calibration import calibration_note
+from kvscope.engine.cost_model import StepCostModel
 from kvscope.engine.memory_math import plan_memory
 
 MAX_MODEL_LEN_LABELS = ("max_model_len",)  # not in cache_config_info today; read if a version adds it
