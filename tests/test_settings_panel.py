@@ -186,3 +186,28 @@ def test_memory_too_small_for_the_weights_is_refused_at_the_memory_field(window,
     assert "border" in window.editor.memory_gib.styleSheet()
     assert window.settings.errors["gpu_memory_utilization"].isHidden()
     assert not window.settings.apply_button.isEnabled()
+
+
+def test_memory_utilisation_is_greyed_with_its_reason_on_a_cpu_target_whose_pool_is_a_set_budget(window):
+    """vLLM's CPU backend sizes the KV pool by a set budget: the share of the memory is read nowhere."""
+    field = window.settings.gpu_memory_utilization
+    assert field.isEnabled()
+    window.settings.set_values({"hardware": "this-machine"})
+    window.settings_form.changed()
+    assert not field.isEnabled()
+    assert "not used now: on a CPU the KV pool is a set budget" in field.toolTip()
+    window.settings.set_values({"hardware": "h100-80gb"})
+    window.settings_form.changed()
+    assert field.isEnabled() and "not used now" not in field.toolTip()
+    assert field.toolTip().startswith("gpu_memory_utilization: share of device memory")
+
+
+def test_typing_a_cpu_targets_memory_makes_its_pool_a_share_of_it_as_memory_gib_does(window):
+    window.settings.set_values({"hardware": "this-machine", "max_model_len": 2048})
+    window.settings_form.changed()
+    assert not window.settings.gpu_memory_utilization.isEnabled()
+    window.editor.memory_gib.setValue(64.0)
+    config = window.settings_form.current_config()
+    assert config is not None and config.hardware.memory_is_budget
+    assert window.settings.gpu_memory_utilization.isEnabled()
+    assert "x gpu_memory_utilization" in window.settings.preview.text()

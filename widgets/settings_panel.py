@@ -409,6 +409,16 @@ class SettingsPanel(QScrollArea):
     def show_preview(self, text: str) -> None:
         self.preview.setText(text)
 
+    def show_unused(self, key: str, reason: str | None) -> None:
+        """Grey out field key where the target never reads it (reason: why, in its tooltip); None undoes it."""
+        field = self.fields[key]
+        usual = field.property("usual_tooltip")
+        if usual is None:
+            usual = field.toolTip()
+            field.setProperty("usual_tooltip", usual)
+        field.setEnabled(reason is None)
+        field.setToolTip(usual if reason is None else f"{usual}\nnot used now: {reason}")
+
     def show_errors(self, errors: dict[str, str]) -> None:
         """field -> reason; every other field is cleared. Apply is refused while any remain."""
         for key, label in self.errors.items():

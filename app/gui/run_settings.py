@@ -211,6 +211,8 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                    "peak_flops": flops, "gpu_count": hardware_edits.get("gpu_count", hardware.gpu_count)}
         if any(getattr(hardware, k) != v for k, v in changes.items()):
             memory_edited = changes["memory_bytes"] != hardware.memory_bytes
+            # as --memory-gib: a CPU target's pool is then a share of that memory, not the set 1 GiB budget
+            changes["memory_is_budget"] = hardware.memory_is_budget or memory_edited
             hardware = attempt("hardware", lambda: hardware.replace(name=f"{hardware.name} (edited)", **changes))
     args = attempt("general", lambda: EngineArgs(**{name: values[name] for name in FORM_ENGINE_FIELDS}, seed=seed))
     workload = attempt("workload", lambda: _workload(values))
@@ -247,6 +249,21 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         raise SettingsError(errors, frozenset(unread))
     return RunConfig(backend=backend, model=model, hardware=hardware, engine_args=args, workload=workload, seed=seed,
                      model_path=None if model.name.endswith("(edited)") else values.get("model_path"))
+
+
+def memory_share_unused(values: dict, hardware_edits: dict | None) -> str | None:
+    """Why the form's memory utilisation is read nowhere with these values (a CPU target's KV pool is
+    a set budget unless its memory was typed), or None."""
+    real = values.get("backend") == "real"
+    try:
+        hardware = load_hardware(THIS_MACHINE if real else values["hardware"])
+    except ConfigError:
+        return None
+    typed = not real and (hardware_edits or {}).get("memory_bytes", hardware.memory_bytes) != hardware.memory_bytes
+    if hardware.kind != "cpu" or hardware.memory_is_budget or typed:
+        return None
+    return ("on a CPU the KV pool is a set budget (KV pool size, 1 GiB unless given), as in vLLM's CPU backend"
+            + ("" if real else "; or type its memory on the 'Model & hardware' tab to take a share of that"))
 
 
 def memory_preview(config: RunConfig) -> str:

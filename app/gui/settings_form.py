@@ -21,6 +21,7 @@ from kvscope.app.gui.run_settings import (
     build_run_config,
     field_of,
     memory_preview,
+    memory_share_unused,
     trace_reason,
     values_from_model,
 )
@@ -128,6 +129,8 @@ class SettingsForm:
         """The RunConfig of the two forms; None (each refused value shown in its field) if there is none."""
         if self._presets_gone():
             return None
+        self.settings.show_unused("gpu_memory_utilization",
+                                  memory_share_unused(self.settings.values(), self.editor.hardware_fields()))
         try:
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
