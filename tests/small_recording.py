@@ -1,8 +1,13 @@
 """The small recorded run the export and replay tests read: a simulated llama-3-8b on an H100,
-squeezed to 40 blocks so that it has prefix hits and preemptions to show."""
+squeezed to 40 blocks so that it has prefix hits and preemptions to show; and a recording with one
+record's array forged (checksums right), for the readers' refusals."""
+
+import numpy as np
 
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.app.lab.recording import RunRecorder
+from kvscope.app.lab.recording.format import (FILE_HEADER, FRAME, INDEX, decode_payload, encode_payload, frame_record,
+                                              inflate)
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, generate_requests
 from kvscope.engine import Engine, EngineArgs
 
@@ -20,3 +25,22 @@ def record_small_run(path):
         recorder.record_step(result)
     recorder.close(engine.summary())
     return path
+
+
+def forged_record(data: bytes, record_type: int, nth: int, name: str, change) -> bytes:
+    """The recording with array `name` of its nth record of record_type changed (checksums right),
+    its index and trailer dropped: the reader scans it, as a file whose writer was killed."""
+    offset, found = FILE_HEADER.size, []
+    while offset + FRAME.size <= len(data):
+        _, kind, flags, length, _, _ = FRAME.unpack_from(data, offset)
+        found.append((offset, kind, flags, length))
+        offset += FRAME.size + length
+    offset, kind, flags, length = [r for r in found if r[1] == record_type][nth]
+    stored = data[offset + FRAME.size:offset + FRAME.size + length]
+    head, arrays = decode_payload(inflate(stored, "x") if flags & 1 else stored, "x")
+    arrays = {k: np.array(v) for k, v in arrays.items()}
+    arrays[name] = change(arrays[name].astype(np.float64) if arrays[name].dtype.kind == "f" else arrays[name])
+    head.pop("arrays")
+    end = next(r[0] for r in found if r[1] == INDEX)
+    return (data[:offset] + frame_record(kind, encode_payload(head, arrays), bool(flags & 1))
+            + data[offset + FRAME.size + length:end])

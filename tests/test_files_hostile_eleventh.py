@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from kvscope.app.lab.recording import Recording
-from kvscope.app.lab.recording.format import (FILE_HEADER, FRAME, INDEX, STEPS, RecordingError, decode_payload,
-                                              encode_payload, frame_record, inflate)
+from kvscope.app.lab.recording.format import STEPS, RecordingError
 from kvscope.app.lab.workload import WorkloadSpec, dist_from_dict, workload_from_dict
 from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
+from small_recording import forged_record
 
 LLAMA = dict(name="m", num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
              hidden_size=512, intermediate_size=1024, vocab_size=1000, max_position_embeddings=4096)
@@ -177,30 +177,13 @@ def test_a_calibration_profile_of_this_machine_or_naming_none_is_read(tmp_path, 
 
 # -- recordings --------------------------------------------------------------------------------------------------
 
-def _forged_chunk(data: bytes, nth: int, name: str, change) -> bytes:
-    """The recording with array `name` of its nth STEPS record changed (checksums right), its index dropped."""
-    offset, found = FILE_HEADER.size, []
-    while offset + FRAME.size <= len(data):
-        _, kind, flags, length, _, _ = FRAME.unpack_from(data, offset)
-        found.append((offset, kind, flags, length))
-        offset += FRAME.size + length
-    offset, kind, flags, length = [r for r in found if r[1] == STEPS][nth]
-    stored = data[offset + FRAME.size:offset + FRAME.size + length]
-    head, arrays = decode_payload(inflate(stored, "x") if flags & 1 else stored, "x")
-    arrays = {k: np.array(v) for k, v in arrays.items()}
-    arrays[name] = change(arrays[name])
-    head.pop("arrays")
-    end = next(r[0] for r in found if r[1] == INDEX)
-    return (data[:offset] + frame_record(kind, encode_payload(head, arrays), bool(flags & 1))
-            + data[offset + FRAME.size + length:end])
-
 
 @pytest.mark.parametrize("name", ["step.start_time_s", "step.step"])
 def test_a_chunk_that_starts_below_the_one_before_is_refused(tmp_path, recording_bytes, name):
     """Each chunk checked only its own order: a second chunk whose clock (or step numbers) began
     again at 0 was exported and replayed as it came, a timeline folded over itself."""
     path = tmp_path / "again.kvrec"
-    path.write_bytes(_forged_chunk(recording_bytes, 1, name, lambda v: v - v[0]))
+    path.write_bytes(forged_record(recording_bytes, STEPS, 1, name, lambda v: v - v[0]))
     with pytest.raises(RecordingError) as caught:
         Recording.open(path, allow_truncated=True)
     said = str(caught.value)
@@ -211,11 +194,11 @@ def test_chunks_in_order_open_and_a_chunk_may_start_where_the_last_ended(tmp_pat
     path = tmp_path / "same.kvrec"
     path.write_bytes(recording_bytes)
     first = []
-    _forged_chunk(recording_bytes, 0, "step.start_time_s", lambda v: first.append(v) or v)
+    forged_record(recording_bytes, STEPS, 0, "step.start_time_s", lambda v: first.append(v) or v)
     with Recording.open(path) as recording:
         steps = recording.num_steps
     assert steps > len(first[0])
-    path.write_bytes(_forged_chunk(recording_bytes, 1, "step.start_time_s",
+    path.write_bytes(forged_record(recording_bytes, STEPS, 1, "step.start_time_s",
                                    lambda v: np.concatenate([[first[0][-1]], v[1:]])))
     with Recording.open(path, allow_truncated=True) as recording:
         assert recording.num_steps == steps

@@ -15,11 +15,11 @@ import pytest
 from kvscope.app.lab.models.config_json import model_from_hf_config
 from kvscope.app.lab.models.loader import check_model_directory
 from kvscope.app.lab.recording import Recording
-from kvscope.app.lab.recording.format import (DELTAS, FILE_HEADER, FRAME, INDEX, STEPS, RecordingError, decode_payload,
-                                              encode_payload, frame_record, inflate)
+from kvscope.app.lab.recording.format import DELTAS, STEPS, RecordingError
 from kvscope.app.lab.presets import load_workload_file
 from kvscope.app.lab.workload import read_trace
 from kvscope.engine.config import ConfigError
+from small_recording import forged_record
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
@@ -191,25 +191,6 @@ def test_a_model_folder_whose_weights_are_a_pipe_is_refused_not_waited_on(tmp_pa
 # -- recordings ------------------------------------------------------------------------------------------
 
 
-def _forged(data: bytes, record_type: int, nth: int, name: str, change) -> bytes:
-    """The recording with array `name` of its nth record of record_type changed (checksums right),
-    its index and trailer dropped: the reader scans it, as a file whose writer was killed."""
-    offset, found = FILE_HEADER.size, []
-    while offset + FRAME.size <= len(data):
-        _, kind, flags, length, _, _ = FRAME.unpack_from(data, offset)
-        found.append((offset, kind, flags, length))
-        offset += FRAME.size + length
-    offset, kind, flags, length = [r for r in found if r[1] == record_type][nth]
-    stored = data[offset + FRAME.size:offset + FRAME.size + length]
-    head, arrays = decode_payload(inflate(stored, "x") if flags & 1 else stored, "x")
-    arrays = {k: np.array(v) for k, v in arrays.items()}
-    arrays[name] = change(arrays[name].astype(np.float64) if arrays[name].dtype.kind == "f" else arrays[name])
-    head.pop("arrays")
-    end = next(r[0] for r in found if r[1] == INDEX)
-    return (data[:offset] + frame_record(kind, encode_payload(head, arrays), bool(flags & 1))
-            + data[offset + FRAME.size + length:end])
-
-
 @pytest.mark.parametrize("record_type, nth, name, change, said", [
     # a NaN start time was a traceback in the Perfetto export (cannot convert float NaN to integer)
     (STEPS, 0, "step.start_time_s", lambda v: np.where(np.arange(len(v)) == 3, np.nan, v), "entry 3 is nan"),
@@ -232,7 +213,7 @@ def _forged(data: bytes, record_type: int, nth: int, name: str, change) -> bytes
 def test_a_recording_whose_series_are_nonsense_is_refused_naming_the_array(tmp_path, recording_bytes, record_type,
                                                                           nth, name, change, said):
     path = tmp_path / "forged.kvrec"
-    path.write_bytes(_forged(recording_bytes, record_type, nth, name, change))
+    path.write_bytes(forged_record(recording_bytes, record_type, nth, name, change))
     with pytest.raises(RecordingError) as error:
         Recording.open(path, allow_truncated=True)
     message = str(error.value)
@@ -241,6 +222,6 @@ def test_a_recording_whose_series_are_nonsense_is_refused_naming_the_array(tmp_p
 
 def test_the_recording_the_checks_are_made_on_opens(tmp_path, recording_bytes):
     path = tmp_path / "same.kvrec"
-    path.write_bytes(_forged(recording_bytes, STEPS, 0, "step.kv_usage", lambda v: v))
+    path.write_bytes(forged_record(recording_bytes, STEPS, 0, "step.kv_usage", lambda v: v))
     with Recording.open(path, allow_truncated=True) as recording:
         assert recording.num_steps > 0
