@@ -183,6 +183,9 @@ def test_demo_mode_at_1280x720_gives_the_plots_the_room_before_the_guess(demo_wi
                     timeout=30000)
     qtbot.waitUntil(lambda: min(plot_heights(view)) >= MIN_PLOT_PX, timeout=5000)
     assert not view.block_legend.isVisible()  # no block map shows before the guess: its legend neither
+    index = demo_window.pages.indexOf(view)  # a long title is cut at its end, whole in the tooltip
+    assert demo_window.pages.tabText(index) == "Compare: Chunked prefill: a long prompt stalls\u2026"
+    assert demo_window.pages.tabToolTip(index) == scenario.title and len(scenario.title) > 40
 
     demo_window.play_pressed()  # the guess is locked: the block maps and their legend take their room
     qtbot.waitUntil(lambda: view.revealed is not None or bool(view.errors_shown), timeout=60000)

@@ -263,7 +263,11 @@ class MainWindow(ReplayControls, QMainWindow):
         view.set_speed(self.speed.currentData())
         view.open_comparison(spec, title, **kwargs)
         self.pages.setCurrentWidget(view)
-        self.pages.setTabText(self.pages.indexOf(view), f"Compare: {shown_label(title, 40)}")
+        # cut at the end: "a...ryone's next token (59 characters)" read as noise on a talk's screen
+        whole, index = shown_label(title, 300), self.pages.indexOf(view)
+        cut = whole[:whole.rfind(" ", 20, 40)] if whole.rfind(" ", 20, 40) > 0 else whole[:39]
+        self.pages.setTabText(index, f"Compare: {whole if len(whole) <= 40 else cut.rstrip() + chr(0x2026)}")
+        self.pages.setTabToolTip(index, whole)
 
     # -- demo mode, exports ----------------------------------------------------------------------
     def toggle_demo(self) -> None:
