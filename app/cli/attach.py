@@ -254,8 +254,17 @@ def input_files(args) -> dict:
     return {**inputs, **options.calibration_profile_files(args.hardware)}
 
 
+def check_prediction_flags(args) -> None:
+    """--hardware is read only by the prediction, beside the served model's shape: alone, every
+    predicted figure was "n/a (no model shape ...)" and the flag taken without a word."""
+    if args.hardware and not (args.model or args.model_path):
+        raise ConfigError(f"--hardware {args.hardware}: read only for the prediction, with the served model's shape, "
+                          "and none is given: add --model PRESET or --model-path DIR, or drop --hardware")
+
+
 def run(args) -> int:
     check_mode_flags(args)
+    check_prediction_flags(args)
     check_addresses(args)
     combinations.refuse_replay_on_an_event_port(args)
     check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})

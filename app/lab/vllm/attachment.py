@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kvscope.app.lab.vllm.attach_report import QUANTILES, UNAVAILABLE, attach_report, window_metrics
 from kvscope.app.lab.vllm.events import AllBlocksCleared, BlockRemoved, BlockStored, UnknownEvent, block_hash_u64
+from kvscope.app.lab.vllm.http_fetch import short_label
 from kvscope.app.lab.vllm.metrics import (
     DEFAULT_TIMEOUT_S,
     EngineMetrics,
@@ -48,6 +49,7 @@ from kvscope.app.lab.vllm.subscriber import (
     NoticeKind,
     ReceivedBatch,
     StreamNotice,
+    check_host_resolves,
     data_parallel_endpoints,
 )
 from kvscope.engine.checks import MAX_NUM_BLOCKS
@@ -142,6 +144,9 @@ class Attachment:
         endpoint = target.kv_events or target.kv_listen
         publishers = data_parallel_endpoints(endpoint, target.replay, target.data_parallel_size,
                                              listen=target.kv_listen is not None)
+        for what, dialed in (("KV event endpoint", target.kv_events), ("replay endpoint", target.replay)):
+            if dialed:  # ZMQ dials in the background: a name that resolves nowhere was "no KV event yet"
+                check_host_resolves(what, dialed)
         self.server, metrics = probe_server(target.url, target.timeout_s)
         for publisher in publishers:
             if publisher.replay_endpoint is not None:
@@ -498,8 +503,12 @@ class Attachment:
         if self.subscriber.counts.decode_errors:
             return (f"{self.subscriber.counts.decode_errors} message(s) from {endpoint} could not be decoded and "
                     "none could: it is not a vLLM KV event publisher")
+        topic = self.target.topic
+        # a topic the server does not send under filters every message out: the same silence, another cause
+        filtered = (f", or the server's topic does not begin with {short_label(topic)!r} (--topic: drop it to read "
+                    "every topic, or give its kv-events-config topic)") if topic else ""
         return (f"no KV event from {endpoint} yet: vLLM publishes only while it runs requests; if requests run, "
-                "it is not the server's publisher (--kv-events-config endpoint)")
+                f"it is not the server's publisher (--kv-events-config endpoint){filtered}")
 
     def window_metrics(self) -> dict:
         return window_metrics(self)

@@ -30,7 +30,7 @@ from kvscope.app.lab.vllm.metrics import (
     is_ascii_whole,
     server_url,
 )
-from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES, read_message
+from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES, dial_options, dialable, read_message
 from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
@@ -115,7 +115,8 @@ def check_replay_endpoint(endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
     socket.setsockopt(zmq.RCVHWM, 4)  # one reply is read: a replay streaming its buffer is not queued past that
     hint = "is it the server's --kv-events-config replay_endpoint?"
     try:
-        socket.connect(endpoint)
+        dial_options(socket, endpoint)
+        socket.connect(dialable(endpoint))
         socket.send_multipart([b"", REPLAY_PROBE_SEQ.to_bytes(8, "big", signed=True)])
         if not socket.poll(int(timeout_s * 1000)):
             raise NotAPublisher(f"replay endpoint {endpoint} gave no answer within {timeout_s:g} s; {hint}")

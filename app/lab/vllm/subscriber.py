@@ -30,6 +30,7 @@ the replay socket, and a gap found while kvscope was that far behind is counted 
 
 from __future__ import annotations
 
+import errno
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -144,27 +145,122 @@ def data_parallel_endpoints(endpoint: str, replay_endpoint: str | None = None, d
     check_endpoint("KV event endpoint", endpoint, listen)
     if replay_endpoint is not None:
         check_endpoint("replay endpoint", replay_endpoint)
-    return [PublisherEndpoint(_offset_port(endpoint, rank, "KV event endpoint"),
-                              None if replay_endpoint is None else
-                              _offset_port(replay_endpoint, rank, "replay endpoint"), listen)
-            for rank in range(data_parallel_size)]
+    publishers = [PublisherEndpoint(_offset_port(endpoint, rank, "KV event endpoint"),
+                                    None if replay_endpoint is None else
+                                    _offset_port(replay_endpoint, rank, "replay endpoint"), listen)
+                  for rank in range(data_parallel_size)]
+    for publisher in publishers[1:]:  # DP rank r's socket file is the path + "_dp{r}": bound (or dialed) too
+        if publisher.endpoint.startswith("ipc://"):
+            _check_ipc_path("KV event endpoint", publisher.endpoint, publisher.endpoint[len("ipc://"):], listen)
+    return publishers
 
 
 def check_endpoint(what: str, endpoint: str, listen: bool = False) -> None:
-    """A tcp:// endpoint names a port from 1 to 65535 ("*" too, to bind any); other transports
-    (ipc://, inproc://) have none, and ZMQ judges the rest when it connects."""
-    if not endpoint.lower().startswith("tcp://"):
-        return
-    address = endpoint[len("tcp://"):]
-    host, colon, port = address.rpartition(":")
+    """An endpoint ZMQ can use as kvscope uses it, said before anything is sent: tcp://HOST:PORT with a
+    port from 1 to 65535 ("*" too, to bind any), ipc://PATH, inproc://NAME. ZMQ itself said "Protocol
+    not supported" to http:// (the server's URL given again), TCP:// and " tcp://", "Invalid argument"
+    to "127.0.0.1:5557", "ipc://" and "user@host", and took "localhost:5557;host:5558" (a source address
+    to dial from) or a name that resolves nowhere, then said "no KV event yet ... not the server's
+    publisher"; binding ipc:// on a file replaced the file with a socket."""
     example = "tcp://*:5557" if listen else "tcp://127.0.0.1:5557"
+    if not endpoint:
+        raise SubscriberError(f"{what} is empty; give tcp://HOST:PORT, e.g. {example}")
+    if any(not ch.isprintable() or ch.isspace() for ch in endpoint):
+        raise SubscriberError(f"{what} {endpoint!r} holds spaces or control characters; give it without them, "
+                              f"e.g. {example}")
+    scheme, sep, address = endpoint.partition("://")
+    if not sep:
+        raise SubscriberError(f"{what} {endpoint!r} names no transport; give tcp://{endpoint} (ZMQ's tcp://HOST:PORT, "
+                              f"e.g. {example}) or ipc://PATH")
+    if scheme.lower() in ZMQ_TRANSPORTS and scheme not in ZMQ_TRANSPORTS:
+        raise SubscriberError(f"{what} {endpoint!r}: ZMQ reads the transport in lower case only; give "
+                              f"{scheme.lower()}://{address}")
+    if scheme not in ZMQ_TRANSPORTS:
+        url = " (the server's HTTP address is the URL, attach's first argument)" if scheme.lower() in (
+            "http", "https") else ""
+        raise SubscriberError(f"{what} {endpoint!r}: {scheme[:20]}:// is not a transport of vLLM's ZMQ publisher"
+                              f"{url}; give tcp://HOST:PORT (e.g. {example}) or ipc://PATH")
+    if scheme != "tcp":
+        if not address:
+            raise SubscriberError(f"{what} {endpoint!r} names no path; give {scheme}://PATH, e.g. ipc:///tmp/kv-events")
+        if scheme == "ipc":
+            _check_ipc_path(what, endpoint, address, listen)
+        return
+    if "@" in address:
+        raise SubscriberError(f"{what} tcp://...@{address.rpartition('@')[2]}: ZMQ takes no user or password "
+                              f"(user@); give HOST:PORT alone, e.g. {example}")
+    if ";" in address:
+        raise SubscriberError(f"{what} {endpoint!r}: ZMQ reads the part before ';' as a source address to dial from, "
+                              f"not a second endpoint; give one HOST:PORT, e.g. {example}")
+    host, colon, port = address.rpartition(":")
     if not colon or not host or address.endswith("]"):  # "tcp://host", "tcp://[::1]"
         raise SubscriberError(f"{what} {endpoint!r} has no port; give HOST:PORT, e.g. {example}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):  # "::1:5557": which colon?
+        raise SubscriberError(f"{what} {endpoint!r}: an IPv6 host is written in brackets, e.g. tcp://[::1]:5557")
     if listen and port == "*":
         return
     if not valid_port(port):
         raise SubscriberError(f"{what} {endpoint!r}: {shown_port(port)} is not a valid port; give a whole number "
                               f"from 1 to {MAX_PORT}, e.g. {example}")
+
+
+ZMQ_TRANSPORTS = ("tcp", "ipc", "inproc")
+IPC_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+
+def _check_ipc_path(what: str, endpoint: str, path: str, listen: bool) -> None:
+    """An ipc:// path as a socket file: binding unlinks what is there first (libzmq does), so a file or
+    a folder there is refused, not replaced; a path in no folder, or past the socket address's length,
+    is said as such. "@name" is Linux's abstract namespace: no file."""
+    import os
+    import stat
+
+    if path.startswith("@"):
+        return
+    if len(path.encode("utf-8", "replace")) > IPC_PATH_MAX:
+        raise SubscriberError(f"{what} {endpoint[:60]!r}...: an ipc:// path is at most {IPC_PATH_MAX} bytes (a Unix "
+                              f"socket's address); give a shorter one, e.g. ipc:///tmp/kv-events")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        folder = os.path.dirname(path) or "."
+        if listen and not os.path.isdir(folder):
+            raise SubscriberError(f"{what} {endpoint!r}: no folder {folder} to make the socket in; give a path in "
+                                  "an existing folder, e.g. ipc:///tmp/kv-events") from None
+        return
+    except OSError as exc:
+        raise SubscriberError(f"{what} {endpoint!r}: {exc.strerror or exc}; give another path, e.g. "
+                              "ipc:///tmp/kv-events") from None
+    if stat.S_ISSOCK(mode):
+        return
+    kind = "a folder" if stat.S_ISDIR(mode) else "a file, not a socket"
+    if listen:
+        raise SubscriberError(f"{what} {endpoint!r}: {path} is {kind}, and binding there would delete it to make "
+                              "the socket; give a path where nothing is, e.g. ipc:///tmp/kv-events")
+    raise SubscriberError(f"{what} {endpoint!r}: {path} is {kind}, so no publisher listens there; give the path "
+                          "the server binds (its --kv-events-config endpoint)")
+
+
+def check_host_resolves(what: str, endpoint: str) -> None:
+    """A tcp:// host to dial is a name that resolves: ZMQ dials in the background and retries for ever,
+    so "tcp://no-such-host:5557" was said as "no KV event yet ... not the server's publisher"."""
+    import socket
+
+    if not endpoint.startswith("tcp://"):
+        return
+    host, _, port = dialable(endpoint)[len("tcp://"):].rpartition(":")
+    host = host[1:-1] if host.startswith("[") else host
+    try:
+        socket.getaddrinfo(host, int(port) if port.isdigit() else None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise SubscriberError(f"{what} {endpoint!r}: no such host ({host[:80]!r} does not resolve); give the "
+                              "server's host name or address, e.g. tcp://127.0.0.1:5557") from None
+
+
+def dial_options(socket: zmq.Socket, endpoint: str) -> None:
+    """ZMQ sockets speak IPv4 only unless told: "tcp://[::1]:5557" was dialed for ever, never reached."""
+    if endpoint.startswith("tcp://["):
+        socket.setsockopt(zmq.IPV6, 1)
 
 
 def dialable(endpoint: str) -> str:
@@ -276,16 +372,19 @@ class KvEventSubscriber:
             socket.close(linger=0)
             raise
         try:
+            dial_options(socket, publisher.endpoint)
             if publisher.listen:
                 socket.bind(publisher.endpoint)
                 source = socket.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
-                socket.connect(publisher.endpoint)
+                socket.connect(dialable(publisher.endpoint))  # "tcp://*:5557", the server's bind, was "Invalid argument"
                 source = publisher.endpoint
         except zmq.ZMQError as exc:
             socket.close(linger=0)
             verb = "listen on" if publisher.listen else "connect to"
-            raise SubscriberError(f"cannot {verb} KV event endpoint {publisher.endpoint!r}: {exc}") from None
+            why = _BIND_ERRORS.get(exc.errno) if publisher.listen else None
+            raise SubscriberError(f"cannot {verb} KV event endpoint {publisher.endpoint!r}: "
+                                  f"{why or exc}") from None
         self._sockets[socket] = (source, publisher)
         self._poller.register(socket, zmq.POLLIN)
 
@@ -462,7 +561,8 @@ class KvEventSubscriber:
         socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
         received = 0
         try:
-            socket.connect(endpoint)
+            dial_options(socket, endpoint)
+            socket.connect(dialable(endpoint))
             # vLLM's ROUTER expects [identity, empty delimiter, seq]: a DEALER sends the delimiter itself
             socket.send_multipart([b"", first_seq.to_bytes(8, "big", signed=True)])
             while True:
@@ -540,6 +640,17 @@ def _plain(frames: list) -> list:
     return [frame.bytes if len(frame) <= MAX_BATCH_BYTES else frame.buffer for frame in frames]
 
 
+# Why a bind failed, said with what to give (ZMQ's own words: "No such device", "Cannot assign requested address")
+_BIND_ERRORS = {
+    errno.ENODEV: "its host is no interface of this machine (a bind takes *, an IP address of this machine or an "
+                  "interface name such as eth0, not a host name); give tcp://*:PORT",
+    errno.EADDRNOTAVAIL: "its host is no address of this machine; give tcp://*:PORT, or one of this machine's addresses",
+    errno.EADDRINUSE: "the port is in use by another program here (the server, if it runs here, binds its own "
+                      "endpoint); give a free port",
+    errno.EACCES: "this user may not bind there (ports under 1024 need privileges); give a port from 1024 up",
+}
+
+
 def _name(key: StreamKey) -> str:
     rank = "" if key.data_parallel_rank is None else f" DP rank {key.data_parallel_rank}"
     topic = f" topic {key.topic!r}" if key.topic else ""
@@ -553,7 +664,8 @@ def _offset_port(endpoint: str, offset: int, what: str = "KV event endpoint") ->
         return f"{endpoint}_dp{offset}"
     base, _, port = endpoint.rpartition(":")
     if not valid_port(port):
-        raise SubscriberError(f"{what} {endpoint!r} has no port to offset by the DP rank")
+        raise SubscriberError(f"{what} {endpoint!r} has no port to offset by the DP rank (rank r uses the port + r); "
+                              "give one, e.g. tcp://*:5557, or leave --data-parallel-size out")
     if int(port) + offset > MAX_PORT:
         raise SubscriberError(f"{what} {endpoint!r}: DP rank {offset} would use port {int(port) + offset}, past "
                               f"{MAX_PORT}; give a lower port or a smaller --data-parallel-size")
