@@ -46,6 +46,35 @@ def status(message: str) -> None:
     print(f"kvscope calibrate: {shown(message)}", file=sys.stderr, flush=True)  # a path in it may hold ESC
 
 
+def check_scale_floor(scale: float) -> None:
+    """Each calibration prompt is at least one token: under 1/16, the 16-token prompts were cut to one
+    (and the shorter scaled ones with them, all one length), the profile recording the scale asked for;
+    `--scale 1e-9` fitted and stored a clock from prompts of one token only, before any prefill was timed."""
+    from kvscope.app.lab.calibration import DECODE_SHAPES, PREFILL_LENGTHS
+
+    shortest = min(PREFILL_LENGTHS + tuple(length for _batch, length in DECODE_SHAPES))
+    if int(shortest * scale) < 1:
+        raise ConfigError(f"--scale {scale:g}: the shortest calibration prompt would be {shortest * scale:.3g} tokens "
+                          f"({shortest} x {scale:g}), under one, and every prompt that short is run as one token: the "
+                          f"fit would not see the lengths it is for; give at least --scale {1 / shortest:g}")
+
+
+def check_cpu_clock_threads(args) -> None:
+    """--clock cpu fits this process's CPU seconds, the sum over its threads: with torch's several
+    threads working a step, that is a multiple of the step's time, and the profile stored it as this
+    machine's clock (steps twice as slow on 2 threads). One thread's CPU time is the step's."""
+    if args.clock != "cpu" or args.threads == 1:
+        return
+    cores = combinations.usable_cores()
+    if args.threads is None and cores == 1:
+        return  # torch's own choice is one thread here
+    threads = args.threads or cores
+    who = f"--threads {threads}" if args.threads else f"torch's default here, {threads} threads"
+    raise ConfigError(f"--clock cpu: it times this process's CPU seconds, summed over its threads, and with {who} "
+                      f"working each step a step's CPU time would be up to {threads}x its time; give --threads 1 with "
+                      "it, or drop --clock cpu to fit the steps' wall time")
+
+
 def run(args) -> int:
     from kvscope.app.lab.output_path import check_file_output, check_output_path, write_json_output
 
@@ -63,6 +92,8 @@ def run(args) -> int:
         combinations.refuse_threads_past_the_cores(args, resolve_device(args.device, "--device").type)
     if not args.no_save:  # the profile is stored in the cache
         options.check_cache_variable()
+    check_scale_floor(args.scale)
+    check_cpu_clock_threads(args)
     import torch
 
     from kvscope.app.lab import calibration

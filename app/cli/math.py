@@ -151,6 +151,7 @@ def run(args) -> int:
     plan = plan_memory(model, hardware, resolved)
     options.refuse_kv_budget_beyond_memory(plan, args)
     refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan)
+    refuse_weight_dtype_beside_weights_bytes(args, hardware, resolved, plan)
     combinations.refuse_what_a_set_budget_ignores(args, hardware, engine_args, resolved, "math")
     if args.json:
         # kv_pool_bytes is negative by what the memory is short when nothing fits; "fits" says in a
@@ -161,6 +162,23 @@ def run(args) -> int:
     else:
         print(table(math_rows(plan, model, hardware), title="KV cache memory math"))
     return 0
+
+
+def refuse_weight_dtype_beside_weights_bytes(args, hardware, resolved, plan) -> None:
+    """`math --weights-bytes 1e9 --weight-dtype fp8` printed (and --json wrote) the very figures of
+    `math --weights-bytes 1e9`: the memory math reads the weights' precision only to size them, and
+    --weights-bytes gives that size. (`run` reads it too, for the simulated clock's FLOP/s.)"""
+    if not args.weight_dtype or args.weights_bytes is None:
+        return
+    import argparse
+
+    plain = options.model_from_args(argparse.Namespace(**{**vars(args), "weight_dtype": None}))
+    if plan_memory(plain, hardware, resolved).to_dict() != plan.to_dict():
+        return
+    raise ConfigError(f"--weight-dtype {args.weight_dtype} changes nothing in `kvscope math` beside --weights-bytes "
+                      f"{args.weights_bytes:g}: the memory math reads the weights' precision only to size them, and "
+                      "--weights-bytes gives their size; drop one (--params with --weight-dtype sizes them from the "
+                      "parameter count)")
 
 
 def refuse_prefix_caching_that_changes_nothing(args, model, hardware, engine_args, plan) -> None:
