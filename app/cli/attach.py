@@ -267,7 +267,10 @@ def run(args) -> int:
     check_prediction_flags(args)
     check_addresses(args)
     combinations.refuse_replay_on_an_event_port(args)
-    check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot})
+    # a socket kvscope binds is a file it makes: a recording written there replaced it, and no server could dial it
+    listened = args.kv_listen[len("ipc://"):] if (args.kv_listen or "").startswith("ipc://") else None
+    check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot,
+                            "--kv-listen": None if (listened or "@").startswith("@") else listened})
     inputs = input_files(args)
     check_output_path("--json", args.json, inputs)
     if args.record:
