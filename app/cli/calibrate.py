@@ -59,16 +59,22 @@ def check_scale_floor(scale: float) -> None:
                           f"fit would not see the lengths it is for; give at least --scale {1 / shortest:g}")
 
 
+def torch_default_threads() -> int:
+    """The threads torch works a step with when --threads is not given (its own choice for this machine)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def check_cpu_clock_threads(args) -> None:
     """--clock cpu fits this process's CPU seconds, the sum over its threads: with torch's several
     threads working a step, that is a multiple of the step's time, and the profile stored it as this
     machine's clock (steps twice as slow on 2 threads). One thread's CPU time is the step's."""
     if args.clock != "cpu" or args.threads == 1:
         return
-    cores = combinations.usable_cores()
-    if args.threads is None and cores == 1:
-        return  # torch's own choice is one thread here
-    threads = args.threads or cores
+    threads = args.threads or torch_default_threads()
+    if threads == 1:
+        return
     who = f"--threads {threads}" if args.threads else f"torch's default here, {threads} threads"
     raise ConfigError(f"--clock cpu: it times this process's CPU seconds, summed over its threads, and with {who} "
                       f"working each step a step's CPU time would be up to {threads}x its time; give --threads 1 with "
