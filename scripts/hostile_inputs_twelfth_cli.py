@@ -91,6 +91,9 @@ def _endpoint_cases(t: Path, Case, write) -> list:
         Case("attach --kv-events ipc://notes.txt (a file: dialed for ever, 'no KV event yet')", "files",
              _attach("--kv-events", f"ipc://{notes}"), protected=[notes],
              must_say=("is a file, not a socket, so no publisher listens there",), must_not_say=("cannot reach",)),
+        Case("attach --kv-listen ipc://r.kvrec --record r.kvrec (the recording replaced kvscope's socket)", "files",
+             _attach("--kv-listen", f"ipc://{t}/r.kvrec", "--record", f"{t}/r.kvrec"),
+             must_say=("and --kv-listen", "name the same file"), must_not_say=("cannot reach",)),
         Case("attach --kv-listen 'tcp://*:*' --data-parallel-size 2 ('no port to offset', nothing to give)", "flags",
              _attach("--kv-listen", "tcp://*:*", "--data-parallel-size", "2"),
              must_say=("has no port to offset by the DP rank", "give one, e.g. tcp://*:5557")),
@@ -204,8 +207,8 @@ def _flag_cases(Case) -> list:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     if cores >= 2:
-        cases.append(Case("calibrate --clock cpu (CPU seconds summed over torch's threads, stored as step time)",
-                          "flags", ["calibrate", "--clock", "cpu", "--no-save"], slow=True,
+        cases.append(Case("calibrate --clock cpu --threads 2 (CPU seconds summed over threads, stored as step time)",
+                          "flags", ["calibrate", "--clock", "cpu", "--threads", "2", "--no-save"], slow=True,
                           must_say=("--clock cpu: it times this process's CPU seconds", "give --threads 1"),
                           must_not_say=("loading",)))
     if not Path("/dev/nvidia0").exists():

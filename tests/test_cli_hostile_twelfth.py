@@ -91,6 +91,15 @@ def test_an_ipc_path_in_no_folder_is_said_as_such(tmp_path):
         check_endpoint("KV event endpoint", f"ipc://{tmp_path}/missing/kv", listen=True)
 
 
+@pytest.mark.parametrize("output", ["--record", "--json"])
+def test_an_output_onto_the_socket_kvscope_binds_is_refused(capsys, tmp_path, output):
+    """The socket file is made when the attach starts; a recording written there replaced it."""
+    path = tmp_path / "kv.kvrec"
+    rc, out, err = cli(capsys, *attach("--kv-listen", f"ipc://{path}", output, path))
+    refused(rc, err, f"{output} {path} and --kv-listen {path} name the same file")
+    assert not path.exists()
+
+
 def test_a_bind_on_any_port_with_dp_ranks_says_what_to_give(capsys):
     rc, out, err = cli(capsys, *attach("--kv-listen", "tcp://*:*", "--data-parallel-size", "2"))
     refused(rc, err, "has no port to offset by the DP rank (rank r uses the port + r); give one, e.g. tcp://*:5557")
@@ -226,11 +235,12 @@ def test_the_smallest_scale_whose_prompts_all_keep_their_length_is_taken():
     assert min(lengths) == 1 and len(lengths) > 4
 
 
-@pytest.mark.parametrize("flags, said", [((), "torch's default here"), (("--threads", "2"), "--threads 2")])
+@pytest.mark.parametrize("flags, said", [((), "torch's default here, 2 threads"), (("--threads", "2"), "--threads 2")])
 def test_a_cpu_time_clock_over_several_threads_is_refused(capsys, monkeypatch, flags, said):
-    from kvscope.app.cli import combinations
+    from kvscope.app.cli import calibrate, combinations
 
-    monkeypatch.setattr(combinations, "usable_cores", lambda: 2)
+    monkeypatch.setattr(combinations, "usable_cores", lambda: 2)  # --threads 2 is not past the cores
+    monkeypatch.setattr(calibrate, "torch_default_threads", lambda: 2)
     rc, out, err = cli(capsys, "calibrate", "--clock", "cpu", *flags, "--no-save")
     refused(rc, err, "--clock cpu: it times this process's CPU seconds, summed over its threads", said,
             "give --threads 1")
@@ -238,13 +248,13 @@ def test_a_cpu_time_clock_over_several_threads_is_refused(capsys, monkeypatch, f
 
 
 def test_a_cpu_time_clock_on_one_thread_is_taken(monkeypatch):
-    from kvscope.app.cli import combinations
+    from kvscope.app.cli import calibrate
     from kvscope.app.cli.calibrate import check_cpu_clock_threads
 
-    monkeypatch.setattr(combinations, "usable_cores", lambda: 2)
+    monkeypatch.setattr(calibrate, "torch_default_threads", lambda: 2)
     check_cpu_clock_threads(argparse.Namespace(clock="cpu", threads=1))
     check_cpu_clock_threads(argparse.Namespace(clock="wall", threads=None))
-    monkeypatch.setattr(combinations, "usable_cores", lambda: 1)
+    monkeypatch.setattr(calibrate, "torch_default_threads", lambda: 1)  # torch's own choice is one thread
     check_cpu_clock_threads(argparse.Namespace(clock="cpu", threads=None))
 
 
