@@ -69,6 +69,8 @@ def _endpoint_cases(t: Path, Case, write) -> list:
         Case("attach --kv-events 'tcp://a:5557;b:5558' (ZMQ's source address, taken)", "flags",
              _attach("--kv-events", "tcp://localhost:5557;127.0.0.1:5558"),
              must_say=("a source address to dial from",), must_not_say=("cannot reach",)),
+        Case("attach --kv-events tcp://:5557 (no host, said as 'has no port')", "flags",
+             _attach("--kv-events", "tcp://:5557"), must_say=("has no host; give HOST:PORT",)),
         Case("attach --kv-listen ipc:// (no path: 'Invalid argument')", "flags", _attach("--kv-listen", "ipc://"),
              must_say=("names no path; give ipc://PATH",), must_not_say=zmq_words),
         Case("attach --replay http://host:5558 ('Protocol not supported', after the server was asked)", "flags",

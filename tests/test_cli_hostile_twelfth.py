@@ -48,6 +48,8 @@ def attach(*flags):
     (("--kv-events", "tcp://127.0.0.1:5557", "--replay", "http://127.0.0.1:5558"), "replay endpoint 'http://"),
     (("--kv-events", "tcp://127.0.0.1:5557", "--replay", "127.0.0.1:5558"), "replay endpoint '127.0.0.1:5558' names no"),
     (("--kv-events", "ipc:///tmp/" + "k" * 200), "an ipc:// path is at most 107 bytes"),
+    (("--kv-events", "tcp://:5557"), "'tcp://:5557' has no host; give HOST:PORT"),
+    (("--kv-events", "kv-events"), "names no transport; give tcp://HOST:PORT, e.g. tcp://127.0.0.1:5557, or ipc://"),
 ])
 def test_an_endpoint_zmq_cannot_use_is_refused_before_the_server_is_asked(capsys, flags, said):
     rc, out, err = cli(capsys, *attach(*flags))

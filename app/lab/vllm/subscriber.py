@@ -170,8 +170,9 @@ def check_endpoint(what: str, endpoint: str, listen: bool = False) -> None:
                               f"e.g. {example}")
     scheme, sep, address = endpoint.partition("://")
     if not sep:
-        raise SubscriberError(f"{what} {endpoint!r} names no transport; give tcp://{endpoint} (ZMQ's tcp://HOST:PORT, "
-                              f"e.g. {example}) or ipc://PATH")
+        port = endpoint.rpartition(":")[2]
+        give = f"tcp://{endpoint}" if ":" in endpoint and valid_port(port) else f"tcp://HOST:PORT, e.g. {example},"
+        raise SubscriberError(f"{what} {endpoint!r} names no transport; give {give} or ipc://PATH")
     if scheme.lower() in ZMQ_TRANSPORTS and scheme not in ZMQ_TRANSPORTS:
         raise SubscriberError(f"{what} {endpoint!r}: ZMQ reads the transport in lower case only; give "
                               f"{scheme.lower()}://{address}")
@@ -193,8 +194,10 @@ def check_endpoint(what: str, endpoint: str, listen: bool = False) -> None:
         raise SubscriberError(f"{what} {endpoint!r}: ZMQ reads the part before ';' as a source address to dial from, "
                               f"not a second endpoint; give one HOST:PORT, e.g. {example}")
     host, colon, port = address.rpartition(":")
-    if not colon or not host or address.endswith("]"):  # "tcp://host", "tcp://[::1]"
+    if not colon or address.endswith("]"):  # "tcp://host", "tcp://[::1]"
         raise SubscriberError(f"{what} {endpoint!r} has no port; give HOST:PORT, e.g. {example}")
+    if not host:  # "tcp://:5557" (was said as having no port)
+        raise SubscriberError(f"{what} {endpoint!r} has no host; give HOST:PORT, e.g. {example}")
     if ":" in host and not (host.startswith("[") and host.endswith("]")):  # "::1:5557": which colon?
         raise SubscriberError(f"{what} {endpoint!r}: an IPv6 host is written in brackets, e.g. tcp://[::1]:5557")
     if listen and port == "*":
