@@ -102,6 +102,24 @@ def test_an_output_onto_the_socket_kvscope_binds_is_refused(capsys, tmp_path, ou
     assert not path.exists()
 
 
+@pytest.mark.parametrize("url, flags, said", [
+    ("ftp://127.0.0.1:1", ("--kv-events", "tcp://127.0.0.1:5557"), "vLLM's server speaks HTTP"),
+    (DEAD, ("--kv-events", "tcp://127.0.0.1:99999"), "port '99999' is not a valid port"),
+    (DEAD, ("--kv-events", "http://127.0.0.1:5557"), "http:// is not a transport"),
+])
+def test_the_window_is_not_opened_on_an_address_headless_attach_refuses(capsys, monkeypatch, url, flags, said):
+    """`attach URL ... --quit-after 1` opened the window on ftp:// or port 99999 and exited 0."""
+    from kvscope.app.cli import attach as attach_command
+
+    opened = []
+    monkeypatch.setattr(attach_command, "run_window", lambda target, args: opened.append(target) or 0)
+    rc, out, err = cli(capsys, "attach", url, *flags, "--quit-after", "1")
+    refused(rc, err, said)
+    assert opened == []
+    rc, out, err = cli(capsys, "attach", DEAD, "--kv-events", "tcp://127.0.0.1:5557", "--quit-after", "1")
+    assert rc == 0 and len(opened) == 1, err  # a server not reached yet: the window opens and says so
+
+
 def test_a_bind_on_any_port_with_dp_ranks_says_what_to_give(capsys):
     rc, out, err = cli(capsys, *attach("--kv-listen", "tcp://*:*", "--data-parallel-size", "2"))
     refused(rc, err, "has no port to offset by the DP rank (rank r uses the port + r); give one, e.g. tcp://*:5557")

@@ -282,6 +282,10 @@ def run(args) -> int:
         check_screenshot_target(args.screenshot)
     target = target_from_args(args)
     if args.duration is None:
+        from kvscope.app.lab.vllm.attachment import check_addresses as check_target_addresses
+
+        # said here, as headless: the window opened on `ftp://...` or a port 99999 and exited 0 on --quit-after
+        check_target_addresses(target)
         return run_window(target, args)
     try:
         report = follow(target, args.duration, args.record)

@@ -96,6 +96,19 @@ class AttachCounts:
     metric_restarts: int = 0  # counters went down, or series were created anew
 
 
+def check_addresses(target) -> list:
+    """Every address of the target, checked before anything is sent (the window's attach too, before it
+    opens): the server's URL, the KV-event and replay endpoints (each DP rank's), the hosts dialed.
+    Returns the DP ranks' publisher endpoints; ConfigError (one line) for the first that is wrong."""
+    server_url(target.url)
+    publishers = data_parallel_endpoints(target.kv_events or target.kv_listen, target.replay,
+                                         target.data_parallel_size, listen=target.kv_listen is not None)
+    for what, dialed in (("KV event endpoint", target.kv_events), ("replay endpoint", target.replay)):
+        if dialed:  # ZMQ dials in the background: a name that resolves nowhere was "no KV event yet"
+            check_host_resolves(what, dialed)
+    return publishers
+
+
 class Attachment:
     def __init__(self, target: AttachTarget, clock=time.monotonic):
         if not (target.kv_events or target.kv_listen):
@@ -140,13 +153,7 @@ class Attachment:
         """Reach the server, read its cache configuration, subscribe. ConfigError with one line
         (ServerUnreachable, MetricsError, NotAPublisher, SubscriberError) when any part fails."""
         target = self.target
-        server_url(target.url)  # every address is checked before anything is sent
-        endpoint = target.kv_events or target.kv_listen
-        publishers = data_parallel_endpoints(endpoint, target.replay, target.data_parallel_size,
-                                             listen=target.kv_listen is not None)
-        for what, dialed in (("KV event endpoint", target.kv_events), ("replay endpoint", target.replay)):
-            if dialed:  # ZMQ dials in the background: a name that resolves nowhere was "no KV event yet"
-                check_host_resolves(what, dialed)
+        publishers = check_addresses(target)
         self.server, metrics = probe_server(target.url, target.timeout_s)
         for publisher in publishers:
             if publisher.replay_endpoint is not None:
