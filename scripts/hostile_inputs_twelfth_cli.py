@@ -8,6 +8,8 @@ server's publisher"; `--kv-listen ipc://notes.txt` deleted notes.txt to bind the
 notes_dp1 too), a folder was "Address already in use"; a bind on a host not here was "No such device" or
 "Cannot assign requested address", on a port in use "Address already in use". --topic filtering every
 message out went unnamed in the "no KV event" refusal, and --hardware with no --model predicted nothing.
+`--kv-listen ipc://r.kvrec --record r.kvrec` wrote the recording over kvscope's own socket, and the window
+(`--quit-after`, no --duration) opened on an ftp:// URL or a port 99999 and exited 0.
 Beside them, flags that measured or changed nothing: `calibrate --scale 1e-9` fitted prompts all of one
 token, `calibrate --clock cpu` on torch's several threads fitted CPU seconds summed over them (a step
 up to 2x its time on 2 cores), `bench soak --minutes 1e-9` "measured" nothing with exit 0, `bench
