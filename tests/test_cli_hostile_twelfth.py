@@ -46,7 +46,8 @@ def attach(*flags):
     (("--kv-events", "udp://127.0.0.1:5557"), "udp:// is not a transport"),
     (("--kv-listen", "ipc://"), "names no path"),
     (("--kv-events", "tcp://127.0.0.1:5557", "--replay", "http://127.0.0.1:5558"), "replay endpoint 'http://"),
-    (("--kv-events", "tcp://127.0.0.1:5557", "--replay", "127.0.0.1:5558"), "replay endpoint '127.0.0.1:5558' names no"),
+    (("--kv-events", "tcp://127.0.0.1:5557", "--replay", "127.0.0.1:5558"),
+     "replay endpoint '127.0.0.1:5558' names no"),
     (("--kv-events", "ipc:///tmp/" + "k" * 200), "an ipc:// path is at most 107 bytes"),
     (("--kv-events", "tcp://:5557"), "'tcp://:5557' has no host; give HOST:PORT"),
     (("--kv-events", "kv-events"), "names no transport; give tcp://HOST:PORT, e.g. tcp://127.0.0.1:5557, or ipc://"),
@@ -304,7 +305,8 @@ def test_a_weight_dtype_beside_weights_bytes_is_refused_in_math(capsys):
 
 @pytest.mark.parametrize("argv", [("math", "--params", "8e9", "--weight-dtype", "fp8"),
                                   ("math", "--weight-dtype", "fp8"),
-                                  ("run", "--quiet", "--requests", "2", "--weights-bytes", "1e9", "--weight-dtype", "fp8")])
+                                  ("run", "--quiet", "--requests", "2", "--weights-bytes", "1e9",
+                                   "--weight-dtype", "fp8")])
 def test_a_weight_dtype_that_sizes_the_weights_or_the_clock_is_taken(capsys, argv):
     rc, out, err = cli(capsys, *argv)
     assert rc == 0, err

@@ -380,7 +380,8 @@ class KvEventSubscriber:
                 socket.bind(publisher.endpoint)
                 source = socket.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
-                socket.connect(dialable(publisher.endpoint))  # "tcp://*:5557", the server's bind, was "Invalid argument"
+                # "tcp://*:5557", the server's own bind spelling, was ZMQ's "Invalid argument"
+                socket.connect(dialable(publisher.endpoint))
                 source = publisher.endpoint
         except zmq.ZMQError as exc:
             socket.close(linger=0)
@@ -647,7 +648,8 @@ def _plain(frames: list) -> list:
 _BIND_ERRORS = {
     errno.ENODEV: "its host is no interface of this machine (a bind takes *, an IP address of this machine or an "
                   "interface name such as eth0, not a host name); give tcp://*:PORT",
-    errno.EADDRNOTAVAIL: "its host is no address of this machine; give tcp://*:PORT, or one of this machine's addresses",
+    errno.EADDRNOTAVAIL: "its host is no address of this machine; give tcp://*:PORT, or one of this machine's "
+                         "addresses",
     errno.EADDRINUSE: "the port is in use by another program here (the server, if it runs here, binds its own "
                       "endpoint); give a free port",
     errno.EACCES: "this user may not bind there (ports under 1024 need privileges); give a port from 1024 up",
