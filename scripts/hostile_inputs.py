@@ -46,6 +46,7 @@ from hostile_inputs_tenth_cli import tenth_cli_cases
 from hostile_inputs_tenth_files import tenth_file_cases
 from hostile_inputs_eleventh_cli import eleventh_cli_cases
 from hostile_inputs_eleventh_files import eleventh_file_cases
+from hostile_inputs_twelfth_cli import twelfth_cli_cases
 
 KVSCOPE = ROOT / ".venv" / "bin" / "kvscope"
 TIME_LIMIT_S = 10.0  # a refusal or a tiny run takes a second or two; past this a case hangs
@@ -138,7 +139,8 @@ def main() -> int:
                  + eighth_cli_cases(d, Case, write) + eighth_file_cases(d, Case, write)
                  + ninth_cli_cases(d, Case, write) + ninth_file_cases(d, Case, write)
                  + tenth_cli_cases(d, Case, write) + tenth_file_cases(d, Case, write)
-                 + eleventh_cli_cases(d, Case, write) + eleventh_file_cases(d, Case, write))
+                 + eleventh_cli_cases(d, Case, write) + eleventh_file_cases(d, Case, write)
+                 + twelfth_cli_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []
