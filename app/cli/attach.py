@@ -264,7 +264,6 @@ def check_prediction_flags(args) -> None:
 
 def run(args) -> int:
     check_mode_flags(args)
-    check_prediction_flags(args)
     check_addresses(args)
     combinations.refuse_replay_on_an_event_port(args)
     # a socket kvscope binds is a file it makes: a recording written there replaced it, and no server could dial it
@@ -280,6 +279,7 @@ def run(args) -> int:
 
         check_file_output("--screenshot", args.screenshot, "a screenshot", inputs)
         check_screenshot_target(args.screenshot)
+    check_prediction_flags(args)  # after the outputs: an output onto an input is the worse mistake to leave unsaid
     target = target_from_args(args)
     if args.duration is None:
         from kvscope.app.lab.vllm.attachment import check_addresses as check_target_addresses
