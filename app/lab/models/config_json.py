@@ -32,6 +32,9 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     method = str(quant.get("quant_method", "")).lower()
     if method in ("fp8", "mxfp4"):
         return "fp8" if method == "fp8" else "int4"
+    if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses it
+        raise ConfigError("quantization_config sets both load_in_4bit and load_in_8bit; bitsandbytes loads one of "
+                          "them: keep the one the weights are")
     if method == "bitsandbytes":
         if quant.get("load_in_4bit"):
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
@@ -66,7 +69,13 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
                           "(fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
-    return normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
+    kind = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
+    if cfg.get("torch_dtype") and cfg.get("dtype"):  # transformers' new name beside its old one: torch_dtype was taken
+        other = normalize_dtype(cfg["dtype"], WEIGHT_DTYPE_BYTES, "dtype")
+        if other != kind:
+            raise ConfigError(f"torch_dtype {cfg['torch_dtype'][:40]!r} and dtype {cfg['dtype'][:40]!r} (its newer "
+                              "name) say different types for the weights; keep the one they are stored in")
+    return kind
 
 
 def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
@@ -108,14 +117,25 @@ def _linear_state_bytes(cfg: dict, weight_dtype: str) -> int:
     k_heads, v_heads, k_dim, v_dim, kernel = (cfg[f] for f in fields)
     model_bytes = 2 if weight_dtype not in ("fp32",) else 4
     ssm_dtype = cfg.get("mamba_ssm_dtype")
-    ssm_bytes = WEIGHT_DTYPE_BYTES[normalize_dtype(ssm_dtype, WEIGHT_DTYPE_BYTES, "mamba_ssm_dtype")] \
-        if ssm_dtype else model_bytes
+    if ssm_dtype and ssm_dtype.lower() != "auto":  # auto (vLLM's word): the model's dtype
+        # the state is kept in a float type: int4 or nf4 sized it at half a byte an element, as no runtime keeps it
+        try:
+            ssm_bytes = WEIGHT_DTYPE_BYTES[normalize_dtype(ssm_dtype, dict.fromkeys(("fp32", "fp16", "bf16")), "")]
+        except ConfigError:
+            raise ConfigError(f"mamba_ssm_dtype {ssm_dtype[:40]!r} is not a type a recurrent state is kept in; give "
+                              "float32, float16, bfloat16 or auto (the model's)") from None
+    else:
+        ssm_bytes = model_bytes
     conv = (2 * k_heads * k_dim + v_heads * v_dim) * (kernel - 1) * model_bytes
     return int(conv + v_heads * v_dim * k_dim * ssm_bytes)
 
 
 def _experts(cfg: dict, model_type: str) -> dict:
-    count = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts")
+    counts = {k: cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k)}
+    if len(set(counts.values())) > 1:  # the first was taken without a word
+        raise ConfigError(f"{' and '.join(f'{k} ({v:,})' for k, v in counts.items())} give different expert counts; "
+                          "keep the one the model has")
+    count = next(iter(counts.values()), None)
     if not count:
         return {}
     per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
@@ -123,7 +143,10 @@ def _experts(cfg: dict, model_type: str) -> dict:
     size = _given_or(cfg, "moe_intermediate_size", cfg.get("intermediate_size"))
     shared = cfg.get("shared_expert_intermediate_size") or 0
     if cfg.get("n_shared_experts"):  # DeepSeek: n shared experts of moe_intermediate_size
-        shared = cfg["n_shared_experts"] * (cfg.get("moe_intermediate_size") or 0)
+        if not cfg.get("moe_intermediate_size"):  # they were sized as 0 bytes, the experts as intermediate_size
+            raise ConfigError(f"n_shared_experts ({cfg['n_shared_experts']:,}) are experts of moe_intermediate_size, "
+                              "which it does not give; give moe_intermediate_size (a whole number > 0)")
+        shared = cfg["n_shared_experts"] * cfg["moe_intermediate_size"]
     dense = cfg.get("first_k_dense_replace") or 0
     layers = cfg.get("num_hidden_layers")
     if isinstance(layers, int) and dense > layers:  # said as num_dense_layers, a field the file does not have
@@ -184,6 +207,10 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     # absent (or null): hidden_size / heads, as transformers derives it; a 0 given is refused, not read as absent
     head_dim = _given_or(cfg, "head_dim",
                          hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else 0)
+    if cfg.get("head_dim") is None and cfg.get("kv_lora_rank") is None and isinstance(hidden, int) \
+            and isinstance(heads, int) and heads and hidden % heads:  # the floor was taken: 130 / 4 heads as 32 each
+        raise ConfigError(f"{label}: hidden_size ({hidden:,}) is not a whole number of num_attention_heads "
+                          f"({heads:,}), and head_dim, the width of one, is not given; give head_dim")
     positions = _given_or(cfg, "max_position_embeddings", 4096)
     data = {
         "name": name,
@@ -210,6 +237,10 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
             raise ConfigError(f"{label}: {key} must be a whole number, got {data[key]!r}")
     try:
         data["weight_dtype"] = _weight_dtype_from_hf(cfg)
+        if cfg.get("kv_lora_rank") == 0 and cfg.get("qk_rope_head_dim"):  # read as no latent: qk_rope_head_dim dropped
+            raise ConfigError("kv_lora_rank is 0 beside qk_rope_head_dim: multi-head latent attention caches a latent "
+                              "of kv_lora_rank per token; give it (a whole number > 0), or leave both out (null) for "
+                              "a model without it")
         if cfg.get("kv_lora_rank"):  # multi-head latent attention
             absent = [k for k in ("qk_nope_head_dim", "qk_rope_head_dim") if not cfg.get(k)]
             if absent:  # their sum is the head_dim: a 0 was said as "head_dim must be greater than 0", a field not given
