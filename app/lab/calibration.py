@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
-                                          unholdable_number)
+from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, _DuplicateKey, _unique_pairs, nesting_depth, read_capped,
+                                          refuse_outsized_whole, unholdable_number)
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.checks import real_number, shown
@@ -332,7 +332,10 @@ def read_profile(path: Path) -> dict:
     data = read_capped(path, label, MAX_PROFILE_BYTES, "calibration profile")
     try:
         # utf-8-sig: an editor's byte-order mark is taken, as presets, config.json and traces take it
-        profile = json.loads(data.decode("utf-8-sig"))
+        # a key given twice ("machine", "flops_efficiency"): json kept the last without a word
+        profile = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{label}: {exc}{hint}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{label}: not a JSON calibration profile ({str(exc)[:120]}){hint}") from None
     except ValueError as exc:  # a number Python will not hold (more than 4,300 digits)
