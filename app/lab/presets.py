@@ -6,6 +6,7 @@ frozen bundle all resolve them the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -26,7 +27,7 @@ from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_at
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.app.lab.table_checks import build_config, unknown_fields
-from kvscope.engine.config import ConfigError, HardwareSpec, ModelConfig
+from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig, normalize_dtype
 
 KINDS = ("models", "hardware", "workloads")
 THIS_MACHINE = "this-machine"
@@ -264,7 +265,12 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
     default_name names it when the table does not (a user preset is named by its file)."""
     _check_keys(data, _MODEL_KEYS, label)
     given = {"max_position_embeddings_given": "max_position_embeddings" in data}  # unless the preset says
+    # it says where weights_bytes is from; a preset the window saved writes the default beside none
+    if data.get("weights_source", _DEFAULT_WEIGHTS_SOURCE) != _DEFAULT_WEIGHTS_SOURCE and data.get("weights_bytes") is None:
+        raise ConfigError(f"{label}: weights_source says where weights_bytes comes from, but weights_bytes is not "
+                          "given (the weights are then sized from the shape); give weights_bytes, or leave it out")
     model = build_config(ModelConfig, {**given, **_named(data, default_name)}, label)
+    _refuse_weights_below_two_bits(model, label)
     if model.num_experts is not None and model.num_dense_layers == model.num_hidden_layers:
         # a file's experts that no layer runs (--layers may still cut a model to its dense layers)
         raise ConfigError(f"{label}: num_dense_layers ({model.num_dense_layers}) makes every layer dense: no layer "
@@ -273,9 +279,51 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
     return model
 
 
+_DEFAULT_WEIGHTS_SOURCE = next(f.default for f in dataclasses.fields(ModelConfig) if f.name == "weights_source")
+MIN_WEIGHT_BITS = 2  # below the 4-bit formats (mxfp4 is 4.25 bits) with room for layouts the shape overcounts
+
+
+def _refuse_weights_below_two_bits(model: ModelConfig, label: str) -> None:
+    """weights_bytes is the checkpoint's size: 1 byte for 8 billion parameters left the whole memory to the KV pool."""
+    if model.weights_bytes is None:
+        return
+    from kvscope.engine.memory_math import num_parameters
+
+    parameters = num_parameters(model)
+    if model.weights_bytes * 8 < parameters * MIN_WEIGHT_BITS:
+        raise ConfigError(f"{label}: weights_bytes ({model.weights_bytes:,}) is less than {MIN_WEIGHT_BITS} bits for "
+                          f"each of the {parameters:,} parameters its shape has; give the checkpoint's size in "
+                          "bytes, or leave it out to size the weights from the shape")
+
+
 def hardware_from_dict(data: dict, label: str, default_name: str | None = None) -> HardwareSpec:
     _check_keys(data, _HARDWARE_KEYS, label)
+    _check_peak_flops_names(data.get("peak_flops"), label)
     return build_config(HardwareSpec, _named(data, default_name), label)
+
+
+# Weights of these types compute in a wider one (HardwareSpec.flops_for): a rate given for them is never read
+_COMPUTED_WIDER = {"int4": "int8, then fp8 or 16-bit", "nf4": "16-bit (bitsandbytes dequantises them)"}
+
+
+def _check_peak_flops_names(table, label: str) -> None:
+    """peak_flops names each type once and only types whose rate is read: bf16 beside bfloat16 (one
+    type) kept the second without a word, and an int4 or nf4 rate was never used."""
+    if not isinstance(table, dict):
+        return  # HardwareSpec says what peak_flops must be
+    seen: dict = {}
+    for key in table:
+        try:
+            kind = normalize_dtype(key, WEIGHT_DTYPE_BYTES, "peak_flops dtype")
+        except ConfigError:
+            continue  # HardwareSpec names the unknown type
+        if kind in seen:
+            raise ConfigError(f"{label}: peak_flops gives {seen[kind]!r:.40} and {key!r:.40}, one type ({kind}) twice; "
+                              "keep one")
+        seen[kind] = key
+        if kind in _COMPUTED_WIDER:
+            raise ConfigError(f"{label}: peak_flops.{kind} is never read: {kind} weights compute at the rate of "
+                              f"{_COMPUTED_WIDER[kind]}; leave it out and give those")
 
 
 def _named(data: dict, default_name: str | None) -> dict:
@@ -380,11 +428,29 @@ def load_workload(name: str) -> WorkloadSpec:
     label = f"workload preset {name}"
     builtin = presets_root() / "traces"
     if isinstance(path, Path) and path.parent == user_presets_root() / "workloads":  # the user's own
-        return workload_from_dict(read_toml(path, label), label, trace_dir=path.parent, fallback_trace_dir=builtin)
-    return workload_from_dict(read_toml(path, label), label, trace_dir=builtin)
+        data = read_toml(path, label)
+        spec = workload_from_dict(data, label, trace_dir=path.parent, fallback_trace_dir=builtin)
+        return _refuse_requests_past_rows(data, spec, label)
+    return workload_from_dict(read_toml(path, label), label, trace_dir=builtin)  # ours: num_requests is its rows
 
 
 def load_workload_file(path: str | Path) -> WorkloadSpec:
     path = Path(path)
     label = f"workload file {path}"
-    return workload_from_dict(read_toml(path, label), label, trace_dir=path.parent)
+    data = read_toml(path, label)
+    return _refuse_requests_past_rows(data, workload_from_dict(data, label, trace_dir=path.parent), label)
+
+
+def _refuse_requests_past_rows(data: dict, spec: WorkloadSpec, label: str) -> WorkloadSpec:
+    """A workload file's num_requests beside its trace: past the trace's rows the run replayed the rows
+    there were and said "requests completed 3" of the 50 asked for (as --requests past them is refused)."""
+    if spec.trace_path is None or "num_requests" not in data:
+        return spec
+    from kvscope.app.lab.workload import read_trace
+
+    rows = len(read_trace(spec.trace_path, limit=spec.num_requests))  # a bad row is said here, as the run would
+    if rows < spec.num_requests:
+        raise ConfigError(f"{label}: num_requests ({spec.num_requests:,}) is more than the {rows:,} request"
+                          f"{'' if rows == 1 else 's'} its trace {said_path(spec.trace_path)} holds (one a row); give "
+                          f"at most {rows:,}, or leave num_requests out to replay them all")
+    return spec

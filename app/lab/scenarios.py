@@ -33,9 +33,9 @@ from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload, meant_names, presets_root, read_toml
-from kvscope.app.lab.table_checks import unknown_fields
+from kvscope.app.lab.table_checks import check_fields, unknown_fields
 from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
-                                     workload_from_dict)
+                                     read_trace, refuse_unused, workload_from_dict)
 from kvscope.engine.units import GiB
 
 ANSWER_KINDS = ("number", "choice")
@@ -70,6 +70,7 @@ _CONFIG_KEYS = {"label", "model", "hardware", "memory_gib", "quantization", "eng
 _SHAPING_KEYS = {"prompt_scale", "output_scale", "max_output_tokens", "all_at_once"}
 _ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineArgs)} - {"seed"}
 _BOOL_ENGINE_KEYS = {"enable_prefix_caching", "enable_chunked_prefill"}
+_TEXT_ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineArgs) if f.type in (str, "str")}
 
 
 def scenarios_root():
@@ -374,6 +375,11 @@ def _answer(top: _Fields, data) -> Answer:
         if (not isinstance(choices, list) or len(choices) < 2
                 or not all(isinstance(c, str) and c.strip() for c in choices)):
             raise fields.error("a choice answer needs a list of at least two configuration labels", "choices")
+        if len({c.strip() for c in choices}) != len(choices):  # one label twice: a choice of fewer than two
+            raise fields.error(f"names a label twice ({', '.join(map(repr, choices))}); each choice is another "
+                               "configuration", "choices")
+        if "unit" in data:  # shown with a number only: dropped without a word
+            raise fields.error("a choice answer is a configuration's label, which has no unit; leave unit out", "unit")
         return Answer("choice", "", tuple(c.strip() for c in choices))
     if "choices" in data:
         raise fields.error("only a choice answer has choices", "choices")
@@ -394,6 +400,12 @@ def _reveal(top: _Fields, data, answer: Answer, labels: list[str]) -> Reveal:
                            "memory (with config), best (for a choice answer)")
     kind = kinds[0]
     name = fields.text(kind)
+    uses = {"metric": {"config"}, "memory": {"config"}, "ratio": {"numerator", "denominator"}, "best": {"highest"}}
+    unread = sorted(set(data) - set(REVEAL_KINDS) - uses[kind])
+    if unread:  # another kind's field (highest beside a ratio, config beside best): ignored without a word
+        raise fields.error(f"a {kind} reveal does not read {' or '.join(unread)} (it reads "
+                           f"{' and '.join(sorted(uses[kind]))}); leave {'it' if len(unread) == 1 else 'them'} out",
+                           unread[0])
     allowed = MEMORY_QUANTITIES if kind == "memory" else METRIC_NAMES | MEMORY_QUANTITIES
     if name not in allowed:
         raise fields.error(f"unknown quantity {name!r}; known: {', '.join(sorted(allowed))}", kind)
@@ -419,6 +431,9 @@ def _reveal(top: _Fields, data, answer: Answer, labels: list[str]) -> Reveal:
         raise fields.error("a choice answer is revealed by best = METRIC", kind)
     elif kind == "ratio":
         reveal = Reveal("ratio", name, numerator=config_label("numerator"), denominator=config_label("denominator"))
+        if reveal.numerator == reveal.denominator:  # a configuration over itself: 1.00x, whatever ran
+            raise fields.error(f"is {reveal.numerator!r}, the numerator too: a ratio of one configuration to itself "
+                               "is always 1; name another configuration", "denominator")
     else:
         reveal = Reveal(kind, name, config=config_label("config"))
     if answer.kind == "number":
@@ -450,16 +465,24 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
             if spec.chat is not None:
                 refuse_ignored([k for k in CHAT_SETS if k in fields], f"preset {preset!r}", CHAT_SAYS)
             if fields:
+                # judged with the preset's fields: trace_speedup on a trace preset, a shared prefix's length on
+                # a preset that shares one, were refused as unread; prompts shorter than its prefix were run
                 override = workload_from_dict({"name": spec.name, **fields}, where,
-                                              trace_dir=path.parent if path else None)
+                                              trace_dir=path.parent if path else None, whole=False)
                 field_names = {"trace": "trace_path"}
                 spec = dataclasses.replace(spec, **{field_names.get(k, k): getattr(override, field_names.get(k, k))
                                                    for k in fields})
+                refuse_unused(fields, spec, where)
         else:
             spec = workload_from_dict({"name": "scenario workload", **fields}, where,
                                       trace_dir=path.parent if path else None)
         num_requests = base.whole("num_requests")
         spec = spec.with_overrides(num_requests=num_requests)
+        if spec.trace_path is not None:  # past its rows the trace's 19,366 ran for minutes, the count not said
+            rows = len(read_trace(spec.trace_path, limit=num_requests))
+            if rows < num_requests:
+                raise base.error(f"({num_requests:,}) is more than the {rows:,} requests its workload's trace holds "
+                                 f"(one a row); give at most {rows:,}", "num_requests")
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith(base.label) else f"{where}: {message}") from None
@@ -484,6 +507,11 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
 
 def _engine_overrides(table, where: str, label: str) -> dict:
     fields = _Fields(table, where, label, _ENGINE_KEYS)
+    # each field's type: vllm_version = 0.10 (a TOML number, not "0.10") was read as 0.1, vLLM's first release
+    for key in sorted(_TEXT_ENGINE_KEYS & set(table)):
+        if not isinstance(table[key], str):
+            raise fields.error(f"must be text in quotes (as a TOML number 0.10 is 0.1), got {shown(table[key])}", key)
+    check_fields(EngineArgs, table, f"{label}: {where}")
     for key in _BOOL_ENGINE_KEYS & set(table):
         if not isinstance(table[key], bool):
             raise fields.error(f"must be true or false, got {table[key]!r}", key)

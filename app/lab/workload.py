@@ -116,6 +116,9 @@ def dist_from_dict(data, label: str) -> LengthDist:
                               "a constant length needs only value")
         return LengthDist("constant", value=value, min=max(lo, 1), max=max(hi, value))
     if kind == "uniform":
+        if "max" not in data:  # drawn up to the default 1,000,000: prompts past any model's length, never asked for
+            raise ConfigError(f"{label}: a uniform length needs max (and min, 1 when not given): the most tokens "
+                              "it draws")
         return LengthDist("uniform", min=lo, max=hi)
     median = real_number(data.get("median", 0), f"{label}: lognormal median", -math.inf, MAX_REQUEST_TOKENS)
     sigma = real_number(data.get("sigma", -1), f"{label}: lognormal sigma", -math.inf, MAX_SIGMA)
@@ -248,9 +251,12 @@ _NUMBER_FIELDS = ("num_requests", "shared_prefix_tokens", "num_shared_prefixes")
 _REAL_FIELDS = ("arrival_rate_per_s", "shared_prefix_fraction", "trace_speedup")
 
 
-def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_dir=None) -> WorkloadSpec:
+def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_dir=None,
+                       whole: bool = True) -> WorkloadSpec:
     """A WorkloadSpec from a workload TOML's table. A relative `trace` is found in trace_dir (the
-    file's own folder), else in fallback_trace_dir (the built-in traces) when it is there."""
+    file's own folder), else in fallback_trace_dir (the built-in traces) when it is there. whole=False:
+    the table changes a preset's fields (a scenario's [base.workload]), so the fields it leaves unread
+    are judged with the preset's by refuse_unused once they are merged, not on their own."""
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a table of workload fields, got {data!r:.60}")
     said = unknown_fields(data, _WORKLOAD_KEYS)
@@ -293,11 +299,12 @@ def workload_from_dict(data: dict, label: str, trace_dir=None, fallback_trace_di
         kwargs["chat"] = chat_script_from_dict(data["chat"], f"{label}: chat")
     spec = WorkloadSpec(**kwargs)
     _validate(spec, label)
-    _refuse_unused(data, spec, label)
+    if whole:
+        refuse_unused(data, spec, label)
     return spec
 
 
-def _refuse_unused(data: dict, spec: WorkloadSpec, label: str) -> None:
+def refuse_unused(data: dict, spec: WorkloadSpec, label: str) -> None:
     """Fields a workload file gives that its other fields leave unread (dropped without a word),
     and a shared prefix no prompt can hold (each prompt using it grew past prompt_tokens)."""
     if "trace_speedup" in data and spec.trace_path is None:
@@ -333,6 +340,7 @@ def _text(value, what: str) -> str:
 # A time in seconds past this is no offset in seconds (3,169 years) but milliseconds or finer since
 # 1970: read as seconds, a trace of 5 s would replay over 83 minutes.
 MAX_TRACE_SECONDS = 1e11
+_SECONDS_END = re.compile(r"[T ]?[0-9]{2}:?[0-9]{2}:?[0-9]{2}$")  # a date-time's whole seconds, before a fraction
 _COUNT = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*")  # int() also takes 1_000 and other scripts' digits
 
 
@@ -351,6 +359,10 @@ def _parse_timestamp(text: str) -> tuple[float, str]:
         return seconds, "seconds"
     whole, _, fraction = text.partition(".")
     digits = fraction[: len(fraction) - len(fraction.lstrip("0123456789"))]
+    # a fraction belongs to the seconds: after a date or the minutes (2023-11-16.5, 18:15.5), or twice
+    # (46.68.5), it was added as seconds to a time that fromisoformat read on its own
+    if fraction and (not _SECONDS_END.search(whole) or "." in fraction[len(digits):]):
+        raise ValueError(text)
     base = datetime.fromisoformat(whole + fraction[len(digits):])  # a zone after the fraction (+00:00, Z) stays
     # +00:00 and Z agree with a time without a zone (read as UTC); another offset does not
     form = "naive" if base.tzinfo is None else "utc" if not base.utcoffset() else "zoned"
