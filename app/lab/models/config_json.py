@@ -225,7 +225,9 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "vocab_size": cfg["vocab_size"],
         "max_position_embeddings": positions,
         "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,
-        "max_model_len_limit": _rope_scaled_positions(cfg.get("rope_scaling"), positions),
+        # transformers 5 writes rope_scaling as rope_parameters: its yarn factor was read as no stretch at all
+        "max_model_len_limit": _rope_scaled_positions(_given_or(cfg, "rope_scaling", cfg.get("rope_parameters")),
+                                                      positions),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
@@ -277,4 +279,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
-    return model_from_hf_config(cfg, name or str(path), label=f"config {path}")
+    model = model_from_hf_config(cfg, name or str(path), label=f"config {path}")
+    if is_folder:  # a model folder: weights it says are quantised must be (fp8 over F32 was sized at a byte each)
+        from kvscope.app.lab.models.loader import check_quantised_storage
+
+        check_quantised_storage(path.parent, cfg)
+    return model

@@ -124,7 +124,7 @@ def check_model_directory(path: str | Path, allow_pickle: bool = False) -> dict:
     _check_generation_config(path, cfg)
     if has_safetensors:
         _check_weight_files(path, [s for s in shards if (path / s).is_file()], index,
-                            bool(cfg.get("quantization_config")))
+                            cfg.get("quantization_config") or None)
     return cfg
 
 
@@ -159,9 +159,19 @@ def _check_generation_config(path: Path, cfg: dict) -> None:
                               f"{shown(eos)}")
 
 
-def _check_weight_files(path: Path, shards: list, index: dict | None, quantized: bool) -> None:
+# A checkpoint config.json says is stored quantised by these methods holds tensors of these dtypes
+# (fp8: the weights; gptq and awq: int32-packed qweight; mxfp4: uint8 blocks)
+_STORED_AS = {"fp8": ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"), "gptq": ("I32",), "awq": ("I32",),
+              "mxfp4": ("U8",)}
+
+
+def _check_weight_files(path: Path, shards: list, index: dict | None, quantization) -> None:
     """Each weight file's header whole (safetensors_header), every tensor the index places in a shard
-    there, and, for a model config.json does not say is quantised, every parameter stored as floats."""
+    there, and, for a model config.json does not say is quantised, every parameter stored as floats;
+    for one stored quantised (fp8, gptq, awq, mxfp4), some tensor stored as that method stores them."""
+    quantized = bool(quantization)
+    method = str(quantization.get("quant_method", "")).lower() if isinstance(quantization, dict) else ""
+    dtypes = set()
     for shard in shards:
         label = f"model directory {path}: {shard}"
         header = safetensors_header(path / shard, f"model directory {path}: cannot load {shard}")
@@ -172,6 +182,32 @@ def _check_weight_files(path: Path, shards: list, index: dict | None, quantized:
                                   f"{len(absent):,} tensor(s) in {shard} that it does not hold ({_names(absent)})")
         if not quantized:
             _check_float_weights(header, label)
+        dtypes |= {entry.get("dtype") for entry in header.values()}
+    _refuse_unquantised_storage(path, method, dtypes if shards else None)
+
+
+def check_quantised_storage(path: Path, cfg: dict) -> None:
+    """For `math --model-path`, which reads config.json alone: a folder whose config.json says its weights
+    are stored quantised (fp8, gptq, awq, mxfp4) holds tensors of that kind in its *.safetensors files."""
+    quantization = cfg.get("quantization_config")
+    method = str(quantization.get("quant_method", "")).lower() if isinstance(quantization, dict) else ""
+    files = sorted(path.glob("*.safetensors")) if method in _STORED_AS else []
+    if not files:
+        return  # no weights there to compare (a config.json alone is sized as it says)
+    dtypes = set()
+    for file in files:
+        header = safetensors_header(file, f"model directory {path}: cannot read {file.name}")
+        dtypes |= {entry.get("dtype") for entry in header.values()}
+    _refuse_unquantised_storage(path, method, dtypes)
+
+
+def _refuse_unquantised_storage(path: Path, method: str, dtypes: set | None) -> None:
+    if method in _STORED_AS and dtypes is not None and not dtypes & set(_STORED_AS[method]):
+        # an fp8 config.json over F32 weights: math sized them at a byte each, the run loaded them as floats
+        raise ConfigError(f"model directory {path}: config.json's quantization_config says its weights are stored as "
+                          f"{method} ({' or '.join(_STORED_AS[method])} tensors), but the weight files hold only "
+                          f"{', '.join(sorted(d for d in dtypes if d))}: these weights are not quantised; remove "
+                          "quantization_config from config.json, or give the quantised checkpoint")
 
 
 def _check_float_weights(header: dict, label: str) -> None:
