@@ -265,6 +265,10 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
     default_name names it when the table does not (a user preset is named by its file)."""
     _check_keys(data, _MODEL_KEYS, label)
     given = {"max_position_embeddings_given": "max_position_embeddings" in data}  # unless the preset says
+    if data.get("max_position_embeddings_given") is True and "max_position_embeddings" not in data:
+        # the default 4,096 positions were then held against --max-model-len as if the preset gave them
+        raise ConfigError(f"{label}: max_position_embeddings_given is true, but max_position_embeddings is not "
+                          "given; give the model's positions, or leave max_position_embeddings_given out")
     # it says where weights_bytes is from; a preset the window saved writes the default beside none
     if data.get("weights_source", _DEFAULT_WEIGHTS_SOURCE) != _DEFAULT_WEIGHTS_SOURCE and data.get("weights_bytes") is None:
         raise ConfigError(f"{label}: weights_source says where weights_bytes comes from, but weights_bytes is not "

@@ -341,6 +341,9 @@ def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scen
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{label}: configs: labels must differ, got {', '.join(labels)}")
     reveal = _reveal(top, data.get("reveal"), answer, labels)
+    if reveal.name == "kv_quality_cost" and backend != "real":  # refused only once the whole comparison had run
+        raise ConfigError(f"{label}: reveal.{reveal.kind}: kv_quality_cost is measured by the real backend only (the "
+                          "simulated one runs no model); reveal another quantity, or set base.backend = \"real\"")
     if reveal.kind == "memory":  # which formula the answer comes from: a run of kvscope math may use the other
         named = next(c for c in configs if c.label == reveal.config)
         reveal = dataclasses.replace(reveal, accounting=named.engine_args.accounting)
