@@ -190,7 +190,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")}
+        # the whole model's dtype and quantisation, where the text model does not give its own: a float32
+        # checkpoint was sized as bf16, and a text_config's own quantization_config was dropped
+        text = cfg["text_config"]
+        cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
+               "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
