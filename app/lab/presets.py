@@ -434,6 +434,9 @@ def load_workload(name: str) -> WorkloadSpec:
     if isinstance(path, Path) and path.parent == user_presets_root() / "workloads":  # the user's own
         data = read_toml(path, label)
         spec = workload_from_dict(data, label, trace_dir=path.parent, fallback_trace_dir=builtin)
+        if spec.name != name:  # a copy of chat.toml saved as my-chat.toml: every run and table titled it chat
+            raise ConfigError(f"{label}: its name field is {spec.name!r:.60}, not {name!r}, the name of its file; "
+                              "make them the same")
         return _refuse_requests_past_rows(data, spec, label)
     return workload_from_dict(read_toml(path, label), label, trace_dir=builtin)  # ours: num_requests is its rows
 
