@@ -455,6 +455,9 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
     if not isinstance(data, dict):
         raise base.error(f"expected a table, got {data!r}", "workload")
     where = f"{base.label}: base.workload"
+    if "num_requests" in data:  # replaced by base.num_requests without a word
+        raise base.error("base.num_requests sets how many requests every configuration serves, so this one would be "
+                         "ignored; give the count once, as base.num_requests", "workload.num_requests")
     fields = dict(data)
     shaping = {k: fields.pop(k) for k in _SHAPING_KEYS if k in fields}
     preset = fields.pop("preset", None)
