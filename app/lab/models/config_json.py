@@ -270,6 +270,17 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     return build_config(ModelConfig, data, label)
 
 
+def _is_model_preset(data: bytes) -> bool:
+    """Whether the bytes are a TOML table with a model's fields (a kvscope model preset)."""
+    from kvscope.app.lab.presets import tomllib  # tomli on Python 3.10
+
+    try:
+        table = tomllib.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
+        return False
+    return "num_hidden_layers" in table or "num_attention_heads" in table
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     try:
@@ -278,8 +289,17 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"config {os_error_text(path, exc)}") from None
     if is_folder:
         path = path / "config.json"
-    cfg = load_json(read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json"), f"config {path}",
-                    unique_keys=True)
+    data = read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json")
+    try:
+        cfg = load_json(data, f"config {path}", unique_keys=True)
+    except ConfigError:
+        if _is_model_preset(data):  # said as "malformed JSON at line 1, column 1", what to give instead not said
+            from kvscope.app.lab.presets import user_presets_root
+
+            folder = user_presets_root() / "models"
+            raise ConfigError(f"config {path}: a kvscope model preset (TOML), not a Hugging Face config.json (JSON); "
+                              f"save it as {folder}/NAME.toml and give --model NAME, or give a config.json") from None
+        raise
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
