@@ -145,7 +145,7 @@ def _preset_cases(f: Path, Case, write) -> list:
     write(hardware / "escape-label.toml", SMALL_HARDWARE + '[calibration]\nlabel = "a\\nb\\u001b[31m"\n')
     write(hardware / "fp64-only.toml", "memory_bytes = 80e9\nmemory_bandwidth_bytes_per_s = 3e12\n[peak_flops]\n"
                                        "fp64 = 1e15\n")
-    write(workloads / "devzero.toml", 'name = "w"\ntrace = "../../../../../../../../dev/zero"\n')
+    write(workloads / "devzero.toml", 'name = "devzero"\ntrace = "../../../../../../../../dev/zero"\n')
     return [
         Case("presets listing with a FIFO, a folder and /dev/zero as presets", "files", ["presets"], expect="ok",
              env=env),
