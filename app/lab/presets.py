@@ -270,7 +270,8 @@ def model_from_dict(data: dict, label: str, default_name: str | None = None) -> 
         raise ConfigError(f"{label}: max_position_embeddings_given is true, but max_position_embeddings is not "
                           "given; give the model's positions, or leave max_position_embeddings_given out")
     # it says where weights_bytes is from; a preset the window saved writes the default beside none
-    if data.get("weights_source", _DEFAULT_WEIGHTS_SOURCE) != _DEFAULT_WEIGHTS_SOURCE and data.get("weights_bytes") is None:
+    source = data.get("weights_source", _DEFAULT_WEIGHTS_SOURCE)
+    if source != _DEFAULT_WEIGHTS_SOURCE and data.get("weights_bytes") is None:
         raise ConfigError(f"{label}: weights_source says where weights_bytes comes from, but weights_bytes is not "
                           "given (the weights are then sized from the shape); give weights_bytes, or leave it out")
     model = build_config(ModelConfig, {**given, **_named(data, default_name)}, label)

@@ -32,7 +32,7 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     method = str(quant.get("quant_method", "")).lower()
     if method in ("fp8", "mxfp4"):
         return "fp8" if method == "fp8" else "int4"
-    if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses it
+    if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses
         raise ConfigError("quantization_config sets both load_in_4bit and load_in_8bit; bitsandbytes loads one of "
                           "them: keep the one the weights are")
     if method == "bitsandbytes":
