@@ -33,7 +33,7 @@ from kvscope.engine.config import ConfigError, EngineArgs, resolve_engine_args
 from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.metrics import MetricsCollector
 from kvscope.app.lab.presets import load_hardware, load_model, load_workload, meant_names, presets_root, read_toml
-from kvscope.app.lab.table_checks import check_fields, unknown_fields
+from kvscope.app.lab.table_checks import unknown_fields
 from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
                                      read_trace, refuse_unused, workload_from_dict)
 from kvscope.engine.units import GiB
@@ -513,14 +513,13 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
 
 def _engine_overrides(table, where: str, label: str) -> dict:
     fields = _Fields(table, where, label, _ENGINE_KEYS)
-    # each field's type: vllm_version = 0.10 (a TOML number, not "0.10") was read as 0.1, vLLM's first release
-    for key in sorted(_TEXT_ENGINE_KEYS & set(table)):
-        if not isinstance(table[key], str):
-            raise fields.error(f"must be text in quotes (as a TOML number 0.10 is 0.1), got {shown(table[key])}", key)
-    check_fields(EngineArgs, table, f"{label}: {where}")
     for key in _BOOL_ENGINE_KEYS & set(table):
         if not isinstance(table[key], bool):
             raise fields.error(f"must be true or false, got {table[key]!r}", key)
+    # vllm_version = 0.10 (a TOML number, not "0.10") was read as 0.1, vLLM's first release
+    for key in sorted(_TEXT_ENGINE_KEYS & set(table)):
+        if not isinstance(table[key], str):
+            raise fields.error(f"must be text in quotes (as a TOML number 0.10 is 0.1), got {shown(table[key])}", key)
     return dict(table)
 
 
