@@ -222,7 +222,8 @@ def _run_bench(a) -> int:
             raise ConfigError(f"--{dest} goes with {named}, not `{alone}`")
         if given is None and dest in BENCH_OPTION_DEFAULTS:
             setattr(a, dest, BENCH_OPTION_DEFAULTS[dest])
-    if a.device is not None and a.what != "cuda":  # `bench cuda` says its own (cpu or cuda, a dry run on cpu)
+    # `bench cuda` says its own (cpu or cuda, a dry run on cpu); --against-vllm runs vLLM's CPU build, said by it
+    if a.device is not None and a.what != "cuda" and not a.against_vllm:
         options.check_real_device(a.device)  # `bench calibration --device cuda` printed a table, then "no CUDA device"
     module, command = {"compare": ("bench.bench_compare", "cmd_bench_compare"), "cuda": ("bench.bench_cuda", "cmd_bench_cuda"),
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),

@@ -16,7 +16,7 @@ from kvscope.app.lab.models.config_fields import checked_hf_fields
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
-from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, normalize_dtype
+from kvscope.engine.config import COMPUTE_DTYPES, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig, normalize_dtype
 
 MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
 
@@ -120,7 +120,7 @@ def _linear_state_bytes(cfg: dict, weight_dtype: str) -> int:
     if ssm_dtype and ssm_dtype.lower() != "auto":  # auto (vLLM's word): the model's dtype
         # the state is kept in a float type: int4 or nf4 sized it at half a byte an element, as no runtime keeps it
         try:
-            ssm_bytes = WEIGHT_DTYPE_BYTES[normalize_dtype(ssm_dtype, dict.fromkeys(("fp32", "fp16", "bf16")), "")]
+            ssm_bytes = WEIGHT_DTYPE_BYTES[normalize_dtype(ssm_dtype, dict.fromkeys(COMPUTE_DTYPES), "")]
         except ConfigError:
             raise ConfigError(f"mamba_ssm_dtype {ssm_dtype[:40]!r} is not a type a recurrent state is kept in; give "
                               "float32, float16, bfloat16 or auto (the model's)") from None
