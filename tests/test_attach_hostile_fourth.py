@@ -28,11 +28,11 @@ from kvscope.app.lab.vllm.events import EventBatch, KvEventDecodeError, decode_b
 from kvscope.app.lab.vllm.metrics import ServerUnreachable, fetch_metrics, fetch_text
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
 from kvscope.app.lab.vllm.server import ServerInfo, probe_server, served_models
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint
 from kvscope.app.lab.vllm.subscriber import (
     MAX_MESSAGE_BYTES,
     KvEventSubscriber,
     NoticeKind,
-    PublisherEndpoint,
     ReceivedBatch,
     StreamKey,
     records_of_kind,

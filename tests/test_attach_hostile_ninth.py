@@ -29,7 +29,8 @@ from kvscope.app.lab.vllm.metrics import (
     parse_metrics,
     restarted_between,
 )
-from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, NoticeKind, PublisherEndpoint, ReceivedBatch
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint
+from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, NoticeKind, ReceivedBatch
 from kvscope.engine.config import ConfigError
 
 FRAMES = 100_000

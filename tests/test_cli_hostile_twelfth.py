@@ -20,8 +20,8 @@ from attach_fixtures import FixtureServer, vllm_routes
 from cli_helper import cli
 from test_cli_hostile_fifth import refused
 
-from kvscope.app.lab.vllm.subscriber import (KvEventSubscriber, PublisherEndpoint, ReceivedBatch, SubscriberError,
-                                             check_endpoint, data_parallel_endpoints)
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint, SubscriberError, check_endpoint, data_parallel_endpoints
+from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, ReceivedBatch
 
 DEAD = "http://127.0.0.1:1"  # nothing listens: a refusal that names the server came after the endpoints' checks
 WAIT_S = 10.0

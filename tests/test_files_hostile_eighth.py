@@ -22,7 +22,8 @@ from kvscope.app.lab.recording import records as records_module
 from kvscope.app.lab.recording.format import FLAG_ZLIB, INDEX
 from kvscope.app.lab.vllm import subscriber as subscriber_module
 from kvscope.app.lab.vllm.events import KvEventDecodeError, decode_batch
-from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, PublisherEndpoint
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint
+from kvscope.app.lab.vllm.subscriber import KvEventSubscriber
 from kvscope.engine.config import ConfigError
 
 encode = msgspec.msgpack.encode

@@ -362,7 +362,8 @@ def test_a_subscriber_whose_topic_cannot_be_set_fails_at_once_instead_of_hanging
     closed and the subscriber's close() waited for it for ever (the CLI refuses such topics first)."""
     import threading
 
-    from kvscope.app.lab.vllm.subscriber import KvEventSubscriber, PublisherEndpoint
+    from kvscope.app.lab.vllm.endpoints import PublisherEndpoint
+    from kvscope.app.lab.vllm.subscriber import KvEventSubscriber
 
     outcome = []
 

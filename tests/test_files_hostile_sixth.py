@@ -27,12 +27,12 @@ from kvscope.app.lab.vllm import subscriber as subscriber_module
 from kvscope.app.lab.vllm.attachment import Attachment, AttachTarget
 from kvscope.app.lab.vllm.http_fetch import ServerUnreachable, fetch_text
 from kvscope.app.lab.vllm.metrics import parse_metrics
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint
 from kvscope.app.lab.vllm.subscriber import (
     RECEIVE_QUEUE_MESSAGES,
     REPLAY_POLL_LIMIT_S,
     KvEventSubscriber,
     NoticeKind,
-    PublisherEndpoint,
     records_of_kind,
 )
 

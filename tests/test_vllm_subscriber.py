@@ -17,16 +17,13 @@ import pytest
 import zmq
 
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
+from kvscope.app.lab.vllm.endpoints import PublisherEndpoint, SubscriberError, data_parallel_endpoints, dialable
 from kvscope.app.lab.vllm.subscriber import (
     KvEventSubscriber,
     NoticeKind,
-    PublisherEndpoint,
     ReceivedBatch,
     StreamKey,
     StreamNotice,
-    SubscriberError,
-    data_parallel_endpoints,
-    dialable,
     records_of_kind,
 )
 from kvscope.engine.snapshot import BLOCK_CACHED, BLOCK_FREE

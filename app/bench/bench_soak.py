@@ -14,9 +14,12 @@ grew most by the end: where to look if the window's growth is over the target.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
+
+from kvscope.engine.config import ConfigError
 
 SAMPLE_INTERVAL_S = 10.0
 WARMUP_S = 120.0
@@ -207,3 +210,14 @@ def cmd_soak(args) -> int:
         r["machine"] = rows[1][1]
         write_json_output("--json", args.json, r)
     return 0
+
+
+def check_soak_minutes(minutes: float) -> None:
+    """The soak's figure is the memory growth from minute 2 (past the start's own growth), through the
+    samples taken after it: `bench soak --minutes 1e-9` ran for nothing and printed "too short to
+    measure" under a title of 1e-09 min, exit 0."""
+    least = math.ceil((WARMUP_S + 2 * SAMPLE_INTERVAL_S) / 60 * 2) / 2  # two samples past the warm-up, in half minutes
+    if minutes < least:
+        raise ConfigError(f"--minutes {minutes:g}: the soak measures memory growth from minute {WARMUP_S / 60:g}, in "
+                          f"samples every {SAMPLE_INTERVAL_S:g} s, so a shorter soak measures nothing; give at least "
+                          f"--minutes {least:g} (default 30)")

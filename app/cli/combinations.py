@@ -115,7 +115,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1"}
 
 def _tcp(endpoint: str) -> tuple[str, int] | None:
     from kvscope.app.lab.vllm.http_fetch import valid_port
-    from kvscope.app.lab.vllm.subscriber import dialable
+    from kvscope.app.lab.vllm.endpoints import dialable
 
     if not endpoint.lower().startswith("tcp://"):
         return None

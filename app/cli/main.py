@@ -11,7 +11,6 @@ import argparse
 import difflib
 import errno
 import importlib
-import math
 import os
 import re
 import sys
@@ -213,7 +212,9 @@ def _run_bench(a) -> int:
     if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part in ("cost", "both"))):
         raise ConfigError("--rounds goes with `kvscope bench compare` and `kvscope bench gui` (its cost part)")
     if a.what == "soak" and a.minutes is not None:
-        _check_soak_minutes(a.minutes)
+        from kvscope.app.bench.bench_soak import check_soak_minutes
+
+        check_soak_minutes(a.minutes)
     for dest, readers in BENCH_OPTION_READERS.items():
         given = getattr(a, dest)
         if given not in (None, False) and a.what not in readers:
@@ -229,19 +230,6 @@ def _run_bench(a) -> int:
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),
                        "calibration": ("bench.bench_calibration", "cmd_bench_calibration")}.get(a.what, ("bench.bench", "cmd_bench"))
     return _lazy(module, command)(a)
-
-
-def _check_soak_minutes(minutes: float) -> None:
-    """The soak's figure is the memory growth from minute 2 (past the start's own growth), through the
-    samples taken after it: `bench soak --minutes 1e-9` ran for nothing and printed "too short to
-    measure" under a title of 1e-09 min, exit 0."""
-    from kvscope.app.bench.bench_soak import SAMPLE_INTERVAL_S, WARMUP_S
-
-    least = math.ceil((WARMUP_S + 2 * SAMPLE_INTERVAL_S) / 60 * 2) / 2  # two samples past the warm-up, in half minutes
-    if minutes < least:
-        raise ConfigError(f"--minutes {minutes:g}: the soak measures memory growth from minute {WARMUP_S / 60:g}, in "
-                          f"samples every {SAMPLE_INTERVAL_S:g} s, so a shorter soak measures nothing; give at least "
-                          f"--minutes {least:g} (default 30)")
 
 
 # The benchmarks that read each option (None: `kvscope bench` alone, whose set includes real); given

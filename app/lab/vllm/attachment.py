@@ -41,6 +41,7 @@ from kvscope.app.lab.vllm.observed_point import ObservedPoint, histogram_sums, n
 from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, ObservedLoad, PredictedFigure, predict
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
 from kvscope.app.lab.vllm.server import NotAPublisher, ServerInfo, check_replay_endpoint, probe_server
+from kvscope.app.lab.vllm.endpoints import check_host_resolves, data_parallel_endpoints
 from kvscope.app.lab.vllm.subscriber import (
     RECEIVE_QUEUE_MESSAGES,
     REPLAY_POLL_LIMIT_S,
@@ -49,8 +50,6 @@ from kvscope.app.lab.vllm.subscriber import (
     NoticeKind,
     ReceivedBatch,
     StreamNotice,
-    check_host_resolves,
-    data_parallel_endpoints,
 )
 from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError

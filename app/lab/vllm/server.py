@@ -30,7 +30,8 @@ from kvscope.app.lab.vllm.metrics import (
     is_ascii_whole,
     server_url,
 )
-from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES, dial_options, dialable, read_message
+from kvscope.app.lab.vllm.endpoints import dial_options, dialable
+from kvscope.app.lab.vllm.subscriber import MAX_MESSAGE_BYTES, read_message
 from kvscope.engine.checks import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from kvscope.engine.config import ConfigError
 
