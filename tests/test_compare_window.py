@@ -157,3 +157,21 @@ def test_a_scenario_plots_the_quantity_its_question_asks_about(window, qtbot, mo
         assert max(y) == pytest.approx(value, rel=0.02)
     if reveal.kind == "memory":  # known before the run: one level from the guess to the end
         assert min(y) == pytest.approx(max(y))
+
+
+def test_a_run_that_served_no_request_says_so_without_a_traceback(window, qtbot, monkeypatch, tmp_path):
+    """Before: "0.00 %" revealed from a hit rate no request measured (every prompt over max_model_len)."""
+    text = open(load_scenario("prefix-caching").path).read().replace(
+        "engine = { enable_prefix_caching = true }", "engine = { enable_prefix_caching = true, max_model_len = 512 }")
+    (tmp_path / "rejected.toml").write_text(text)
+    scenario = small_scenario(str(tmp_path / "rejected.toml"))
+    monkeypatch.setattr(main_window_module, "load_scenario", lambda _name: scenario)
+    assert window.open_scenario("prefix-caching")
+    view = window.compare
+    qtbot.waitUntil(lambda: len(view.columns) == len(scenario.configs), timeout=60000)
+    view.panel.guess_number.setValue(50.0)
+    window.play_pressed()
+    qtbot.waitUntil(lambda: bool(view.errors_shown), timeout=60000)
+    assert view.revealed is None
+    assert '"prefix caching on" completed no request' in view.errors_shown[-1]
+    assert "Traceback" not in view.errors_shown[-1]

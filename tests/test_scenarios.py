@@ -315,3 +315,38 @@ def test_unknown_name_and_too_few_requests():
         load_scenario("nope")
     with pytest.raises(ConfigError, match="at least 14 requests"):
         load_scenario("paged-vs-contiguous").comparison_spec(requests=5)
+
+
+# -- a run that served nothing answers nothing --------------------------------------------------------
+
+
+def _scenario_copy(tmp_path, name: str, edits: dict):
+    text = Path(load_scenario(name).path).read_text().replace(f'name = "{name}"', f'name = "{name}-edited"')
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}-edited.toml"
+    path.write_text(text)
+    return load_scenario(str(path))
+
+
+def test_a_configuration_that_served_no_request_reveals_no_answer(tmp_path):
+    """Before: every request over max_model_len, and "Answer: 0.00 %" from a hit rate nothing measured."""
+    scenario = _scenario_copy(tmp_path, "prefix-caching", {
+        "engine = { enable_prefix_caching = true }": "engine = { enable_prefix_caching = true, max_model_len = 512 }"})
+    result = run_comparison(scenario, requests=scenario.min_requests)
+    assert result["prefix caching on"].metrics["completed"] == 0
+    assert result["prefix caching off"].metrics["completed"] == scenario.min_requests  # the neighbour served
+    with pytest.raises(ConfigError, match=r'"prefix caching on" completed no request \(50 rejected.*no prefix cache'):
+        scenario.reveal(result)
+
+
+def test_a_choice_that_served_no_request_cannot_win(tmp_path):
+    """Before: asked for the lowest, the choice that admitted nothing (0 running) won."""
+    scenario = _scenario_copy(tmp_path, "gqa-and-fp8", {
+        "highest = true": "highest = false",
+        'engine = { kv_cache_dtype = "fp8" }': 'engine = { kv_cache_dtype = "fp8", max_model_len = 2048 }'})
+    result = run_comparison(scenario, requests=scenario.min_requests)
+    best, text = scenario.reveal(result)
+    assert best == "Llama 3 8B (GQA), fp16 KV"
+    assert "Llama 2 7B, fp8 KV: served no request" in text

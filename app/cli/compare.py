@@ -215,11 +215,10 @@ def run(args) -> int:
     if not args.quiet and any(kv_quality_is_measured(e) for e in comparison.engines):
         status("measuring the quality cost (top-1 agreement, perplexity) against the model at full precision ...")
     result = comparison.results()
-    answer = scenario.reveal(result)
-
     say(results_table(result))
     say(f"wall time {result.wall_time_s:.2f} s ({scenario.backend} backend)")
     say()
+    answer = scenario.reveal(result)  # after the table, which shows why when the run answers nothing
     say(f"Answer: {answer[1]}  ({scenario.reveal_from.describe()})")
     if args.json:
         _write("--json", args.json, json.dumps(compare_report(scenario, result, answer), indent=2))

@@ -37,6 +37,7 @@ from kvscope.app.host.comparison import ComparisonSession
 from kvscope.app.host.points import POINT_FIELDS
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.lab.compare import QUALITY_FIELDS
+from kvscope.engine.config import ConfigError
 from kvscope.app.gui.compare_layout import (  # noqa: F401 - the shares: tests
     LEGEND_CLEARANCE_PX, REVEALED_COLUMNS_SHARE, CompareLayout)
 from kvscope.app.gui.compare_metrics import (  # noqa: F401 - METRIC_ROWS: tests
@@ -474,6 +475,9 @@ class CompareView(CompareLayout, QWidget):
             value, answer = self.scenario.reveal(self.results)
             guess = self.panel.committed_guess
             verdict = guess_verdict(self.scenario, guess, value) if guess is not None else "no guess was committed"
+        except ConfigError as error:  # the run answered nothing (say every request was rejected): the table shows why
+            self._show_error(str(error))
+            return
         except Exception:  # noqa: BLE001 - a scenario's own bug must not take the window down
             self._show_error(traceback.format_exc())
             return

@@ -351,6 +351,11 @@ class ConfigurationResult:
     perplexity: float | None = None  # on English passages, where measured on them
     full_precision_perplexity: float | None = None
 
+    @property
+    def served(self) -> bool:
+        """Whether it completed a request: one that served none measured no latency, rate or hit rate."""
+        return bool(self.metrics.get("completed"))
+
     def value(self, name: str):
         """A metric, a memory-math quantity or the quality cost, by name."""
         if name in QUALITY_FIELDS:
@@ -409,6 +414,13 @@ class ComparisonResult:
 
     def ratio(self, name: str, numerator: str, denominator: str) -> float | None:
         return _ratio(self[numerator].value(name), self[denominator].value(name))
+
+    def served_none(self, labels) -> str:
+        """Which of these configurations completed no request, and the usual causes, in one clause."""
+        idle = [label for label in dict.fromkeys(labels) if not self[label].served]
+        names = ", ".join(f'"{label}"' for label in idle)
+        return (f"{names} completed no request ({self[idle[0]].metrics.get('rejected', 0):,} rejected: prompt and "
+                f"output longer than max_model_len, or needing more KV blocks than the pool holds)")
 
     def to_dict(self) -> dict:
         return {

@@ -152,14 +152,25 @@ class Scenario:
         """(the answer, the answer as text with its unit), read from the run."""
         r = self.reveal_from
         if r.kind == "best":
+            # a configuration that served no request measured nothing: its 0 tokens/s or 0 preemptions must not win
+            served = [label for label in self.answer.choices if result[label].served]
+            if not served:
+                raise ConfigError(f"scenario {self.name}: {result.served_none(self.answer.choices)}, so no "
+                                  f"choice measured {quantity_words(r.name)}")
             values = {label: result[label].value(r.name) for label in self.answer.choices}
-            known = {k: v for k, v in values.items() if v is not None}
+            known = {k: v for k, v in values.items() if v is not None and k in served}
             if not known:
                 raise ConfigError(f"scenario {self.name}: no configuration measured {r.name}")
             best = (max if r.highest else min)(known, key=known.get)
             # labels hold commas ("Llama 2 7B, fp8 KV"): each value after its label's colon, ";" between them
-            measured = "; ".join(f"{label}: {format_quantity(r.name, v)}" for label, v in values.items())
+            measured = "; ".join(f"{label}: {format_quantity(r.name, v) if label in served else 'served no request'}"
+                                 for label, v in values.items())
             return best, f"{best} ({quantity_words(r.name)}: {measured})"
+        if r.kind != "memory":
+            read = (r.numerator, r.denominator) if r.kind == "ratio" else (r.config,)
+            if not all(result[label].served for label in read):
+                raise ConfigError(f"scenario {self.name}: {result.served_none(read)}, so the run measured no "
+                                  f"{quantity_words(r.name)} to reveal the answer from")
         if r.kind == "ratio":
             raw = result.ratio(r.name, r.numerator, r.denominator)
         else:
