@@ -350,3 +350,17 @@ def test_a_choice_that_served_no_request_cannot_win(tmp_path):
     best, text = scenario.reveal(result)
     assert best == "Llama 3 8B (GQA), fp16 KV"
     assert "Llama 2 7B, fp8 KV: served no request" in text
+
+
+def test_a_trace_added_to_a_synthetic_preset_is_refused_and_to_a_trace_preset_taken(tmp_path):
+    """Before: the trace's rows silently replaced shared-system-prompt's rate, lengths and shared prompts."""
+    from kvscope.app.lab.presets import presets_root
+
+    trace = presets_root() / "traces" / "azure_conv.csv"
+    with pytest.raises(ConfigError, match="a trace's rows would replace the arrival rate and token lengths of "
+                                          "preset 'shared-system-prompt'"):
+        _scenario_copy(tmp_path, "prefix-caching", {
+            'preset = "shared-system-prompt"': f'preset = "shared-system-prompt"\ntrace = "{trace}"'})
+    replayed = _scenario_copy(tmp_path, "prefix-caching", {
+        'preset = "shared-system-prompt"': f'preset = "azure-conv"\ntrace = "{trace}"'})
+    assert str(replayed.workload.spec.trace_path) == str(trace)

@@ -477,6 +477,9 @@ def _workload(base: _Fields, path: Path | None) -> ComparisonWorkload:
             if not isinstance(preset, str):
                 raise ConfigError(f"preset must be a workload preset name, got {preset!r}")
             spec = load_workload(preset)
+            if "trace" in fields and spec.trace_path is None:  # the preset's rate and lengths were dropped unsaid
+                raise ConfigError(f"a trace's rows would replace the arrival rate and token lengths of preset "
+                                  f"{preset!r}; give the trace without a preset, or a preset that replays a trace")
             if spec.trace_path is not None:
                 refuse_ignored_by_trace([k for k in TRACE_SETS if k in fields], f"preset {preset!r}")
             if spec.chat is not None:
