@@ -354,6 +354,18 @@ def test_a_tokenizer_json_that_is_a_list_is_refused_naming_it(tmp_path, good_mod
                          "--kv-cache-memory-bytes", "1e6", says=("tokenizer.json", str(folder)))
 
 
+def test_a_tokenizer_file_that_is_a_folder_is_refused_and_a_folder_without_one_runs_textless(tmp_path, good_model):
+    """Before: tokenizer.json made a folder read as "no tokenizer", and the model ran without text unsaid."""
+    from kvscope.app.lab.models.loader import load_model_directory
+
+    folder = _variant(good_model, tmp_path / "m", {})
+    (folder / "tokenizer.json").mkdir()
+    with pytest.raises(ConfigError, match="tokenizer.json is a folder"):
+        load_model_directory(folder)
+    (folder / "tokenizer.json").rmdir()
+    assert load_model_directory(folder).tokenizer is None  # no tokenizer at all: runs on token ids, as before
+
+
 def test_the_trained_models_cached_copy_with_a_damaged_tokenizer_is_refused_with_what_to_do(
         tmp_path, good_model, monkeypatch):
     from kvscope.app.lab.real_backend import load_for_real_backend

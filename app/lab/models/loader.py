@@ -435,6 +435,10 @@ def _tokenizer(path: Path):
     depth-capped, each a JSON object, so that transformers never parses a file nested 100,000 deep
     nor meets a list where it indexes a table (a TypeError from inside it); any other failure to
     load is a ConfigError naming the files, not a model run silently without its tokenizer."""
+    for name in (*_TOKENIZER_FILES, "tokenizer.model"):  # a folder of that name read as "no tokenizer" unsaid
+        if (path / name).exists() and not (path / name).is_file():
+            kind = "a folder" if (path / name).is_dir() else "not a regular file"
+            raise ConfigError(f"model directory {path}: {name} is {kind}; the tokenizer's files must be files")
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
     present = [f for f in _TOKENIZER_FILES if (path / f).exists()]
