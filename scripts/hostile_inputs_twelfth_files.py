@@ -129,6 +129,8 @@ def _folder_cases(f: Path, Case, write) -> list:
         Case("run --backend real --model-path: config.json says fp8, the weights are F32", "structure",
              ["run", "--quiet", "--backend", "real", "--model-path", str(fp8), "--requests", "2"], slow=True,
              must_say=said, must_not_say=PYTHON_WORDS),
+        Case("math --config: the folder's config.json named, it says fp8, the weights beside it are F32", "structure",
+             ["math", "--config", str(fp8 / "config.json")], must_say=said, must_not_say=PYTHON_WORDS),
         Case("math --model-path: the good random-weight model", "structure", ["math", "--model-path", str(good)],
              expect="ok", must_not_say=PYTHON_WORDS),
     ]

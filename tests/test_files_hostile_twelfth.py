@@ -130,11 +130,16 @@ def test_a_model_folder_whose_config_says_fp8_over_f32_weights_is_refused(tmp_pa
     from kvscope.app.lab.models.loader import check_model_directory
 
     lying = _folder(tmp_path / "lying", "F32", {"quant_method": "fp8"})
-    for read in (load_hf_config, check_model_directory):
+    # the folder's config.json named (`--config lying/config.json`) was sized as fp8 beside the same F32 weights
+    for read, given in ((load_hf_config, lying), (check_model_directory, lying),
+                        (load_hf_config, lying / "config.json")):
         with pytest.raises(ConfigError, match=r"lying: config\.json's quantization_config says its weights are "
                                               r"stored as fp8 .* hold only F32"):
-            read(lying)
-    assert load_hf_config(lying / "config.json").weight_dtype == "fp8"  # a config.json alone is sized as it says
+            read(given)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "config.json").write_text((lying / "config.json").read_text())
+    assert load_hf_config(alone / "config.json").weight_dtype == "fp8"  # a config.json alone is sized as it says
     stored = _folder(tmp_path / "stored", "F8_E4M3", {"quant_method": "fp8"})
     assert load_hf_config(stored).weight_dtype == "fp8" and check_model_directory(stored)
     plain = _folder(tmp_path / "plain", "F32")

@@ -304,7 +304,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"config {path}: expected a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
     model = model_from_hf_config(cfg, name or str(path), label=f"config {path}")
-    if is_folder:  # a model folder: weights it says are quantised must be (fp8 over F32 was sized at a byte each)
+    # a model folder, or its config.json named: weights it says are quantised must be (fp8 over F32 was sized at
+    # a byte each); a config.json alone in its folder is sized as it says
+    if path.name == "config.json":
         from kvscope.app.lab.models.loader import check_quantised_storage
 
         check_quantised_storage(path.parent, cfg)
