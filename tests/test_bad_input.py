@@ -577,6 +577,19 @@ def test_gui_checks_its_model_path_before_any_window(tmp_path, model_dirs, path,
         check_flags(gui_args(model_path=path))
 
 
+def test_gui_refuses_a_preset_whose_random_weights_pass_this_machines_memory_before_any_window(monkeypatch):
+    """Before: `gui --backend real --model llama-3-70b --quit-after 1` ended 0 over a window that could not run."""
+    import kvscope.app.cli.gui as gui
+    from kvscope.app.cli.gui import check_flags
+
+    machine = gui.load_hardware("this-machine").replace(memory_bytes=24 * 2**30)  # whatever this machine holds
+    monkeypatch.setattr(gui, "load_hardware", lambda name: machine)
+    with pytest.raises(ConfigError, match="llama-3-70b needs about 262.8 GiB for its weights as fp32, but this "
+                                          "machine has 24.0 GiB: the real backend builds a preset's weights"):
+        check_flags(gui_args(backend="real", model="llama-3-70b"))
+    assert check_flags(gui_args(backend="real", model="tiny-llama"))["model"] == "tiny-llama"
+
+
 def test_a_reader_that_stops_early_costs_no_traceback():
     """`kvscope presets | head -1`: the pipe closes before the listing is written."""
     import subprocess

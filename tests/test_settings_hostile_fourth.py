@@ -257,3 +257,20 @@ def test_a_config_json_with_a_bad_field_is_refused_at_the_model_naming_the_file(
     pick(monkeypatch, settings.open_config, config)
     assert label.isHidden() and editor.model_boxes["hidden_size"].value() == 64
     assert window.settings_form.current_config().model.num_hidden_layers == 2
+
+
+# 6. a preset the real backend would build at random, too large for this machine --------------------------
+
+
+def test_a_real_backend_preset_whose_random_weights_pass_this_machines_memory_is_refused_at_the_model(window):
+    """Before: the form took llama-3-70b on the real backend and said only that its KV pool was small; the
+    263 GiB of fp32 weights failed once Play built it."""
+    settings, form = window.settings, window.settings_form
+    settings.set_values({**settings.values(), "backend": "real", "hardware": "this-machine", "model": "llama-3-70b",
+                         "kv_cache_memory_bytes": 64 * 2**20, "max_model_len": 256})
+    assert form.current_config() is None
+    said = settings.errors["model"].text()
+    assert "llama-3-70b needs about 262.8 GiB for its weights as fp32, but this machine has" in said
+    assert "pick a smaller model" in said
+    settings.set_values({**settings.values(), "model": "tiny-llama"})
+    assert form.current_config() is not None and settings.errors["model"].isHidden()

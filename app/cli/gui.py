@@ -152,7 +152,14 @@ def check_flags(args) -> dict:
     elif args.backend == "real" and args.hardware not in (None, THIS_MACHINE):  # as `kvscope run` says
         raise ConfigError(f"--hardware {args.hardware} describes a simulated target; the real backend runs on this "
                           "machine: drop --hardware, or --backend real")
-    return initial_values(args)
+    values = initial_values(args)
+    if values["backend"] == "real" and not args.model_path and values["model"] != DEFAULT_REAL_MODEL:
+        # the window says it in its Model field, but a scripted run (--quit-after) ended 0 over a window that
+        # could not run: said here, as `kvscope run` says it
+        from kvscope.app.lab.models.loader import check_random_weights_fit
+
+        check_random_weights_fit(load_model(values["model"]), load_hardware(values["hardware"]).memory_bytes)
+    return values
 
 
 def check_model_sources(args) -> None:

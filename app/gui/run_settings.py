@@ -22,8 +22,10 @@ from kvscope.engine.config import (
     resolve_engine_args,
 )
 from kvscope.app.lab.models.config_json import load_hf_config
+from kvscope.app.lab.models.loader import check_random_weights_fit
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.lab.said_paths import os_error_text, said_path
+from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, read_trace
 from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 
@@ -225,6 +227,12 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
     if backend == "real":
         hardware = attempt("hardware", lambda: load_hardware(THIS_MACHINE))
         memory_edited = False  # the edits are not this machine's
+        if model is not None and hardware is not None and not values.get("model_path") \
+                and model.name != TRAINED_MODEL.name:
+            try:  # llama-3-70b's 263 GiB on a 24 GiB machine: the form spoke of its KV pool, Play failed to build it
+                check_random_weights_fit(model, hardware.memory_bytes)
+            except ConfigError as exc:
+                errors["model"] = str(exc)
     if model is not None and hardware is not None and args is not None:
         def check():
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))

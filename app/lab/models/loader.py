@@ -285,28 +285,41 @@ def resolve_device(requested: str | None, label: str = "device"):
 
 
 def _available_bytes(device) -> int:
-    import torch
-
     if device.type == "cuda":
+        import torch
+
         free, _ = torch.cuda.mem_get_info(device)
         return free
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_weights_fit(model: ModelConfig, device, dtype: str, quantization: str | None = None) -> None:
-    """Refuse, before allocating anything, a model whose weights cannot fit on the device."""
+def check_weights_fit(model: ModelConfig, device, dtype: str, quantization: str | None = None,
+                      available: int | None = None) -> None:
+    """Refuse, before allocating anything, a model whose weights cannot fit on the device (`device`
+    may be words, with `available` its bytes: the window, which imports no torch, names this machine)."""
     from kvscope.engine.memory_math import bitsandbytes_weights_bytes, num_parameters
 
     if quantization:
         expected = bitsandbytes_weights_bytes(model, quantization, dtype)
     else:
         expected = num_parameters(model) * WEIGHT_DTYPE_BYTES[dtype]
-    available = _available_bytes(device)
+    available = _available_bytes(device) if available is None else available
     if expected > available:
         raise ConfigError(
             f"{model.name} needs about {expected / GiB:.1f} GiB for its weights as {quantization or dtype}, "
             f"but {device} has {available / GiB:.1f} GiB"
         )
+
+
+def check_random_weights_fit(model: ModelConfig, memory_bytes: int) -> None:
+    """A preset the real backend builds with random weights, in fp32, in this machine's memory, checked
+    without torch (the window's process, `gui` before its window): llama-3-70b's 263 GiB on a 24 GiB
+    machine failed only once Play built it."""
+    try:
+        check_weights_fit(model, "this machine", "fp32", available=memory_bytes)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}: the real backend builds a preset's weights at random, in fp32; pick a smaller "
+                          "model, or a model folder") from None
 
 
 def load_model_directory(path: str | Path, device: str | None = None, dtype: str | None = None,
