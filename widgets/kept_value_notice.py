@@ -15,7 +15,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
-from kvscope.widgets.number_box import misplaced_group_separator
+from kvscope.widgets.number_box import beyond_decimals, misplaced_group_separator
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 
@@ -58,6 +58,9 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
         why = f"{typed} is below the smallest value this field takes, {shown_value(box, box.minimum())}"
     elif ok and number > box.maximum():
         why = f"{typed} is above the largest value this field takes, {shown_value(box, box.maximum())}"
+    elif ok and isinstance(box, QDoubleSpinBox) and beyond_decimals(box, number):
+        step = f"{box.textFromValue(10.0 ** -box.decimals())}{box.suffix()}"
+        why = f"{typed} has more decimals than this field keeps (it goes in steps of {step})"
     else:
         why = f"{typed!r} is not a value this field takes ({taken_range(box)})"
     return f"{why}: kept {shown_value(box, box.value())}"

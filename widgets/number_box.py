@@ -11,6 +11,7 @@ refuses it the same way. What is not a number at all ("abc") is still dropped as
 
 from __future__ import annotations
 
+import math
 import re
 
 from PySide6.QtGui import QValidator
@@ -61,5 +62,36 @@ class NumberBox(_KeepsTypedNumbers, QSpinBox):
     """A QSpinBox that keeps an out-of-range number as typed (see the module)."""
 
 
+def exponent_value(box: QAbstractSpinBox, text: str) -> float | None:
+    """The number typed with an exponent ("5e-1", "2.5E3"), None for text without one or no number."""
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    if "e" not in typed.lower():
+        return None
+    value, ok = box.locale().toDouble(typed)
+    return value if ok and math.isfinite(value) else None
+
+
+def beyond_decimals(box: QDoubleSpinBox, value: float) -> bool:
+    """Whether value has more decimals than the box keeps (0.5 in a box of whole MiB)."""
+    return round(value, box.decimals()) != value
+
+
 class DecimalBox(_KeepsTypedNumbers, QDoubleSpinBox):
-    """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed."""
+    """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed.
+
+    A number with an exponent is judged by its value: Qt counted the decimals of "5e-1" as none, so
+    in a box of whole MiB it took 0.5 MiB unrounded and showed "1 MiB" (1e-9 MiB showed "0 MiB" and
+    ran the default pool, int(1e-9 MiB) bytes being 0), while "2.5e0" in a box of two decimals was
+    refused as "not a value this field takes (0.10 to ...)". Now "5e-1" there stays as typed, refused
+    with its reason, and "2.5e0" is 2.5."""
+
+    def validate(self, text: str, pos: int):
+        value = exponent_value(self, text)
+        if value is None:
+            return super().validate(text, pos)
+        fits = self.minimum() <= value <= self.maximum() and not beyond_decimals(self, value)
+        return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
+
+    def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt's name
+        value = exponent_value(self, text)
+        return super().valueFromText(text) if value is None else value

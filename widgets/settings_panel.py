@@ -120,6 +120,36 @@ def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:
         combo.setMinimumContentsLength(min_chars)
 
 
+SHOWN_ONLY = Qt.ItemDataRole.UserRole + 1  # an item added to show a value the list does not offer
+
+
+def _select_shown(combo: QComboBox, value, by_data: bool) -> None:
+    """Select value (an item's data, or its text); one the list does not offer is added, marked, and
+    selected: a recording replayed of a config.json's model, of another machine's preset or of
+    `kvscope run --block-size 24` left the live run's model, workload or 16 tokens in the form that
+    says what the recording ran with. The next set_values takes such items away again."""
+    index = combo.findData(value) if by_data else combo.findText(value)
+    if index < 0:
+        combo.addItem(_shown_label(combo, value) if by_data else value, value if by_data else None)
+        index = combo.count() - 1
+        combo.setItemData(index, True, SHOWN_ONLY)
+        combo.setItemData(index, "not offered here: shown as given (a recording's setting)", Qt.ItemDataRole.ToolTipRole)
+    combo.setCurrentIndex(index)
+
+
+def _shown_label(combo: QComboBox, value) -> str:
+    """value labelled as the list labels its items ("24 tokens" beside "16 tokens"), else as it is."""
+    suffixes = {combo.itemText(i).removeprefix(str(combo.itemData(i))) for i in range(combo.count())
+                if combo.itemText(i).startswith(str(combo.itemData(i)))}
+    return f"{value}{suffixes.pop()}" if len(suffixes) == 1 and combo.count() > 1 else str(value)
+
+
+def _drop_shown_only(combo: QComboBox) -> None:
+    for index in reversed(range(combo.count())):
+        if combo.itemData(index, SHOWN_ONLY):
+            combo.removeItem(index)
+
+
 class SettingsPanel(QScrollArea):
     changed = Signal()  # any field edited: the app recomputes the memory math and validates
     apply_requested = Signal()
@@ -361,13 +391,14 @@ class SettingsPanel(QScrollArea):
             w.blockSignals(True)
         try:
             v = values
+            for combo in (*(self.fields[key] for key in CHOICE_FIELDS), self.model, self.hardware, self.workload):
+                _drop_shown_only(combo)
             for key in CHOICE_FIELDS:
-                index = self.fields[key].findData(v[key]) if key in v else -1
-                if index >= 0:  # a value not offered leaves the choice as it was
-                    self.fields[key].setCurrentIndex(index)
+                if key in v and v[key] is not None:
+                    _select_shown(self.fields[key], v[key], by_data=True)
             for key, combo in (("model", self.model), ("hardware", self.hardware), ("workload", self.workload)):
                 if key in v and v[key] is not None:
-                    combo.setCurrentText(str(v[key]))
+                    _select_shown(combo, str(v[key]), by_data=False)
             if "max_model_len" in v:
                 self.max_model_len.setValue(v["max_model_len"] or 0)
             if "gpu_memory_utilization" in v:

@@ -9,7 +9,6 @@ import time
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from kvscope.app.gui.window_state import values_from_engine_info
 from kvscope.app.host.process_host import SessionHost
 from kvscope.app.lab.said_paths import os_error_text
 
@@ -54,7 +53,7 @@ class ReplayControls:
             self.live_worker.pause()
             self._values_before_replay = self.settings.values()
         # the (disabled) form shows what the recording ran with, not the live settings
-        self.settings.set_values(values_from_engine_info(info.engine_info))
+        self.settings_form.show_recorded(info.engine_info)
         self.worker = SessionHost(ReplaySession, name="replay")
         self.replay_path = str(path)
         self.done = False
@@ -80,7 +79,7 @@ class ReplayControls:
         self.worker = self.live_worker
         self.replay_path = None
         self._set_replay_mode(False)
-        self.settings.set_values(self._values_before_replay)
+        self.settings_form.leave_recorded(self._values_before_replay)
         self.apply_settings(play=False)
         self.play_action.setText("Play")
 

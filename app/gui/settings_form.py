@@ -25,6 +25,7 @@ from kvscope.app.gui.run_settings import (
     trace_reason,
     values_from_model,
 )
+from kvscope.app.gui.window_state import values_from_engine_info
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.preset_edits import save_edited_preset
 from kvscope.app.lab.presets import (
@@ -111,6 +112,7 @@ class SettingsForm:
         self._editor_shows = None  # the model (preset, folder or config.json) and hardware the editor shows
         self._editor_unread: set[str] = set()  # "model", "hardware" it could not read: it shows the ones before
         self.refusal: tuple | None = None  # (tab index, the refused field's box, the reason) while one is refused
+        self._before_replay: tuple | None = None  # while a recording shows: what the editor showed before it
         bound_boxes(settings, editor)
         settings.trace_check = lambda path: trace_reason(path, settings.num_requests.value())
         settings.changed.connect(self.changed)
@@ -239,7 +241,43 @@ class SettingsForm:
         box.setFocus(Qt.FocusReason.OtherFocusReason)
         return message
 
+    def show_recorded(self, info) -> None:
+        """The (disabled) forms show what a replayed recording ran with: the run form its settings,
+        the editor its model's and hardware's fields as recorded. The presets of those names were
+        read again instead: a config.json's model or another machine's preset, not here, left the
+        live run's in the form, or were said to be "deleted outside this window" and replaced."""
+        if self._before_replay is None:
+            self._before_replay = (self._editor_shows, self._editor_state())
+        self.settings.set_values(values_from_engine_info(info))  # changed() checks nothing meanwhile
+        try:
+            model, hw = info.model, info.hardware
+            self.editor.set_model(model.name, values_from_model(model))
+            self.editor.set_hardware(hw.name, hw.memory_bytes, hw.memory_bandwidth_bytes_per_s, hw.flops_for("fp16"),
+                                     hw.gpu_count)
+        except (AttributeError, KeyError, TypeError, ValueError):  # a header this kvscope cannot rebuild
+            pass
+        self.settings.show_errors({})
+        self.editor.show_error(None)
+
+    def leave_recorded(self, values: dict) -> None:
+        """Back to the live run: the form's values and the editor's fields (edits too) as they were."""
+        shows, (model, hardware) = self._before_replay
+        self._before_replay = None
+        self.editor.set_model(*model)
+        self.editor.set_hardware(*hardware)
+        self._editor_shows = shows
+        self.settings.set_values(values)
+
+    def _editor_state(self) -> tuple:
+        editor = self.editor
+        fields = editor.hardware_fields()
+        return ((editor.model_name.text(), editor.model_fields()),
+                (editor.hardware_name.text(), fields["memory_bytes"], fields["memory_bandwidth_bytes_per_s"],
+                 fields["flops_16bit"], fields["gpu_count"]))
+
     def changed(self) -> None:
+        if self._before_replay is not None:  # a recording's settings: shown, not a run to check
+            return
         values = self.settings.values()
         # The editor shows the selected presets' fields; a new selection (by hand or by a reset of the
         # form) replaces them, so stale edits never ride along under another preset's name.
