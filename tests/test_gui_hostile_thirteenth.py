@@ -1,11 +1,12 @@
-"""The window against bad input, thirteenth round: a number typed with an exponent in a box that
-keeps fewer decimals ("5e-1" in the KV pool's whole MiB was taken as 0.5 MiB and shown as "1 MiB";
-"1e-9" showed "0 MiB" and ran the default pool; "2.5e0" in the two-decimal memory box was refused as
-"not a value this field takes (0.10 to ...)"); "2.555" in a two-decimal box said to be out of a
-range it is in; a replayed recording of a model, hardware or workload this window has no preset of
-(a config.json's model, another machine's preset) or of block size 24: the (disabled) form that says
-what the recording ran with showed the live run's, or called them presets "deleted outside this
-window" and replaced them. Each is said where the user is, and nothing the user had is lost."""
+"""The window against bad input, thirteenth round: a number typed with an exponent in a box that keeps
+fewer decimals ("5e-1" in the KV pool's whole MiB was taken as 0.5 MiB and shown as "1 MiB"; "1e-9"
+showed "0 MiB" and ran the default pool; "2.5e0" in the two-decimal memory box was refused as "not a
+value this field takes (0.10 to ...)", "1e3" in the Requests box as not in 1 to 10,000,000); "2.555"
+in a two-decimal box, or "0.5" in the seed, said to be out of a range it is in; a replayed recording
+of a model, hardware or workload this window has no preset of (a config.json's model, another
+machine's preset) or of block size 24: the (disabled) form that says what the recording ran with
+showed the live run's, or called them presets "deleted outside this window" and replaced them. Each
+is said where the user is, and nothing the user had is lost."""
 
 from __future__ import annotations
 
@@ -95,6 +96,27 @@ def test_out_of_range_with_an_exponent_is_still_said_as_out_of_range(window, qtb
         "1.5e0 is above the largest value this field takes, 1.00")
     enter(qtbot, settings.gpu_memory_utilization, "8.5e-1")
     assert settings.values()["gpu_memory_utilization"] == 0.85
+
+
+def test_an_exponent_of_a_whole_number_is_taken_in_a_box_of_whole_numbers(window, qtbot):
+    enter(qtbot, window.settings.num_requests, "1e3")  # "'1e3' is not a value this field takes (1 to 10,000,000 ...)"
+    assert window.settings.values()["num_requests"] == 1000
+    enter(qtbot, window.settings.max_model_len, "4.096e3")
+    assert window.settings.values()["max_model_len"] == 4096
+    window.seed.lineEdit().selectAll()
+    window.seed.lineEdit().insert("1.5e1")
+    qtbot.keyClick(window.seed.lineEdit(), Qt.Key.Key_Return)
+    assert window.seed.value() == 15
+
+
+@pytest.mark.parametrize("typed", ["5e-1", "0.5", "2.5e0"])
+def test_a_fraction_in_a_box_of_whole_numbers_is_said_to_be_one(window, qtbot, typed):
+    enter(qtbot, window.seed, "7")
+    window.seed.lineEdit().selectAll()
+    window.seed.lineEdit().insert(typed)  # pasted: the seed takes each keystroke as it comes
+    qtbot.keyClick(window.seed.lineEdit(), Qt.Key.Key_Return)  # "'0.5' is not a value this field takes (0 to 2147483647)": it is in that range
+    assert window.seed.value() == 7
+    assert window.statusBar().currentMessage() == f"seed: {typed} is not a whole number (0 to 2147483647): kept 7"
 
 
 # -- 2. a recording of a model, hardware, workload or block size not offered here -----------------------

@@ -8,6 +8,7 @@ the typed text just before Qt does and hands one line to `show`, which the form 
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from typing import Callable
 
@@ -52,13 +53,18 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
                   else box.locale().toLongLong(typed.replace(box.locale().groupSeparator(), "")))
     if not ok and typed.lstrip("+-").replace(box.locale().groupSeparator(), "").isdigit():
         number, ok = float(typed.replace(box.locale().groupSeparator(), "")), True  # past what toLongLong holds
+    if not ok and not isinstance(box, QDoubleSpinBox):  # "0.5" or "5e-1" in a box of whole numbers
+        number, ok = box.locale().toDouble(typed)
+        ok = ok and math.isfinite(number)
     if len(typed) > SHOWN_CHARS:
         typed = f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
     if ok and number < box.minimum():
         why = f"{typed} is below the smallest value this field takes, {shown_value(box, box.minimum())}"
     elif ok and number > box.maximum():
         why = f"{typed} is above the largest value this field takes, {shown_value(box, box.maximum())}"
-    elif ok and isinstance(box, QDoubleSpinBox) and beyond_decimals(box, number):
+    elif ok and not isinstance(box, QDoubleSpinBox) and beyond_decimals(box, number):
+        why = f"{typed} is not a whole number ({taken_range(box)})"
+    elif ok and beyond_decimals(box, number):
         step = f"{box.textFromValue(10.0 ** -box.decimals())}{box.suffix()}"
         why = f"{typed} has more decimals than this field keeps (it goes in steps of {step})"
     else:

@@ -42,11 +42,36 @@ def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
 
 
+def exponent_value(box: QAbstractSpinBox, text: str) -> float | None:
+    """The number typed with an exponent ("5e-1", "2.5E3"), None for text without one or no number."""
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    if "e" not in typed.lower():
+        return None
+    value, ok = box.locale().toDouble(typed)
+    return value if ok and math.isfinite(value) else None
+
+
+def beyond_decimals(box: QAbstractSpinBox, value: float) -> bool:
+    """Whether value has more decimals than the box keeps (0.5 in a box of whole MiB, or of requests)."""
+    return round(value, box.decimals() if isinstance(box, QDoubleSpinBox) else 0) != value
+
+
 class _KeepsTypedNumbers:
     """validate() for a spin box: Qt's verdict, except that a number it would drop, or read as
-    another number (a misplaced separator), stays as typed."""
+    another number (a misplaced separator), stays as typed.
+
+    A number with an exponent is judged by its value: Qt counted the decimals of "5e-1" as none, so
+    in a box of whole MiB it took 0.5 MiB unrounded and showed "1 MiB" (1e-9 MiB showed "0 MiB" and
+    ran the default pool, int(1e-9 MiB) bytes being 0); "2.5e0" in a box of two decimals, or "1e3" in
+    the Requests box, was refused as "not a value this field takes" with a range it is in. Now what
+    the box can hold is taken ("2.5e0" is 2.5, "1e3" 1,000) and the rest stays as typed, refused with
+    its reason."""
 
     def validate(self, text: str, pos: int):
+        value = exponent_value(self, text)
+        if value is not None:
+            fits = self.minimum() <= value <= self.maximum() and not beyond_decimals(self, value)
+            return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
         state, text_out, pos_out = super().validate(text, pos)
         if _kept_as_typed(self, text, state) or (state != QValidator.State.Invalid
                                                  and misplaced_group_separator(self, text)):
@@ -61,36 +86,13 @@ class _KeepsTypedNumbers:
 class NumberBox(_KeepsTypedNumbers, QSpinBox):
     """A QSpinBox that keeps an out-of-range number as typed (see the module)."""
 
-
-def exponent_value(box: QAbstractSpinBox, text: str) -> float | None:
-    """The number typed with an exponent ("5e-1", "2.5E3"), None for text without one or no number."""
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
-    if "e" not in typed.lower():
-        return None
-    value, ok = box.locale().toDouble(typed)
-    return value if ok and math.isfinite(value) else None
-
-
-def beyond_decimals(box: QDoubleSpinBox, value: float) -> bool:
-    """Whether value has more decimals than the box keeps (0.5 in a box of whole MiB)."""
-    return round(value, box.decimals()) != value
+    def valueFromText(self, text: str) -> int:  # noqa: N802 - Qt's name
+        value = exponent_value(self, text)
+        return super().valueFromText(text) if value is None else int(value)
 
 
 class DecimalBox(_KeepsTypedNumbers, QDoubleSpinBox):
-    """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed.
-
-    A number with an exponent is judged by its value: Qt counted the decimals of "5e-1" as none, so
-    in a box of whole MiB it took 0.5 MiB unrounded and showed "1 MiB" (1e-9 MiB showed "0 MiB" and
-    ran the default pool, int(1e-9 MiB) bytes being 0), while "2.5e0" in a box of two decimals was
-    refused as "not a value this field takes (0.10 to ...)". Now "5e-1" there stays as typed, refused
-    with its reason, and "2.5e0" is 2.5."""
-
-    def validate(self, text: str, pos: int):
-        value = exponent_value(self, text)
-        if value is None:
-            return super().validate(text, pos)
-        fits = self.minimum() <= value <= self.maximum() and not beyond_decimals(self, value)
-        return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
+    """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed."""
 
     def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt's name
         value = exponent_value(self, text)
