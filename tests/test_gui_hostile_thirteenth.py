@@ -11,10 +11,11 @@ is said where the user is, and nothing the user had is lost."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.app.lab.workload import generate_requests
@@ -162,3 +163,23 @@ def test_a_recording_of_this_windows_presets_shows_them_from_the_lists(window, t
     assert window.editor.hardware_name.text() == "l4-24gb"
     window.close_recording()
     assert settings.values()["hardware"] == "h100-80gb"
+
+
+def test_a_recording_opened_over_a_chosen_config_json_shows_the_recordings_model_not_the_file(
+        window, tmp_path, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+                                  "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+                                  "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(config), ""))
+    settings = window.settings
+    settings.open_config.click()
+    assert window.editor.model_fields()["num_hidden_layers"] == 16
+    record(tmp_path / "run.kvrec", load_model("llama-3-8b"), load_hardware("h100-80gb"))
+    assert window.open_recording(str(tmp_path / "run.kvrec"))
+    # the label went on saying "config.json: ..." beside the recording's llama-3-8b
+    assert settings.values()["config_path"] is None and settings.source_label.text() == ""
+    assert window.editor.model_fields()["num_hidden_layers"] == 32
+    window.close_recording()
+    assert settings.values()["config_path"] == str(config) and str(config) in settings.source_label.text()
+    assert window.editor.model_fields()["num_hidden_layers"] == 16

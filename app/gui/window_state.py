@@ -243,7 +243,9 @@ def values_from_engine_info(info) -> dict:
     args, workload = info.args, info.workload
     values = {"backend": info.backend, "model": getattr(info.model, "name", None),
               "hardware": "this-machine" if info.backend == "real" else getattr(info.hardware, "name", None),
-              "allocation": info.allocation}
+              "allocation": info.allocation,
+              # the live form's config.json, model folder or trace is not the recording's: its label said so
+              "model_path": None, "config_path": None, "trace_path": None}
     for key in ("kv_cache_dtype", "block_size", "gpu_memory_utilization", "max_model_len", "kv_cache_memory_bytes",
                 "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
                 "scheduling"):
