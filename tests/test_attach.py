@@ -177,6 +177,20 @@ def test_prediction_matches_the_block_count_the_live_server_reported():
     assert doubled.error == pytest.approx(-0.5)
 
 
+@pytest.mark.parametrize("version, said", [
+    ("0.32.0", "m, vLLM 0.32.0 accounting, from"),
+    ("0.33.1+cpu", "m, vLLM 0.33.1 accounting, from"),
+    ("99.1", "vLLM 0.33 accounting (the newest kvscope models; the server reports 99.1)"),
+    ("dev", "vLLM 0.33 accounting (the server's version 'dev' names no release)"),
+])
+def test_the_prediction_says_when_it_plans_another_release_than_the_servers(version, said):
+    """Before: a server reporting 99.1 was planned with 0.33's accounting without a word."""
+    config = {"block_size": "32", "num_gpu_blocks": "16384", "kv_cache_memory_bytes": "1073741824"}
+    model = ModelConfig(name="m", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+                        hidden_size=256, intermediate_size=512, vocab_size=1000)
+    assert said in predict(config, version, model)[0].note
+
+
 def test_a_forced_block_count_has_no_error_and_no_model_no_prediction():
     config = {"block_size": "32", "num_gpu_blocks": "12", "num_gpu_blocks_override": "12",
               "kv_cache_memory_bytes": "1073741824", "kv_cache_size_tokens": "384", "kv_cache_max_concurrency": "1.5"}

@@ -106,6 +106,15 @@ def _version(version: str) -> str:
     return ".".join(digits) if len(digits) >= 2 else ""
 
 
+def _stand_in(version: str, modelled: str) -> str:
+    """Why the accounting is not the server's own release's (99.1 was planned as 0.33 without a word)."""
+    if not _version(version):
+        return f" (the server's version {version!r} names no release)"
+    if parse_vllm_version(_version(version)) != parse_vllm_version(modelled):
+        return f" (the newest kvscope models; the server reports {version})"
+    return ""
+
+
 def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: HardwareSpec | None):
     """kvscope's memory plan of the server's cache: its block size, KV dtype, KV memory (or the
     hardware's memory x gpu_memory_utilization), vLLM's accounting of its version. ConfigError
@@ -151,7 +160,7 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
         why = f"kvscope cannot plan {model.name} with the server's settings: {exc}"
         return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
                 PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
-    blocks_note = f"{model.name}, vLLM {plan.vllm_version} accounting, {where}"
+    blocks_note = f"{model.name}, vLLM {plan.vllm_version} accounting{_stand_in(version, plan.vllm_version)}, {where}"
     if override is not None:
         blocks_note = f"forced: the server runs with num_gpu_blocks_override {override}; kvscope's math for " \
                       f"{model.name} gives {plan.num_blocks:,} {where}"
