@@ -96,6 +96,16 @@ def test_json_to_the_file_stdout_already_writes_goes_to_stdout_and_a_recording_t
     assert done.returncode == 2 and "a recording is written to a file, not to stdout" in done.stderr
 
 
+@pytest.mark.parametrize("json_to, csv_to", [("/dev/stdout", "-"), ("-", "-"), ("-", "/dev/stdout")])
+def test_two_outputs_onto_the_standard_output_are_refused_as_typed(json_to, csv_to):
+    """Before: `--json /dev/stdout --csv -` was said as "--json - and --csv -"."""
+    done = subprocess.run([str(KVSCOPE), "compare", "--scenario", "prefix-caching", "--json", json_to, "--csv", csv_to],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"kvscope: error: --json {json_to} and --csv {csv_to} both name the standard "
+                                   "output; give at most one of them, the others a file")
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["math", "--help"]])
 def test_help_that_cannot_be_written_is_an_error(argv):
     with open("/dev/full", "w") as full:

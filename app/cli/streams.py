@@ -85,10 +85,14 @@ def name_standard_output_dash(args) -> None:
     becomes '-', so the command's own text moves to stderr as it does for '-'."""
     from kvscope.app.lab.output_path import names_standard_output
 
-    for dest in STDOUT_DASH_OUTPUTS.get(args.command, ()):
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value != "-" and names_standard_output(value):
-            setattr(args, dest, "-")
+    onto_stdout = [dest for dest in STDOUT_DASH_OUTPUTS.get(args.command, ())
+                   if isinstance(getattr(args, dest, None), str) and names_standard_output(getattr(args, dest))]
+    if len(onto_stdout) > 1:  # said as typed: after the renaming `--json /dev/stdout --csv -` read "--json - and ..."
+        given = " and ".join(f"--{dest.replace('_', '-')} {getattr(args, dest)}" for dest in onto_stdout)
+        raise ConfigError(f"{given} {'both' if len(onto_stdout) == 2 else 'all'} name the standard output; give at "
+                          "most one of them, the others a file")
+    for dest in onto_stdout:
+        setattr(args, dest, "-")
 
 
 class ReaderMayLeave:
