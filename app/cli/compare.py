@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 
-from kvscope.engine.config import ConfigError
 from kvscope.app.lab.presets import preset_file
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
