@@ -56,8 +56,9 @@ def refuse_requests_past_trace(spec, requests: int | None, what: str) -> None:
 
     rows = len(read_trace(spec.trace_path, limit=requests))  # a bad row is said here, as the run would
     if rows < requests:
+        them = "it" if rows == 1 else "them all"
         raise ConfigError(f"--requests {requests:,}: {what} holds {rows:,} request{'' if rows == 1 else 's'} (one a "
-                          f"row); give at most {rows:,}, or leave --requests out to replay {'it' if rows == 1 else 'them all'}")
+                          f"row); give at most {rows:,}, or leave --requests out to replay {them}")
 
 
 def refuse_passages_without_a_tokenizer(args, has_tokenizer: bool, model_name: str) -> None:
@@ -103,7 +104,8 @@ def refuse_what_a_set_budget_ignores(args, hardware, engine_args, resolved, read
 
 
 def refuse_eager_on_a_cpu(args) -> None:
-    """The real backend on a CPU captures no CUDA graphs and sizes a set KV budget: --enforce-eager ran as without it."""
+    """The real backend on a CPU captures no CUDA graphs and sizes a set KV budget: --enforce-eager ran as
+    without it."""
     if _typed(args, "enforce_eager"):
         flag = "--enforce-eager" if args.enforce_eager else "--no-enforce-eager"
         raise ConfigError(f"{flag}: the real backend on this machine's CPU captures no CUDA graphs (only on CUDA "
@@ -153,7 +155,8 @@ def refuse_replay_on_an_event_port(args) -> None:
                  f"--data-parallel-size {ranks})")
     raise ConfigError(f"--replay {replay} and {flag} {events} name {clash}: an address holds one socket, the "
                       "publisher's or the replay's; give the server's replay endpoint (its kv-events-config "
-                      "replay_endpoint)" + (f", a port {ranks} or more away from the events' port" if ranks > 1 else ""))
+                      "replay_endpoint)"
+                      + (f", a port {ranks} or more away from the events' port" if ranks > 1 else ""))
 
 
 SHAPE_FLAGS = ("layers", "attention_heads", "kv_heads", "head_dim")
