@@ -84,3 +84,31 @@ def test_a_table_too_narrow_for_its_columns_wraps_the_names_instead_of_cutting_a
     assert table.rowHeight(0) >= 2 * line  # the answer's name wrapped onto a second line, not cut
     table.resize(table.full_width() + natural, 400)  # room again: one line a name
     qtbot.waitUntil(lambda: table.rowHeight(0) < 2 * line, timeout=2000)
+
+
+def test_where_names_would_lose_whole_words_the_titles_break_narrower_first(qtbot):
+    """Three configurations beside the plots in demo mode at 1920x1080: the names' column went down to
+    twelve characters and "Fragmentation" and "Preemptions" were elided ("Fragmen..."). Now the
+    configurations' titles break over narrower lines first, never inside a word, and no word of a name
+    is cut."""
+    from PySide6.QtGui import QFontMetrics
+
+    table = ResultsTable()
+    qtbot.addWidget(table)
+    labels = ["max_num_seqs 64", "max_num_seqs 256", "fp8 KV, max_num_seqs 256"]
+    names = ["Full-length requests that fit (memory math)", "Fragmentation", "Preemptions"]
+    table.set_results(labels, [ResultRow(n, "sequences", (33.7, 33.7, 67.4), "higher", 1) for n in names])
+    table.emphasize_row(names[0])
+    wide_header = table.header()
+    table.resize(560, 400)
+    table.show()
+    qtbot.waitExposed(table)
+    narrow_header = table.header()
+    assert narrow_header != wide_header and narrow_header[1] == "max_num_seqs\n64\n(baseline)"  # whole words
+    assert narrow_header[3] == "\u00f7\nbaseline"
+    bold = table.item(0, 0).font()
+    widest = max(QFontMetrics(bold).horizontalAdvance(w) for n in names for w in f"{n} (sequences)".split())
+    assert table.columnWidth(0) > widest  # "Fragmentation" and "(sequences)" whole
+    assert table.header(for_csv=True)[1] == "max_num_seqs 64 (baseline)"  # the CSV's titles stay one line
+    table.resize(table.full_width() + 600, 400)  # room again: the titles on their usual lines
+    qtbot.waitUntil(lambda: table.header() == wide_header, timeout=2000)

@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFontMetrics
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from kvscope.widgets.palette import DARK, Theme
@@ -21,6 +21,9 @@ from kvscope.widgets.shown_label import shown_label
 
 RATIO_SIGN = "\u00f7"  # B ÷ A
 NEWLINE = "\n"
+LABEL_WIDTH = 18  # characters a configuration's title spans before it breaks over lines
+NARROW_LABEL_WIDTH = 10  # where the metric names would otherwise lose whole words ("Fragmen...")
+CELL_MARGIN_PX = 12  # a cell's padding either side of its text, and a little room
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class ResultRow:
 
 def _wrapped(label: str, width: int = 18) -> str:
     """A long configuration label over lines of about `width` characters, broken at spaces."""
-    return NEWLINE.join(textwrap.wrap(label, width)) if len(label) > width else label
+    # a word longer than the width stays whole: "max_num_se / qs 64" read as two words
+    return NEWLINE.join(textwrap.wrap(label, width, break_long_words=False)) if len(label) > width else label
 
 
 def row_title(row: ResultRow) -> str:
@@ -71,6 +75,9 @@ class ResultsTable(QTableWidget):
         self.rows: list[ResultRow] = []
         self._base_name = ""
         self._rows_fitted_for: tuple | None = None  # (names' column width, row names) the row heights fit
+        self._label_width = LABEL_WIDTH
+        self._narrow_for: dict = {}  # (viewport width, labels, row names): whether the titles go narrow
+        self._floor_for: tuple = (None, 0)  # (row names, bold): the names' column's least width, measured
         self.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.NoSelection)
         self.setFocusPolicy(Qt.NoFocus)  # the window's keys (space, arrows) stay the window's
@@ -90,17 +97,18 @@ class ResultsTable(QTableWidget):
     def header(self, for_csv: bool = False) -> list[str]:
         """Column titles. On screen long ones break over lines (four configurations side by side
         must fit beside the plots); in CSV each is one line."""
-        cols = ["metric (unit)"]
+        narrow = not for_csv and self._label_width < LABEL_WIDTH
+        cols = [f"metric{NEWLINE}(unit)" if narrow else "metric (unit)"]
         for i, label in enumerate(self.labels):
             if for_csv:
                 cols.append(f"{label} (baseline)" if i == 0 else label)
                 if i > 0:
                     cols.append(f"{label} {RATIO_SIGN} baseline")
                 continue
-            shown = _wrapped(shown_label(label))
+            shown = _wrapped(shown_label(label), self._label_width)
             cols.append(f"{shown}{NEWLINE}(baseline)" if i == 0 else shown)
             if i > 0:  # right after its configuration's column: the label would only repeat
-                cols.append(f"{RATIO_SIGN} baseline")
+                cols.append(f"{RATIO_SIGN}{NEWLINE if narrow else ' '}baseline")
         return cols
 
     def set_results(self, labels: list[str], rows: list[ResultRow]) -> None:
@@ -130,22 +138,50 @@ class ResultsTable(QTableWidget):
 
     def fit_columns(self) -> None:
         """Every column at its content's width; where that is wider than the table shows, the
-        metric names' column gives up the difference and its names wrap (down to a floor of about
-        twelve characters, below which the table scrolls)."""
+        metric names' column gives up the difference and its names wrap, down to the widest word
+        among them, below which the table scrolls. Before that, the configurations' titles break over
+        narrower lines: at 1920x1080 in demo mode three configurations left the names twelve
+        characters, "Fragmen..." and "Preempti..." elided."""
         self.resizeColumnsToContents()
         if self.isVisible() and self.columnCount() > 1:
-            header = self.horizontalHeader()
-            others = sum(header.sectionSize(c) for c in range(1, self.columnCount()))
-            room = self.viewport().width() - others
-            floor = 12 * self.fontMetrics().averageCharWidth()
-            if header.sectionSize(0) > room:
-                self.setColumnWidth(0, max(room, floor))
+            key = (self.viewport().width(), tuple(self.labels), tuple(r.name for r in self.rows))
+            narrow = self._narrow_for.get(key)
+            if narrow is None:  # measured once per width and shape: a running comparison's frames do not
+                self._use_label_width(LABEL_WIDTH)
+                narrow = self._names_room() < self._names_floor()
+                self._narrow_for = {key: narrow}
+            self._use_label_width(NARROW_LABEL_WIDTH if narrow else LABEL_WIDTH)
+            room = self._names_room()
+            if self.horizontalHeader().sectionSize(0) > room:
+                self.setColumnWidth(0, max(room, self._names_floor()))
         # only the names wrap (numbers hold no space): rows are measured again only when their
         # column's width or the rows themselves changed, not for every new number of a running comparison
         key = (self.columnWidth(0), tuple(r.name for r in self.rows))
         if key != self._rows_fitted_for:
             self._rows_fitted_for = key
             self.resizeRowsToContents()
+
+    def _use_label_width(self, width: int) -> None:
+        """Titles broken at `width` characters, the columns measured again if they changed."""
+        if width != self._label_width:
+            self._label_width = width
+            for col, text in enumerate(self.header()):
+                self.horizontalHeaderItem(col).setText(text)
+            self.resizeColumnsToContents()
+
+    def _names_room(self) -> int:
+        header = self.horizontalHeader()
+        return self.viewport().width() - sum(header.sectionSize(c) for c in range(1, self.columnCount()))
+
+    def _names_floor(self) -> int:
+        """The widest word of the metric names (in bold: the answer's row is), so that none is elided."""
+        names = tuple(row_title(r) for r in self.rows)
+        if self._floor_for[0] != names:
+            font = self.font()
+            font.setBold(True)
+            widest = max((QFontMetrics(font).horizontalAdvance(w) for n in names for w in n.split()), default=0)
+            self._floor_for = (names, max(widest + 2 * CELL_MARGIN_PX, 12 * self.fontMetrics().averageCharWidth()))
+        return self._floor_for[1]
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
