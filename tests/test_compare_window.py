@@ -175,3 +175,20 @@ def test_a_run_that_served_no_request_says_so_without_a_traceback(window, qtbot,
     assert view.revealed is None
     assert '"prefix caching on" completed no request' in view.errors_shown[-1]
     assert "Traceback" not in view.errors_shown[-1]
+
+
+def test_an_answer_the_memory_math_computes_is_drawn_from_the_runs_start(window, qtbot, monkeypatch):
+    """Before: drawn from the first results update on (at maximum speed 22.7 s into a 27.4 s run), a stub
+    or nothing at the reveal."""
+    scenario = small_scenario("cache-ceiling")
+    monkeypatch.setattr(main_window_module, "load_scenario", lambda _name: scenario)
+    assert window.open_scenario("cache-ceiling")
+    view = window.compare
+    assert view.asked.computed
+    qtbot.waitUntil(lambda: len(view.columns) == len(scenario.configs), timeout=60000)
+    view.panel.guess_number.setValue(30.0)
+    window.play_pressed()
+    wait_revealed(qtbot, view)
+    for (times, values), config in zip(view.asked_series, view.results.configurations):
+        assert times[0] == 0.0 and times[-1] > 0.0
+        assert set(values) == {config.memory["max_concurrent_sequences"]}

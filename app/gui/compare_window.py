@@ -388,6 +388,9 @@ class CompareView(CompareLayout, QWidget):
             if i < len(self.asked_series) and value is not None:
                 times, values = self.asked_series[i]
                 rose = not values or value > max(values)
+                if self.asked.computed and not times:
+                    times.append(0.0)  # the same from the first step: the run's whole span, not from this update on
+                    values.append(value)
                 times.append(clock_s)
                 values.append(value)
                 self.plots.set_asked_series(i, times, values)
