@@ -10,6 +10,7 @@ host); --replay names the server's replay socket, so missed batches are fetched 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -22,6 +23,9 @@ from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_outp
                                          write_json_output)
 
 MAX_DURATION_S = 7 * 86400.0
+# Shorter, no batch can be heard: the subscription reaches the publisher, and a busy server's next step
+# publishes, some tens of ms after the attach starts (`--duration 0.001` was "not the server's publisher").
+MIN_DURATION_S = 0.2
 POLL_MS = 100
 
 
@@ -47,8 +51,9 @@ def add_parser(subparsers) -> None:
                         help="what the server runs on, for the prediction when it sized its cache from GPU memory")
     parser.add_argument("--timeout", type=options.bounded(0.05, 60.0), default=2.0, metavar="SECONDS",
                         help="for each HTTP request, its whole answer, and each replay answer (default 2)")
-    parser.add_argument("--duration", type=options.bounded(0.0, MAX_DURATION_S, low_open=True), metavar="SECONDS",
-                        help="headless: follow for this long, then print what was observed (no window)")
+    parser.add_argument("--duration", type=duration_seconds, metavar="SECONDS",
+                        help=f"headless: follow for this long (at least {MIN_DURATION_S:g}), then print what was "
+                             "observed (no window)")
     parser.add_argument("--json", metavar="OUT", help="with --duration: write the observations as JSON ('-': stdout)")
     parser.add_argument("--record", metavar="FILE",
                         help="record what arrives to a .kvrec, for `kvscope gui --replay FILE` and `kvscope export`")
@@ -60,6 +65,17 @@ def add_parser(subparsers) -> None:
     parser.epilog = ("--theme, --quit-after and --screenshot are the window's: with --duration (headless) there is "
                      "none, and they are refused")
     parser.set_defaults(func=run)
+
+
+def duration_seconds(text: str) -> float:
+    """--duration: a positive number of seconds, long enough for a KV event to be heard at all."""
+    seconds = options.bounded(0.0, MAX_DURATION_S, low_open=True)(text)
+    if seconds < MIN_DURATION_S:
+        raise argparse.ArgumentTypeError(
+            f"{seconds:g} s is too short to hear a KV event (the subscription reaching the server's publisher and "
+            f"its next step take tens of ms), and the silence would be said as the wrong endpoint; give at least "
+            f"{MIN_DURATION_S:g} s, e.g. 10")
+    return seconds
 
 
 def target_from_args(args):
@@ -158,8 +174,6 @@ def figure_value(value, unit: str) -> str:
 
 def run_window(target, args) -> int:
     """The explorer window with the server's page showing; the live engine is built only if played."""
-    import argparse
-
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
