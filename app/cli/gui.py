@@ -79,7 +79,8 @@ def default_size(available) -> tuple[int, int]:
 
 def _size(text: str) -> tuple[int, int]:
     try:
-        width, height = (int(v) for v in text.lower().split("x"))
+        # "1600×960", as screen sizes are printed (the multiplication sign), is meant as 1600x960
+        width, height = (int(v) for v in text.lower().replace("\u00d7", "x").split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 1920x1080, got {text[:40]!r}") from None
     if width < MIN_SIZE[0] or height < MIN_SIZE[1] or width > MAX_SIDE or height > MAX_SIDE:
