@@ -10,11 +10,11 @@ from pathlib import Path
 
 from kvscope.engine import Engine
 from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, DEFAULT_REAL_MODEL, ConfigError, EngineArgs
-from kvscope.app.lab.presets import load_workload, load_workload_file, preset_file
+from kvscope.app.lab.presets import THIS_MACHINE, load_workload, load_workload_file, preset_file
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 from kvscope.app.lab.trained_model import TRAINED_MODEL
-from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored_by_trace
+from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
 from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.memory_math import full_length_reason
@@ -98,6 +98,11 @@ def workload_from_args(args) -> WorkloadSpec:
         spec = load_workload(args.workload or DEFAULT_WORKLOAD)
     if spec.trace_path is not None and args.arrival_rate is not None:
         refuse_ignored_by_trace(["--arrival-rate"], f"workload {spec.name}")
+    if (spec.trace_path is not None and not spec.shared_prefix_fraction and args.backend != "real"
+            and "seed" in getattr(args, "given_flags", ())):  # `--seed 1..5` were five runs of one result
+        refuse_ignored(["--seed"], f"workload {spec.name}", "replays a trace, whose rows give each request's arrival "
+                       "and lengths, and shares no prefix; the seed draws only the prompts' token ids, which the "
+                       "simulated backend does not read (no two prompts share a block either way)")
     combinations.refuse_requests_past_trace(spec, args.requests, f"trace {args.trace}" if args.trace else
                                             f"workload {spec.name}'s trace {spec.trace_path}")
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
@@ -155,9 +160,14 @@ def text_tokenizer(engine: Engine):
 
 def build_real_engine(args, record_outputs: bool = False) -> Engine:
     """The real backend on this machine: a local model directory, or a preset's shape with random weights."""
-    if args.hardware or args.memory_bytes is not None or args.memory_gib is not None:
-        raise ConfigError("--hardware and the memory flags describe a simulated target; the real backend runs on "
-                          "this machine (size its KV pool with --kv-cache-memory-bytes; on CUDA also --gpu-memory-utilization)")
+    # this-machine names where the real backend runs (as `gui --backend real` takes it), not a simulated target
+    simulated = [f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}" for flag, value in (
+        ("--hardware", None if args.hardware == THIS_MACHINE else args.hardware), ("--memory-bytes", args.memory_bytes),
+        ("--memory-gib", args.memory_gib)) if value is not None]
+    if simulated:
+        raise ConfigError(f"{', '.join(simulated)}: describe{'s' * (len(simulated) == 1)} a simulated target; the real "
+                          "backend runs on this machine (size its KV pool with --kv-cache-memory-bytes; on CUDA also "
+                          "--gpu-memory-utilization)")
     if args.config:
         raise ConfigError("--config gives a shape for the simulated backend; the real backend takes --model-path DIR "
                           "or a --model preset (random weights of its shape)")
