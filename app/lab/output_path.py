@@ -49,6 +49,20 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
         _check_output_path(flag, path, inputs)
     except OSError as exc:  # a name over 255 bytes, a symlink loop: the system cannot even look it up
         raise ConfigError(f"{flag} {said_short(str(path))}: {exc.strerror or exc}; give a path the system can open") from None
+    _refuse_another_formats_name(flag, str(path))  # after "is also the trace this command reads", the worse mistake
+
+
+# What each output flag writes, and the name endings kvscope gives its formats: an output named for
+# another (`export --csv trace.json --perfetto steps.csv`, swapped) wrote each in the other's name.
+FLAG_FORMATS = {"--json": ".json", "--csv": ".csv", "--perfetto": ".json", "--record": ".kvrec"}
+FORMAT_NAMES = {".json": "JSON", ".csv": "CSV", ".kvrec": "a kvscope recording", ".png": "a PNG image"}
+
+
+def _refuse_another_formats_name(flag: str, path: str) -> None:
+    wanted, suffix = FLAG_FORMATS.get(flag), Path(path).suffix.lower()
+    if wanted and suffix != wanted and suffix in FORMAT_NAMES:
+        raise ConfigError(f"{flag} {path}: writes {FORMAT_NAMES[wanted]}, and the name's {suffix} says "
+                          f"{FORMAT_NAMES[suffix]}; give a {wanted} name (or one without {suffix})")
 
 
 def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
