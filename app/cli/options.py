@@ -45,6 +45,7 @@ MODEL_PATH_NEEDS_REAL = "--model-path loads real weights: use it with --backend 
 
 # How a number flag is written, said in each refusal of one: what was typed and what would be taken.
 NUMBER_FORMS = "decimal digits, such as 16, 0.9 or 80e9"
+UNIT_ADVICE = {"%": "a share is given as a fraction, such as 0.9 for 90 %"}
 SMALLEST_NUMBER = 1e-300  # nearer 0 a float loses digits (1e-320 is held as 9.99989e-321), then is 0
 
 
@@ -57,6 +58,12 @@ def number(text: str) -> float:
         value = float(text)
     except ValueError:
         hexadecimal = text.strip().lower().lstrip("+-").startswith("0x")
+        unit = re.fullmatch(r"\s*[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:e[-+]?\d+)?\s*([a-z%]+)\s*", text, re.IGNORECASE)
+        # `--memory-gib 24GiB`, `--duration 10s` were "give decimal digits"; "1e" is an exponent left out
+        if unit and not hexadecimal and unit[1].lower() != "e":
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}, a number with a unit ({unit[1]}) typed after "
+                                             "it; " + UNIT_ADVICE.get(unit[1], "give the number alone, in the unit "
+                                                                       "the flag's name or its --help names")) from None
         raise argparse.ArgumentTypeError(f"not a number: {text!r}; give a number in {NUMBER_FORMS}"
                                          + (" (hexadecimal is not read)" if hexadecimal else "")) from None
     if not math.isfinite(value):
