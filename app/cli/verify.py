@@ -6,10 +6,11 @@ from __future__ import annotations
 from kvscope.engine.config import (
     COMPUTE_DTYPES,
     DEFAULT_REAL_MODEL,
-    KV_CACHE_DTYPE_BYTES,
+    KV_CACHE_DTYPES,
     KV_CACHE_PRECISIONS,
     QUANTIZATIONS,
     ConfigError,
+    normalize_dtype,
 )
 
 from kvscope.app.cli import combinations, options
@@ -37,7 +38,7 @@ def add_parser(subparsers) -> None:
                              f"(default {DEFAULT_REAL_MODEL})")
     source.add_argument("--model-path", metavar="DIR", help="a local Hugging Face model directory")
     parser.add_argument("--kv-cache-dtype", default="all",
-                        help=f"{', '.join(KV_CACHE_PRECISIONS)}, or all (default)")
+                        help=f"{', '.join(KV_CACHE_PRECISIONS)}, auto (the weights' type), or all (default)")
     parser.add_argument("--quantization", default=UNQUANTISED, choices=(UNQUANTISED, *QUANTIZATIONS, "all"),
                         help="weights quantised on load by bitsandbytes: int8, nf4, all (unquantised, int8 and nf4 "
                              "one after another), or none (default)")
@@ -89,10 +90,13 @@ def _quality_table(results, reference_weights: str) -> str:
 
 
 def run(args) -> int:
-    dtypes = KV_CACHE_PRECISIONS if args.kv_cache_dtype == "all" else (args.kv_cache_dtype,)
-    for dtype in dtypes:
-        if dtype not in KV_CACHE_DTYPE_BYTES:
-            raise ConfigError(f"unknown kv_cache_dtype {dtype!r}; choose all or one of: {', '.join(KV_CACHE_DTYPE_BYTES)}")
+    # read as `run` and `math` read it (FP16, auto: the weights' own type); "unknown kv_cache_dtype 'auto'" it was
+    dtypes = KV_CACHE_PRECISIONS if args.kv_cache_dtype.lower() == "all" else (args.kv_cache_dtype,)
+    try:
+        dtypes = tuple(normalize_dtype(dtype, dict.fromkeys(KV_CACHE_DTYPES), "kv_cache_dtype") for dtype in dtypes)
+    except ConfigError:
+        raise ConfigError(f"unknown kv_cache_dtype {args.kv_cache_dtype!r}; choose all or one of: "
+                          f"{', '.join(KV_CACHE_DTYPES)}") from None
     quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
     # the model's preset file, or every file of its folder (its weights and tokenizer are read too)
     check_output_path("--json", args.json, options.model_input_files(args.model, args.model_path))
