@@ -429,6 +429,11 @@ def delete_user_preset(kind: str, name: str) -> None:
 
 
 def load_workload(name: str) -> WorkloadSpec:
+    if isinstance(name, str) and name.lower().endswith(".toml"):  # `gui --workload mine.toml`: "give a .toml file"
+        stem = Path(name).stem
+        raise ConfigError(f"workload {name!r:.80}: a workload file, where a preset's name is read (`kvscope run "
+                          f"--workload` reads a file); save it as {user_presets_root() / 'workloads' / Path(name).name}"
+                          f" with name = {stem!r:.60} in it, and give the name {stem!r:.60}")
     path = _preset_file("workloads", name)
     label = f"workload preset {name}"
     builtin = presets_root() / "traces"
