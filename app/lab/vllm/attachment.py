@@ -154,6 +154,7 @@ class Attachment:
         target = self.target
         publishers = check_addresses(target)
         self.server, metrics = probe_server(target.url, target.timeout_s)
+        self._refuse_ranks_not_followed()
         for publisher in publishers:
             if publisher.replay_endpoint is not None:
                 check_replay_endpoint(publisher.replay_endpoint, target.timeout_s)
@@ -168,6 +169,16 @@ class Attachment:
         self._take_scrape(metrics, self._started)
         self._next_scrape = self._started + target.scrape_interval_s
         return self
+
+    def _refuse_ranks_not_followed(self) -> None:
+        """A server of more DP engines than followed: each rank publishes on the port + its rank, so the
+        others' events never came, and the map and counts of rank 0 alone were the server's ("2 engine(s)")."""
+        engines, followed = self.engine_ranks(), self.target.data_parallel_size
+        if len(engines) > followed:
+            raise ConfigError(f"{self.server.url}/metrics names {len(engines)} DP engines ({_ranks_text(engines)}), "
+                              f"and a data-parallel size of {followed} follows the KV events of "
+                              f"{_ranks_text(set(range(followed)))} alone (rank r publishes on the endpoint's port + "
+                              f"r): give --data-parallel-size {len(engines)}")
 
     def close(self) -> None:
         if self.recorder is not None:
