@@ -15,7 +15,8 @@ backend does not read; `run --backend real --hardware this-machine` was "describ
 (gui takes it); `verify --kv-cache-dtype auto` was "unknown kv_cache_dtype 'auto'" and FP16 refused where
 math takes FP8; `gui --size 1600×960` (the multiplication sign) was "expected WIDTHxHEIGHT"; `gui
 --workload mine.toml` said "a workload file's name ends in .toml; give a workload .toml file" of a .toml
-file. Every case's `expect` is the right behaviour."""
+file; `attach --model-path DIR/config.json` was told to give the file "with --config", a flag attach
+has not. Every case's `expect` is the right behaviour."""
 
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ def _attach_cases(Case) -> list:
               must_not_say=("not the server's publisher", "cannot reach")),
         _case(Case, "attach --duration 0.2 (the shortest: the server is asked)", "numbers",
               ["attach", DEAD, *EVENTS, "--duration", "0.2"], must_say=("cannot reach",)),
+        _case(Case, "attach --model-path DIR/config.json ('give it with --config', a flag attach has not)", "flags",
+              ["attach", DEAD, *EVENTS, "--duration", "0.3", "--model-path",
+               str(ROOT / "tests" / "fixtures" / "vllm" / "fixture_v0.33.0.json")],
+              must_say=("give the served model's folder, the one holding its config.json",),
+              must_not_say=("--config",)),
         _case(Case, "attach a DP-2 server with --data-parallel-size 1 (rank 0's events shown as the server's)",
               "flags", dp, must_say=("names 2 DP engines (ranks 0-1)", "give --data-parallel-size 2")),
         _case(Case, "attach a DP-2 server with --data-parallel-size 2 (both ranks followed)", "flags",

@@ -222,3 +222,17 @@ def test_a_workload_file_where_a_preset_is_read_says_where_to_save_it(capsys, tm
     from kvscope.app.lab.presets import load_workload
 
     assert load_workload("chat").name == "chat"  # a preset's name is read as before
+
+
+@pytest.mark.parametrize("command, said", [
+    (("attach", DEAD, "--kv-events", "tcp://127.0.0.1:5557", "--duration", "0.3"),
+     "give the served model's folder, the one holding its config.json"),
+    (("math",), "or a config.json itself with --config"),  # math takes --config: it is named there
+])
+def test_a_config_json_given_as_the_model_folder_is_sent_where_the_command_reads_it(capsys, tmp_path, command, said):
+    """`attach --model-path DIR/config.json` was told to give it "with --config", a flag attach has not."""
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    rc, out, err = cli(capsys, *command, "--model-path", config)
+    refused(rc, err, said)
+    assert ("--config" in err) == (command[0] == "math")

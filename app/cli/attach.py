@@ -86,7 +86,7 @@ def target_from_args(args):
     if not (args.kv_events or args.kv_listen):
         raise ConfigError("give the server's KV event endpoint (--kv-events tcp://HOST:5557) or one for servers to "
                           "dial (--kv-listen tcp://*:5557)")
-    model = load_hf_config(options.model_folder(args.model_path)) if args.model_path else \
+    model = load_hf_config(options.model_folder(args.model_path, takes_config=False)) if args.model_path else \
         load_model(args.model) if args.model else None
     hardware = load_hardware(args.hardware) if args.hardware else None
     return AttachTarget(url=args.url, kv_events=args.kv_events, kv_listen=args.kv_listen, replay=args.replay,

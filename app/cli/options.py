@@ -276,7 +276,7 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
     return model.replace(**changes) if changes else model
 
 
-def model_folder(path: str) -> str:
+def model_folder(path: str, takes_config: bool = True) -> str:
     """--model-path as a folder: `math --model-path /missing` was "config /missing: cannot read: no such
     file", and a file there was read as a config.json, though the flag names a model's folder."""
     import os
@@ -291,8 +291,10 @@ def model_folder(path: str) -> str:
     except (OSError, ValueError):  # a name too long, a NUL: the reader says it
         return path
     if not stat.S_ISDIR(mode):
-        raise ConfigError(f"--model-path {said_path(path)}: not a folder; give a model's folder (config.json and its "
-                          "weights), or a config.json itself with --config")
+        # `attach` has no --config to send the file to: its folder is what to give
+        raise ConfigError(f"--model-path {said_path(path)}: not a folder; " + (
+            "give a model's folder (config.json and its weights), or a config.json itself with --config" if takes_config
+            else "give the served model's folder, the one holding its config.json (only that file is read)"))
     return path
 
 
