@@ -28,6 +28,14 @@ def note(message: str, parser) -> str:
     return ""
 
 
+def after_double_dash(parser, extra: str) -> str | None:
+    """What to say of a command's own flag typed after "--", which argparse then reads as a value
+    (it was said as another command's flag, or "did you mean" itself); None for any other word."""
+    if "--" in getattr(parser, "typed", ()) and extra.split("=", 1)[0] in parser._option_string_actions:
+        return f"{extra} (a flag of `{parser.prog}`, but after '--', which ends the flags: put it before '--')"
+    return None
+
+
 def _dashed(token: str, options: dict) -> bool:
     """Whether token looks like a flag to argparse and is none of this parser's (nor an abbreviation)."""
     if not token.startswith("-") or token in ("-", "--") or re.match(r"^-(\d|\.\d)", token):

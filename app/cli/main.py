@@ -164,13 +164,11 @@ class Parser(argparse.ArgumentParser):
         """Flags this command does not take, each with the flag it seems to mean, or the commands that
         take it (`kvscope export --model x`: "did you mean --help?" was difflib's nearest)."""
         flags = [f for f in self._option_string_actions if f.startswith("--")]
-        ended = "--" in getattr(self, "typed", ())  # what follows "--" is read as values, its own flags too
         said = []
         for extra in extras:
             name = extra.split("=", 1)[0]
-            if ended and name in self._option_string_actions:  # was "a flag of `kvscope compare`, not of export"
-                said.append(f"{extra} (a flag of `{self.prog}`, but after '--', which ends the flags: put it before "
-                            "'--')")
+            if (ended := importlib.import_module("kvscope.app.cli.dash_values").after_double_dash(self, extra)):
+                said.append(ended)  # `export -- r.kvrec --csv x.csv`: "--csv (a flag of `kvscope compare`...)"
                 continue
             # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
