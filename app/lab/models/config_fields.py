@@ -13,13 +13,14 @@ from kvscope.engine.checks import (
     MAX_BYTES,
     ConfigError,
     ceiling,
+    real_number,
     shown,
     whole_number,
 )
 
 from kvscope.app.lab.table_checks import require_table
 
-WHOLE, TEXT, FLAG, TABLE, LIST = "whole", "text", "flag", "table", "list"
+WHOLE, TEXT, FLAG, TABLE, LIST, FACTOR = "whole", "text", "flag", "table", "list", "factor"
 
 HF_FIELDS = {
     # the dense shape
@@ -27,6 +28,8 @@ HF_FIELDS = {
     "hidden_size": WHOLE, "intermediate_size": WHOLE, "vocab_size": WHOLE, "max_position_embeddings": WHOLE,
     "tie_word_embeddings": FLAG, "attention_bias": FLAG, "model_type": TEXT, "architectures": LIST,
     "torch_dtype": TEXT, "dtype": TEXT, "quantization_config": TABLE, "text_config": TABLE, "auto_map": TABLE,
+    # how far rope scaling stretches the positions (transformers 5 names the table rope_parameters)
+    "rope_scaling": TABLE, "rope_parameters": TABLE,
     # layer layouts
     "layer_types": LIST, "sliding_window": WHOLE, "use_sliding_window": FLAG, "sliding_window_pattern": WHOLE,
     "full_attention_interval": WHOLE, "linear_num_key_heads": WHOLE, "linear_num_value_heads": WHOLE,
@@ -43,6 +46,10 @@ HF_FIELDS = {
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
                        "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}
+# rope_scaling's (and rope_parameters') fields that config_json reads: a factor of "4" or a list, an
+# original_max_position_embeddings of "512", were read as no stretch at all, without a word
+ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
+MAX_ROPE_FACTOR = 1e6  # the longest stretch any model has is 40 (DeepSeek V3's yarn); a factor past a million is no model's
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
 _SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16}
 
@@ -61,6 +68,8 @@ def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
             raise ConfigError(f"{what} must be text, got {shown(value)}")
         elif kind == FLAG and not isinstance(value, bool):
             raise ConfigError(f"{what} must be true or false, got {shown(value)}")
+        elif kind == FACTOR:  # a multiplier: greater than 0 (a factor of 0 or -4 stretched nothing, silently)
+            out[key] = real_number(value, what, 0.0, MAX_ROPE_FACTOR, low_open=True)
         elif kind == TABLE:
             require_table(value, what)
         elif kind == LIST and not isinstance(value, list):
@@ -75,6 +84,9 @@ def checked_hf_fields(cfg, label: str) -> dict:
     if "quantization_config" in cfg:
         cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
                                               "quantization_config.")
+    for key in ("rope_scaling", "rope_parameters"):
+        if key in cfg:
+            cfg[key] = _checked(cfg[key], ROPE_FIELDS, label, f"{key}.")
     for key in ("architectures", "layer_types"):
         if key in cfg and not all(isinstance(item, str) for item in cfg[key]):
             raise ConfigError(f"{label}: {key} must be a list of names, got {shown(cfg[key])}")

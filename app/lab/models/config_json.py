@@ -139,6 +139,9 @@ def _experts(cfg: dict, model_type: str) -> dict:
     if not count:
         return {}
     per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+    if cfg.get("experts_per_token") and per_token != cfg["experts_per_token"]:  # gpt-oss gives both, alike
+        raise ConfigError(f"num_experts_per_tok ({per_token:,}) and experts_per_token ({cfg['experts_per_token']:,}) "
+                          "give different numbers of experts a token runs; keep the one the model has")
     # Mixtral and gpt-oss give the expert MLP as intermediate_size and have no dense layers
     size = _given_or(cfg, "moe_intermediate_size", cfg.get("intermediate_size"))
     shared = cfg.get("shared_expert_intermediate_size") or 0
@@ -147,6 +150,12 @@ def _experts(cfg: dict, model_type: str) -> dict:
             raise ConfigError(f"n_shared_experts ({cfg['n_shared_experts']:,}) are experts of moe_intermediate_size, "
                               "which it does not give; give moe_intermediate_size (a whole number > 0)")
         shared = cfg["n_shared_experts"] * cfg["moe_intermediate_size"]
+        if cfg.get("shared_expert_intermediate_size") and cfg["shared_expert_intermediate_size"] != shared:
+            # shared_expert_intermediate_size was replaced by n_shared_experts x moe_intermediate_size, silently
+            raise ConfigError(f"shared_expert_intermediate_size ({cfg['shared_expert_intermediate_size']:,}) is not "
+                              f"n_shared_experts x moe_intermediate_size ({cfg['n_shared_experts']:,} x "
+                              f"{cfg['moe_intermediate_size']:,} = {shared:,}), the size of the shared experts "
+                              "they give; keep the one the model has")
     dense = cfg.get("first_k_dense_replace") or 0
     layers = cfg.get("num_hidden_layers")
     if isinstance(layers, int) and dense > layers:  # said as num_dense_layers, a field the file does not have
@@ -184,6 +193,17 @@ def _rope_scaled_positions(scaling, positions) -> int | None:
     if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
         base = positions
     return int(min(base * factor, ceiling("max_model_len_limit")))  # a float product: 1e308 x 512 is inf
+
+
+def _stretched_positions(cfg: dict, positions, label: str) -> int | None:
+    """The positions rope_scaling (or rope_parameters, its transformers 5 name) stretches to; both given
+    and stretching to different lengths is refused (rope_scaling's was taken without a word)."""
+    old, new = (_rope_scaled_positions(cfg.get(key), positions) for key in ("rope_scaling", "rope_parameters"))
+    if cfg.get("rope_scaling") is not None and cfg.get("rope_parameters") is not None and old != new:
+        raise ConfigError(f"{label}: rope_scaling stretches max_position_embeddings ({shown(positions)}) to "
+                          f"{shown(old or positions)} positions, rope_parameters (its newer name) to "
+                          f"{shown(new or positions)}; keep the one the model was trained with")
+    return old if cfg.get("rope_scaling") is not None else new
 
 
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
@@ -230,8 +250,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "max_position_embeddings": positions,
         "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,
         # transformers 5 writes rope_scaling as rope_parameters: its yarn factor was read as no stretch at all
-        "max_model_len_limit": _rope_scaled_positions(_given_or(cfg, "rope_scaling", cfg.get("rope_parameters")),
-                                                      positions),
+        "max_model_len_limit": _stretched_positions(cfg, positions, label),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
