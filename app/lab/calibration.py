@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, _DuplicateKey, _unique_pairs, nesting_depth, read_capped,
-                                          refuse_outsized_whole, unholdable_number)
+                                          refuse_outsized_whole, unholdable_number, what_is_there)
 from kvscope.app.lab.output_path import write_text_atomic
 from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 from kvscope.engine.checks import real_number, shown
@@ -400,6 +400,10 @@ def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) 
     FLOP/s in that dtype."""
     path = profile_path(machine)
     if not path.is_file():
+        # a folder, a pipe or a link to nothing there: the datasheet peaks were used without a word
+        if path.is_symlink() or path.exists():
+            raise ConfigError(f"calibration profile {path}: is {what_is_there(path)}, not a file (the profile `kvscope calibrate` stores is a JSON "
+                              "file); remove it and run `kvscope calibrate` again, or restore the file")
         return None
     profile = read_profile(path)
     if "machine" in profile and profile["machine"] != machine:  # copied from another machine: not this one's speed
