@@ -42,12 +42,8 @@ def test_math_and_run_refuse_it_in_one_line(capsys):
     ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 32768),  # in the positions
     ({"rope_type": "longrope", "factor": 4.0}, 32768),
     ({"rope_type": "yarn", "factor": 1.0}, 32768),
-    ({"rope_type": "yarn", "factor": "4"}, 32768),  # odd values stretch nothing, and raise nothing
-    ({"rope_type": "yarn", "factor": True}, 32768),
-    ({"rope_type": "yarn", "factor": math.nan}, 32768),
-    ({"rope_type": "yarn", "factor": -2.0}, 32768),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "x"}, 131072),
-    ("yarn", 32768),
+    # odd values ("4", true, nan, -2, an original of "x", a table given as "yarn") were read as no stretch
+    # without a word: they are refused now, naming the field (tests/test_files_hostile_thirteenth.py)
 ])
 def test_rope_scaling_in_config_json_stretches_the_positions_as_vllm_derives_them(scaling, longest):
     model = model_from_hf_config({**QWEN_LIKE, "rope_scaling": scaling}, "qwen-like")

@@ -9,6 +9,8 @@ null counts as absent, as transformers reads it.
 
 from __future__ import annotations
 
+import sys
+
 from kvscope.engine.checks import (
     MAX_BYTES,
     ConfigError,
@@ -49,7 +51,7 @@ QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit
 # rope_scaling's (and rope_parameters') fields that config_json reads: a factor of "4" or a list, an
 # original_max_position_embeddings of "512", were read as no stretch at all, without a word
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
-MAX_ROPE_FACTOR = 1e6  # the longest stretch any model has is 40 (DeepSeek V3's yarn); a factor past a million is no model's
+MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stretches to are held to kvscope's ceiling
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
 _SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16}
 

@@ -80,10 +80,11 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
 
 def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
     """layer_types as config.json gives it, or as its older fields imply; None: all full attention."""
-    if cfg.get("layer_types") is not None:
-        return cfg["layer_types"]
     if not isinstance(layers, int) or isinstance(layers, bool):
-        return None  # the layer count's own check reports it
+        return cfg.get("layer_types")  # the layer count's own check reports it
+    if cfg.get("layer_types") is not None:
+        _refuse_older_layout_fields(cfg, cfg["layer_types"], layers)
+        return cfg["layer_types"]
     interval = cfg.get("full_attention_interval")
     if interval is not None:  # Qwen3-Next / Qwen3.5: every interval-th layer is full attention
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
@@ -101,6 +102,27 @@ def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
     if model_type in _ALL_SLIDING:
         return ["sliding_attention"] * layers
     return None
+
+
+def _refuse_older_layout_fields(cfg: dict, given: list, layers: int) -> None:
+    """layer_types beside an older field that says the same fact otherwise (Gemma 3's sliding_window_pattern,
+    Qwen3-Next's full_attention_interval, use_sliding_window false): they must agree, the older was dropped."""
+    if len(given) != layers:
+        return  # the layer count's own check says it
+    older = {k: cfg[k] for k in ("full_attention_interval", "sliding_window_pattern") if cfg.get(k) is not None}
+    for key, value in older.items():
+        implied = _layer_types({"sliding_window": 1, key: value}, "", layers)
+        if implied != given:
+            raise ConfigError(f"layer_types and {key} ({shown(value)}) say different layers ({key} gives "
+                              f"{_layout(implied)}, layer_types {_layout(given)}); keep the one the model has")
+    if cfg.get("use_sliding_window") is False and "sliding_attention" in given:
+        raise ConfigError(f"use_sliding_window is false, but layer_types lists {given.count('sliding_attention'):,} "
+                          "sliding_attention layers; keep the one the model has")
+
+
+def _layout(types: list) -> str:
+    """How many layers of each type a layout has, as a message says it."""
+    return ", ".join(f"{types.count(t)} {t}" for t in dict.fromkeys(types))
 
 
 def _linear_state_bytes(cfg: dict, weight_dtype: str) -> int:
