@@ -187,14 +187,18 @@ def _config_cases(t: Path, Case, write) -> list:
     cases = [Case(f"math --config {name}", "structure",
                   ["math", "--config", str(write(t / "configs" / name / "config.json", json.dumps(cfg)))])
              for name, cfg in files.items()]
-    # rope_scaling, read since this pass: odd values stretch nothing; a length past the positions is refused
-    ropes = {"rope-factor-text": {"rope_type": "yarn", "factor": "4"},
-             "rope-factor-nan": {"type": "linear", "factor": "NaN"},
-             "rope-factor-1e308": {"rope_type": "dynamic", "factor": 1e308}, "rope-a-list": [1, 2],
-             "rope-original-negative": {"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": -5}}
-    for name, scaling in ropes.items():
+    # rope_scaling, read since this pass: a huge factor is held to kvscope's ceiling; odd values, which
+    # stretched nothing without a word, are refused naming the field since the thirteenth pass
+    ropes = {"rope-factor-text": ({"rope_type": "yarn", "factor": "4"}, "rope_scaling.factor"),
+             "rope-factor-nan": ({"type": "linear", "factor": "NaN"}, "rope_scaling.factor"),
+             "rope-factor-1e308": ({"rope_type": "dynamic", "factor": 1e308}, None),
+             "rope-a-list": ([1, 2], "rope_scaling must be a table"),
+             "rope-original-negative": ({"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": -5},
+                                        "rope_scaling.original_max_position_embeddings")}
+    for name, (scaling, said) in ropes.items():
         config = str(write(t / "configs" / name / "config.json", json.dumps({**LLAMA, "rope_scaling": scaling})))
-        cases.append(Case(f"math --config {name}", "structure", ["math", "--config", config], expect="ok"))
+        cases.append(Case(f"math --config {name}", "structure", ["math", "--config", config],
+                          expect="refuse" if said else "ok", must_say=(said,) if said else ()))
     cases.append(Case("math --max-model-len past llama-2-7b's 4,096 positions", "numbers",
                       ["math", "--model", "llama-2-7b", "--max-model-len", "100000"], must_say=("4,096 positions",)))
     return cases

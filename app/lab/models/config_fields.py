@@ -15,7 +15,6 @@ from kvscope.engine.checks import (
     MAX_BYTES,
     ConfigError,
     ceiling,
-    real_number,
     shown,
     whole_number,
 )
@@ -56,6 +55,12 @@ MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stre
 _SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16}
 
 
+def per_layer_type(rope: dict) -> bool:
+    """Whether a rope table holds one table per type of layer (transformers 5's rope_parameters of Gemma 3:
+    {"full_attention": {...}, "sliding_attention": {...}}); a table of one rope has no table inside."""
+    return bool(rope) and all(isinstance(value, dict) for value in rope.values())
+
+
 def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
     out = dict(table)
     for key, kind in kinds.items():
@@ -70,8 +75,10 @@ def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
             raise ConfigError(f"{what} must be text, got {shown(value)}")
         elif kind == FLAG and not isinstance(value, bool):
             raise ConfigError(f"{what} must be true or false, got {shown(value)}")
-        elif kind == FACTOR:  # a multiplier: greater than 0 (a factor of 0 or -4 stretched nothing, silently)
-            out[key] = real_number(value, what, 0.0, MAX_ROPE_FACTOR, low_open=True)
+        elif kind == FACTOR and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                     and 0 < value <= MAX_ROPE_FACTOR):  # "4", 0 or -4 stretched nothing, silently
+            raise ConfigError(f"{what} must be a number greater than 0 (how many times the positions are "
+                              f"stretched), got {shown(value)}")
         elif kind == TABLE:
             require_table(value, what)
         elif kind == LIST and not isinstance(value, list):
@@ -87,7 +94,9 @@ def checked_hf_fields(cfg, label: str) -> dict:
         cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
                                               "quantization_config.")
     for key in ("rope_scaling", "rope_parameters"):
-        if key in cfg:
+        if key in cfg and per_layer_type(cfg[key]):  # transformers 5: a table for each type of layer
+            cfg[key] = {kind: _checked(table, ROPE_FIELDS, label, f"{key}.{kind}.") for kind, table in cfg[key].items()}
+        elif key in cfg:
             cfg[key] = _checked(cfg[key], ROPE_FIELDS, label, f"{key}.")
     for key in ("architectures", "layer_types"):
         if key in cfg and not all(isinstance(item, str) for item in cfg[key]):

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
-from kvscope.app.lab.models.config_fields import checked_hf_fields
+from kvscope.app.lab.models.config_fields import checked_hf_fields, per_layer_type
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -207,6 +207,9 @@ def _rope_scaled_positions(scaling, positions) -> int | None:
     scaling are in max_position_embeddings already, mrope stretches nothing. None: not stretched."""
     if not isinstance(scaling, dict) or isinstance(positions, bool) or not isinstance(positions, int):
         return None
+    if per_layer_type(scaling):  # one table per type of layer, read as vLLM reads them: the last factor stands
+        stretched = [n for table in scaling.values() if (n := _rope_scaled_positions(table, positions))]
+        return stretched[-1] if stretched else None
     kind, factor = scaling.get("rope_type", scaling.get("type")), scaling.get("factor")
     if (kind in ("su", "longrope", "llama3", "mrope") or isinstance(factor, bool)
             or not isinstance(factor, (int, float)) or not 1 < factor < math.inf):
@@ -220,6 +223,8 @@ def _rope_scaled_positions(scaling, positions) -> int | None:
 def _stretched_positions(cfg: dict, positions, label: str) -> int | None:
     """The positions rope_scaling (or rope_parameters, its transformers 5 name) stretches to; both given
     and stretching to different lengths is refused (rope_scaling's was taken without a word)."""
+    if "gemma3" in str(cfg.get("model_type", "")):  # its 131,072 positions are stretched already (vLLM's rule):
+        return None  # the linear factor of 8 stretched them to 1,048,576, which vLLM refuses
     old, new = (_rope_scaled_positions(cfg.get(key), positions) for key in ("rope_scaling", "rope_parameters"))
     if cfg.get("rope_scaling") is not None and cfg.get("rope_parameters") is not None and old != new:
         raise ConfigError(f"{label}: rope_scaling stretches max_position_embeddings ({shown(positions)}) to "
