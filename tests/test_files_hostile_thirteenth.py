@@ -1,0 +1,173 @@
+"""The thirteenth hostile pass over the files kvscope reads: a config.json's rope tables (a factor
+given as text, 0 or a list; rope_scaling and rope_parameters stretching differently; Gemma 3's factor,
+already in its positions; transformers 5's table per layer type), its fields that say one fact twice
+(experts_per_token beside num_experts_per_tok, shared_expert_intermediate_size beside n_shared_experts,
+layer_types beside full_attention_interval, sliding_window_pattern or use_sliding_window), a calibration
+profile that is a folder or a link to nothing, and a scenario whose configurations are one configuration.
+Each refusal test failed before its fix; the consistent neighbours beside them pass.
+scripts/hostile_inputs_thirteenth_files.py runs them through the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.app.lab.models.config_json import model_from_hf_config
+from kvscope.app.lab.scenarios import load_scenario, scenarios_root
+from kvscope.engine.config import ConfigError
+
+BASE = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "hidden_size": 128, "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 512}
+LINEAR = {"linear_num_key_heads": 2, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
+          "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+MOE = {"num_experts": 8, "moe_intermediate_size": 64}
+DEEPSEEK = {"model_type": "deepseek_v2", "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 2,
+            "moe_intermediate_size": 64}
+EVERY_OTHER = ["linear_attention", "full_attention"] * 2
+
+
+def refused(fields: dict) -> str:
+    with pytest.raises(ConfigError) as caught:
+        model_from_hf_config({**BASE, **fields}, "m", label="config c.json")
+    said = str(caught.value)
+    assert said.startswith("config c.json: ") and "\n" not in said, said
+    return said
+
+
+# -- rope tables -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, said", [
+    # each was read as no stretch at all: --max-model-len 2048 refused as past the 512 positions
+    ({"rope_scaling": {**YARN, "factor": "4"}}, "rope_scaling.factor must be a number greater than 0"),
+    ({"rope_scaling": {**YARN, "factor": 0}}, "rope_scaling.factor must be a number greater than 0"),
+    ({"rope_scaling": {**YARN, "factor": -4.0}}, "rope_scaling.factor must be a number greater than 0"),
+    ({"rope_parameters": {**YARN, "factor": True}}, "rope_parameters.factor must be a number greater than 0"),
+    ({"rope_scaling": [4.0, 512]}, "rope_scaling must be a table, got [4.0, 512]"),
+    ({"rope_scaling": "yarn"}, "rope_scaling must be a table"),
+    ({"rope_scaling": {**YARN, "original_max_position_embeddings": "512"}},
+     "rope_scaling.original_max_position_embeddings must be a whole number"),
+    ({"rope_parameters": {"full_attention": {**YARN, "factor": "4"}, "sliding_attention": {"rope_type": "default"}}},
+     "rope_parameters.full_attention.factor must be a number greater than 0"),
+    # rope_scaling's 1,024 was taken without a word
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "linear", "factor": 8.0}},
+     "rope_scaling stretches max_position_embeddings (512) to 1,024 positions, rope_parameters (its newer name) to "
+     "4,096"),
+])
+def test_a_rope_table_that_cannot_say_how_far_it_stretches_is_refused_naming_the_field(fields, said):
+    assert said in refused(fields)
+
+
+def test_the_rope_tables_given_as_meant_stretch_as_vllm_derives_them():
+    assert model_from_hf_config({**BASE, "rope_scaling": YARN}, "m").longest_context == 2048
+    assert model_from_hf_config({**BASE, "rope_scaling": {**YARN, "factor": 4}}, "m").longest_context == 2048
+    both = model_from_hf_config({**BASE, "rope_scaling": YARN, "rope_parameters": {**YARN, "rope_theta": 1e4}}, "m")
+    assert both.longest_context == 2048  # the two names saying the same stretch
+    plain = {"rope_scaling": {"rope_type": "default", "rope_theta": 1e4}, "rope_parameters": {"rope_theta": 1e4}}
+    assert model_from_hf_config({**BASE, **plain}, "m").longest_context == 512
+    assert model_from_hf_config({**BASE, "rope_scaling": None}, "m").longest_context == 512
+
+
+def test_transformers_5s_rope_parameters_per_layer_type_stretch_as_vllm_reads_them():
+    """{"full_attention": {yarn x4}, "sliding_attention": {default}}: read as no stretch (512)."""
+    nested = {"full_attention": {**YARN, "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default"}}
+    assert model_from_hf_config({**BASE, "rope_parameters": nested}, "m").longest_context == 2048
+    flat = {"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}
+    assert model_from_hf_config({**BASE, "rope_parameters": flat}, "m").longest_context == 512
+
+
+def test_gemma_3s_rope_factor_does_not_stretch_its_positions_again():
+    """Gemma 3's 131,072 positions are its stretched length (vLLM skips the factor for gemma3 model
+    types): its linear factor of 8 allowed and sized 1,048,576 tokens, which vLLM refuses to start with."""
+    gemma = {**BASE, "max_position_embeddings": 131072, "head_dim": 32, "sliding_window": 64,
+             "sliding_window_pattern": 2, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    assert model_from_hf_config({**gemma, "model_type": "gemma3_text"}, "m").longest_context == 131072
+    whole = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+             "text_config": {**gemma, "model_type": "gemma3_text"}}
+    assert model_from_hf_config(whole, "m").longest_context == 131072
+    # the neighbour: another model type's linear factor still stretches
+    assert model_from_hf_config({**gemma, "model_type": "llama"}, "m").longest_context == 1048576
+
+
+# -- fields that say one fact twice -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, said", [
+    # num_experts_per_tok (2) was taken
+    ({**MOE, "num_experts_per_tok": 2, "experts_per_token": 4},
+     "num_experts_per_tok (2) and experts_per_token (4) give different numbers of experts a token runs"),
+    # 999 replaced by 2 x 64 = 128
+    ({**DEEPSEEK, "shared_expert_intermediate_size": 999},
+     "shared_expert_intermediate_size (999) is not n_shared_experts x moe_intermediate_size (2 x 64 = 128)"),
+    # the interval's 3 linear layers and 1 full were dropped for layer_types' 2 and 2
+    ({**LINEAR, "full_attention_interval": 4, "layer_types": EVERY_OTHER},
+     "layer_types and full_attention_interval (4) say different layers (full_attention_interval gives 3 "
+     "linear_attention, 1 full_attention, layer_types 2 linear_attention, 2 full_attention)"),
+    ({"sliding_window": 64, "sliding_window_pattern": 4, "layer_types": ["sliding_attention", "full_attention"] * 2},
+     "layer_types and sliding_window_pattern (4) say different layers"),
+    ({"sliding_window": 64, "use_sliding_window": False, "layer_types": ["sliding_attention", "full_attention"] * 2},
+     "use_sliding_window is false, but layer_types lists 2 sliding_attention layers"),
+])
+def test_a_config_json_saying_one_fact_two_ways_is_refused_naming_both(fields, said):
+    assert said in refused(fields)
+
+
+def test_the_config_json_fields_that_agree_stay_accepted():
+    gpt_oss = model_from_hf_config({**BASE, **MOE, "num_experts_per_tok": 4, "experts_per_token": 4}, "m")
+    assert gpt_oss.num_experts_per_tok == 4  # gpt-oss's config.json gives both, alike
+    assert model_from_hf_config({**BASE, **MOE, "experts_per_token": 4}, "m").num_experts_per_tok == 4
+    deepseek = model_from_hf_config({**BASE, **DEEPSEEK, "shared_expert_intermediate_size": 128}, "m")
+    assert deepseek.shared_expert_intermediate_size == 128
+    qwen_next = model_from_hf_config({**BASE, **LINEAR, "full_attention_interval": 2, "layer_types": EVERY_OTHER}, "m")
+    assert qwen_next.layer_types == tuple(EVERY_OTHER)
+    gemma = ["sliding_attention", "full_attention"] * 2
+    assert model_from_hf_config({**BASE, "sliding_window": 64, "sliding_window_pattern": 2, "layer_types": gemma},
+                                "m").layer_types == tuple(gemma)
+    qwen = {"sliding_window": 4096, "use_sliding_window": False, "layer_types": ["full_attention"] * 4}
+    assert model_from_hf_config({**BASE, **qwen}, "m").sliding_window is None  # Qwen3's own config.json
+    window = {"sliding_window": 64, "use_sliding_window": True, "layer_types": gemma}
+    assert model_from_hf_config({**BASE, **window}, "m").sliding_window == 64
+
+
+# -- calibration profiles ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("what, make, said", [
+    ("a folder", lambda p, t: p.mkdir(), "is a folder, not a file"),
+    ("a link to nothing", lambda p, t: p.symlink_to(t / "gone.json"), "is a link that leads nowhere, not a file"),
+])
+def test_a_calibration_profile_that_is_no_file_is_refused_not_skipped(tmp_path, monkeypatch, what, make, said):
+    """The datasheet peaks were used without a word, as if `kvscope calibrate` had never run here."""
+    from kvscope.app.lab.calibration import load_stored_calibration, profile_path
+
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    path = profile_path("cpu-test-4cores")
+    path.parent.mkdir(parents=True)
+    assert load_stored_calibration("cpu-test-4cores") is None  # the neighbour: none stored, none used
+    make(path, tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_stored_calibration("cpu-test-4cores")
+    assert str(caught.value).startswith(f"calibration profile {path}: {said}"), caught.value
+    assert "run `kvscope calibrate` again" in str(caught.value)
+
+
+# -- scenarios --------------------------------------------------------------------------------------------------
+
+def _scenario(tmp_path, name: str, old: str, new: str):
+    text = (scenarios_root() / f"{name}.toml").read_text()
+    assert old in text
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace(old, new, 1))
+    return load_scenario(str(path))
+
+
+def test_a_simulated_scenario_whose_configurations_are_one_configuration_is_refused(tmp_path):
+    """Both prefix caching on: the comparison ran, revealed a hit rate, and every difference was 0."""
+    with pytest.raises(ConfigError) as caught:
+        _scenario(tmp_path, "prefix-caching", "engine = { enable_prefix_caching = false }",
+                  "engine = { enable_prefix_caching = true }")
+    assert "'prefix caching off' and 'prefix caching on' are the same configuration" in str(caught.value)
+    assert str(tmp_path / "s.toml") in str(caught.value) and "\n" not in str(caught.value)
+    # the neighbours: the scenario as shipped, and one differing only in output_tokens
+    shipped = load_scenario("prefix-caching")
+    assert [c.label for c in shipped.configs] == ["prefix caching off", "prefix caching on"]
+    longer = _scenario(tmp_path, "prefix-caching", "engine = { enable_prefix_caching = false }",
+                       "engine = { enable_prefix_caching = true }\noutput_tokens = 64")
+    assert longer.configs[0].output_tokens == 64
