@@ -32,7 +32,7 @@ PYTHON_WORDS = ("Traceback", "object has no attribute", "NoneType", "nan %")
 def thirteenth_file_cases(d: Path, Case, write) -> list:
     f = d / "thirteenth"
     f.mkdir(parents=True, exist_ok=True)
-    makers = (_config_cases, _calibration_cases, _scenario_cases)
+    makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases)
     return [case for make in makers for case in make(f, Case, write)]
 
 
@@ -165,3 +165,20 @@ def _scenario_cases(f: Path, Case, write) -> list:
         Case("compare --scenario file whose two configurations differ in output_tokens only", "structure",
              ["compare", "--scenario", str(apart), "--requests", "50"], expect="ok", must_not_say=PYTHON_WORDS),
     ]
+
+
+# -- workloads ------------------------------------------------------------------------------------------------
+
+def _workload_cases(f: Path, Case, write) -> list:
+    write(f / "workloads" / "rows.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,10\n1,60,10\n2,80,10\n")
+    cases = []
+    for tokens, said in ((1000, ("shared_prefix_tokens (1,000) is not shorter than the longest prompt its trace",
+                                 "rows.csv gives (100)")), (64, None)):
+        path = write(f / "workloads" / f"prefix-{tokens}.toml", f'name = "prefix-{tokens}"\ntrace = "rows.csv"\n'
+                     f"shared_prefix_fraction = 0.9\nshared_prefix_tokens = {tokens}\n")
+        # was: run, every row's prompt grown to 1,001 tokens (the prefix and one)
+        cases.append(Case(f"run --workload file: a {tokens:,}-token shared prefix on a trace of 60- to 100-token "
+                          "prompts", "structure", ["run", "--quiet", "--workload", str(path)],
+                          expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
+                          must_not_say=PYTHON_WORDS))
+    return cases

@@ -171,3 +171,20 @@ def test_a_simulated_scenario_whose_configurations_are_one_configuration_is_refu
     longer = _scenario(tmp_path, "prefix-caching", "engine = { enable_prefix_caching = false }",
                        "engine = { enable_prefix_caching = true }\noutput_tokens = 64")
     assert longer.configs[0].output_tokens == 64
+
+
+# -- workloads ------------------------------------------------------------------------------------------------
+
+def test_a_shared_prefix_no_trace_row_can_hold_is_refused(tmp_path):
+    """A trace of 100-token prompts with a 1,000-token shared prefix replayed every row as 1,001 tokens."""
+    from kvscope.app.lab.presets import load_workload_file
+
+    (tmp_path / "rows.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,10\n1,60,10\n")
+    path = tmp_path / "w.toml"
+    path.write_text('name = "w"\ntrace = "rows.csv"\nshared_prefix_fraction = 0.5\nshared_prefix_tokens = 100\n')
+    with pytest.raises(ConfigError) as caught:
+        load_workload_file(path)
+    assert "shared_prefix_tokens (100) is not shorter than the longest prompt its trace" in str(caught.value)
+    assert "rows.csv gives (100)" in str(caught.value)
+    path.write_text('name = "w"\ntrace = "rows.csv"\nshared_prefix_fraction = 0.5\nshared_prefix_tokens = 99\n')
+    assert load_workload_file(path).shared_prefix_tokens == 99  # the neighbour: a prefix the longest row holds

@@ -314,12 +314,16 @@ def refuse_unused(data: dict, spec: WorkloadSpec, label: str) -> None:
     if prefix and spec.shared_prefix_fraction == 0 and spec.chat is None:
         raise ConfigError(f"{label}: {' and '.join(prefix)} would be ignored: shared_prefix_fraction (the share of "
                           "requests that start with a shared prefix) is 0; set it, or leave them out")
-    if spec.shared_prefix_fraction > 0 and spec.trace_path is None and spec.chat is None:
-        dist = spec.prompt_tokens
-        longest = dist.value if dist.dist == "constant" else dist.max
+    if spec.shared_prefix_fraction > 0 and spec.chat is None:
+        if spec.trace_path is None:
+            dist, source = spec.prompt_tokens, "prompt_tokens gives"
+            longest = dist.value if dist.dist == "constant" else dist.max
+        else:  # each row's prompt grew to the prefix and a token: 100-token rows replayed as 1,001
+            longest, source = max(r.prompt_tokens for r in read_trace(spec.trace_path, spec.num_requests)), \
+                f"its trace {spec.trace_path} gives"
         if spec.shared_prefix_tokens >= longest:
             raise ConfigError(f"{label}: shared_prefix_tokens ({spec.shared_prefix_tokens:,}) is not shorter than the "
-                              f"longest prompt prompt_tokens gives ({longest:,}), which counts the prefix; give "
+                              f"longest prompt {source} ({longest:,}), which counts the prefix; give "
                               "longer prompts or a shorter prefix")
 
 
