@@ -125,25 +125,25 @@ def _config_cases(f: Path, Case, write) -> list:
 # -- calibration profiles -------------------------------------------------------------------------------------
 
 def _calibration_cases(f: Path, Case, write) -> list:
+    """This machine's profile a folder, or a link to a file that is gone: the run used the datasheet peaks,
+    as if `kvscope calibrate` had never run here."""
     from hostile_fixtures import cpu_calibration_key
 
-    key = cpu_calibration_key()
-    if key is None:
-        return []
-    folder = f / "calibration" / "folder"
-    (folder / "calibration" / f"{key}.json").mkdir(parents=True, exist_ok=True)
-    dangling = f / "calibration" / "dangling"
-    link = dangling / "calibration" / f"{key}.json"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not link.is_symlink():
-        os.symlink(dangling / "gone.json", link)
-    argv = ["run", "--quiet", "--hardware", "this-machine", "--requests", "3"]
-    # was: the run used the datasheet peaks, as if `kvscope calibrate` had never run here
-    return [Case(f"run --hardware this-machine: the calibration profile is {what}", "files", argv,
-                 env={"KVSCOPE_CACHE_DIR": str(cache)},
-                 must_say=(f"{key}.json: is {what}, not a file", "run `kvscope calibrate` again"),
-                 must_not_say=PYTHON_WORDS)
-            for what, cache in (("a folder", folder), ("a link that leads nowhere", dangling))]
+    key, cases = cpu_calibration_key(), []
+    for what in ("a folder", "a link that leads nowhere") if key else ():
+        cache = f / "calibration" / what.split()[-1]
+        profile = cache / "calibration" / f"{key}.json"
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        if what == "a folder":
+            profile.mkdir(exist_ok=True)
+        elif not profile.is_symlink():
+            os.symlink(cache / "gone.json", profile)
+        cases.append(Case(f"run --hardware this-machine: the calibration profile is {what}", "files",
+                          ["run", "--quiet", "--hardware", "this-machine", "--requests", "3"],
+                          env={"KVSCOPE_CACHE_DIR": str(cache)},
+                          must_say=(f"{key}.json: is {what}, not a file", "run `kvscope calibrate` again"),
+                          must_not_say=PYTHON_WORDS))
+    return cases
 
 
 # -- scenarios ------------------------------------------------------------------------------------------------

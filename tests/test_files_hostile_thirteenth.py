@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 
 from kvscope.app.lab.models.config_json import model_from_hf_config
-from kvscope.app.lab.scenarios import load_scenario, scenarios_root
+from kvscope.app.lab.scenarios import load_scenario
 from kvscope.engine.config import ConfigError
+
+from test_files_hostile_twelfth import _scenario
 
 BASE = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
         "hidden_size": 128, "intermediate_size": 256, "vocab_size": 1000, "max_position_embeddings": 512}
@@ -149,14 +151,6 @@ def test_a_calibration_profile_that_is_no_file_is_refused_not_skipped(tmp_path, 
 
 
 # -- scenarios --------------------------------------------------------------------------------------------------
-
-def _scenario(tmp_path, name: str, old: str, new: str):
-    text = (scenarios_root() / f"{name}.toml").read_text()
-    assert old in text
-    path = tmp_path / "s.toml"
-    path.write_text(text.replace(old, new, 1))
-    return load_scenario(str(path))
-
 
 def test_a_simulated_scenario_whose_configurations_are_one_configuration_is_refused(tmp_path):
     """Both prefix caching on: the comparison ran, revealed a hit rate, and every difference was 0."""
