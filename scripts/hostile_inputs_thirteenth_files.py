@@ -32,7 +32,7 @@ PYTHON_WORDS = ("Traceback", "object has no attribute", "NoneType", "nan %")
 def thirteenth_file_cases(d: Path, Case, write) -> list:
     f = d / "thirteenth"
     f.mkdir(parents=True, exist_ok=True)
-    makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases)
+    makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases, _hardware_cases)
     return [case for make in makers for case in make(f, Case, write)]
 
 
@@ -181,4 +181,23 @@ def _workload_cases(f: Path, Case, write) -> list:
                           "prompts", "structure", ["run", "--quiet", "--workload", str(path)],
                           expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
                           must_not_say=PYTHON_WORDS))
+    return cases
+
+
+# -- hardware presets -----------------------------------------------------------------------------------------
+
+_L4 = (PRESETS / "hardware" / "l4-24gb.toml").read_text().split("\n", 1)[1].split("[calibration]")[0]
+
+
+def _hardware_cases(f: Path, Case, write) -> list:
+    config = f / "config"
+    cases = []
+    for name, table, said in (("label-only", 'label = "fitted on our L4"\n', ("calibration gives a label but no figure",)),
+                              ("fitted", 'label = "fitted on our L4"\nflops_efficiency = 0.5\n', None)):
+        write(config / "presets" / "hardware" / f"thirteenth-{name}.toml", f"{_L4}\n[calibration]\n{table}")
+        # was: the datasheet peaks run, the summary saying "simulated times: fitted on our L4"
+        cases.append(Case(f"run --hardware whose [calibration] is {name}", "structure",
+                          ["run", "--quiet", "--hardware", f"thirteenth-{name}", "--requests", "3"],
+                          env={"KVSCOPE_CONFIG_DIR": str(config)}, expect="refuse" if said else "ok",
+                          must_say=said or (), must_not_say=PYTHON_WORDS))
     return cases

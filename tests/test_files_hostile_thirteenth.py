@@ -182,3 +182,19 @@ def test_a_shared_prefix_no_trace_row_can_hold_is_refused(tmp_path):
     assert "rows.csv gives (100)" in str(caught.value)
     path.write_text('name = "w"\ntrace = "rows.csv"\nshared_prefix_fraction = 0.5\nshared_prefix_tokens = 99\n')
     assert load_workload_file(path).shared_prefix_tokens == 99  # the neighbour: a prefix the longest row holds
+
+
+# -- hardware presets -----------------------------------------------------------------------------------------
+
+def test_a_hardware_calibration_of_a_label_alone_is_refused():
+    """[calibration] label = "fitted on our H100" and no figure: the datasheet peaks ran, and the summary
+    said "simulated times: fitted on our H100" as if they had been fitted."""
+    from kvscope.app.lab.presets import hardware_from_dict
+
+    base = {"memory_bytes": 80 * 1024**3, "memory_bandwidth_bytes_per_s": 3e12, "peak_flops": {"bf16": 1e15}}
+    for table in ({"label": "fitted on our H100"}, {"label": "fitted", "source": "our lab"}):
+        with pytest.raises(ConfigError, match=r"^hw: calibration gives a label but no figure"):
+            hardware_from_dict({**base, "calibration": table}, "hw", default_name="h")
+    fitted = hardware_from_dict({**base, "calibration": {"label": "fitted", "flops_efficiency": 0.5}}, "hw", "h")
+    assert fitted.calibration["flops_efficiency"] == 0.5 and fitted.calibration["label"] == "fitted"
+    assert hardware_from_dict(base, "hw", "h").calibration["label"] == "datasheet peaks, uncalibrated"

@@ -304,7 +304,13 @@ def _refuse_weights_below_two_bits(model: ModelConfig, label: str) -> None:
 def hardware_from_dict(data: dict, label: str, default_name: str | None = None) -> HardwareSpec:
     _check_keys(data, _HARDWARE_KEYS, label)
     _check_peak_flops_names(data.get("peak_flops"), label)
-    return build_config(HardwareSpec, _named(data, default_name), label)
+    spec = build_config(HardwareSpec, _named(data, default_name), label)
+    if isinstance(data.get("calibration"), dict) and data["calibration"].keys() <= {"label", "source"} \
+            and data["calibration"]:  # the datasheet peaks ran under the label, said as if they had been fitted
+        raise ConfigError(f"{label}: calibration gives a label but no figure, so nothing is calibrated; give the "
+                          "figures it labels (flops_efficiency, bandwidth_efficiency, overhead_s, ...), or leave "
+                          "[calibration] out")
+    return spec
 
 
 # Weights of these types compute in a wider one (HardwareSpec.flops_for): a rate given for them is never read
