@@ -93,6 +93,12 @@ _CONFIGS = [
     ("use_sliding_window false beside sliding layer_types", {
         "sliding_window": 64, "use_sliding_window": False, "layer_types": _SLIDING},
      ("use_sliding_window is false, but layer_types lists 2 sliding_attention layers",)),
+    ("decoder_sparse_step 0 (transformers divides by it)", {**_MOE, "num_experts_per_tok": 2, "decoder_sparse_step": 0},
+     ("decoder_sparse_step must be at least 1",)),
+    ("decoder_sparse_step 5 on 4 layers", {**_MOE, "num_experts_per_tok": 2, "decoder_sparse_step": 5},
+     ("decoder_sparse_step makes all 4 layers dense",)),
+    ("decoder_sparse_step 2 (every second layer sparse)", {**_MOE, "num_experts_per_tok": 2, "decoder_sparse_step": 2},
+     None),
     ("use_sliding_window false beside full-attention layer_types (Qwen3's)", {
         "sliding_window": 4096, "use_sliding_window": False, "layer_types": ["full_attention"] * 4}, None),
 ]

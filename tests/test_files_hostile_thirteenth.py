@@ -198,3 +198,16 @@ def test_a_hardware_calibration_of_a_label_alone_is_refused():
     fitted = hardware_from_dict({**base, "calibration": {"label": "fitted", "flops_efficiency": 0.5}}, "hw", "h")
     assert fitted.calibration["flops_efficiency"] == 0.5 and fitted.calibration["label"] == "fitted"
     assert hardware_from_dict(base, "hw", "h").calibration["label"] == "datasheet peaks, uncalibrated"
+
+
+def test_qwen_moes_decoder_sparse_step_leaves_the_other_layers_dense():
+    """decoder_sparse_step 2 (every second layer holds the experts, as transformers builds Qwen2-MoE) was
+    not read: every layer was sized with 8 experts; a step of 0 (transformers divides by it) was read as 1."""
+    qwen = {**BASE, "model_type": "qwen2_moe", **MOE, "num_experts_per_tok": 2}
+    assert model_from_hf_config({**qwen, "decoder_sparse_step": 2}, "m").num_dense_layers == 2
+    assert model_from_hf_config({**qwen, "decoder_sparse_step": 2, "mlp_only_layers": [0, 1]},
+                                "m").num_dense_layers == 3  # layers 0, 1 and 2: the union
+    assert "decoder_sparse_step must be at least 1" in refused({**qwen, "decoder_sparse_step": 0})
+    assert "decoder_sparse_step makes all 4 layers dense" in refused({**qwen, "decoder_sparse_step": 5})
+    # the neighbour: Qwen's own configs give 1, every layer sparse
+    assert model_from_hf_config({**qwen, "decoder_sparse_step": 1}, "m").num_dense_layers == 0

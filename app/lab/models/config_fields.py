@@ -42,7 +42,7 @@ HF_FIELDS = {
     # mixture of experts
     "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
-    "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST,
+    "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
 }
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
@@ -52,7 +52,8 @@ QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
 MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stretches to are held to kvscope's ceiling
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
-_SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16}
+_SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16,
+           "decoder_sparse_step": 1 << 16}
 
 
 def per_layer_type(rope: dict) -> bool:

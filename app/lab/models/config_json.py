@@ -182,15 +182,21 @@ def _experts(cfg: dict, model_type: str) -> dict:
     layers = cfg.get("num_hidden_layers")
     if isinstance(layers, int) and dense > layers:  # said as num_dense_layers, a field the file does not have
         raise ConfigError(f"first_k_dense_replace ({dense:,}) is more than num_hidden_layers ({layers:,})")
-    if isinstance(cfg.get("mlp_only_layers"), list):  # Qwen-MoE: these layers keep a dense MLP
-        numbers = set(cfg["mlp_only_layers"])  # [0, 0, 0] is one dense layer, not three
+    step = cfg.get("decoder_sparse_step")
+    if step == 0:  # transformers divides by it
+        raise ConfigError("decoder_sparse_step must be at least 1 (every step-th layer holds the experts), got 0")
+    if isinstance(cfg.get("mlp_only_layers"), list) or (step or 1) > 1:  # Qwen-MoE: these layers keep a dense MLP
+        numbers = set(cfg.get("mlp_only_layers") or ())  # [0, 0, 0] is one dense layer, not three
         past = sorted(n for n in numbers if isinstance(layers, int) and n >= layers)
         if past:
             raise ConfigError(f"mlp_only_layers names layer {past[0]:,}, but num_hidden_layers is {layers:,} "
                               f"(layers 0 to {layers - 1:,})")
+        if isinstance(layers, int):  # only every step-th layer is sparse: a step of 2 was read as all of them
+            numbers |= {i for i in range(layers) if (i + 1) % (step or 1)}
         dense = max(dense, len(numbers))
     if isinstance(layers, int) and dense == layers:  # said as num_dense_layers, a field the file does not have
-        field = "first_k_dense_replace" if (cfg.get("first_k_dense_replace") or 0) == layers else "mlp_only_layers"
+        field = "first_k_dense_replace" if (cfg.get("first_k_dense_replace") or 0) == layers else \
+            "decoder_sparse_step" if (step or 1) > layers else "mlp_only_layers"
         raise ConfigError(f"{field} makes all {layers:,} layers dense: no layer is left for its {count} experts; "
                           "give fewer dense layers, or no experts for a dense model")
     return {"num_experts": count, "num_experts_per_tok": per_token, "moe_intermediate_size": size,
