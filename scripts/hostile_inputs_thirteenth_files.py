@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
@@ -32,7 +33,7 @@ PYTHON_WORDS = ("Traceback", "object has no attribute", "NoneType", "nan %")
 def thirteenth_file_cases(d: Path, Case, write) -> list:
     f = d / "thirteenth"
     f.mkdir(parents=True, exist_ok=True)
-    makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases, _hardware_cases)
+    makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases, _hardware_cases, _template_cases)
     return [case for make in makers for case in make(f, Case, write)]
 
 
@@ -206,4 +207,36 @@ def _hardware_cases(f: Path, Case, write) -> list:
                           ["run", "--quiet", "--hardware", f"thirteenth-{name}", "--requests", "3"],
                           env={"KVSCOPE_CONFIG_DIR": str(config)}, expect="refuse" if said else "ok",
                           must_say=said or (), must_not_say=PYTHON_WORDS))
+    return cases
+
+
+# -- tokenizer files ------------------------------------------------------------------------------------------
+
+def _template_cases(f: Path, Case, write) -> list:
+    """tokenizer_config.json's chat_template as named templates (transformers reads the list as {name: text}):
+    none named default was said as "must be the template's text, got NoneType"."""
+    from hostile_fixtures import hostile_model
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    good = hostile_model(f / "models" / "good")
+    vocab = {"<eos>": 0, **{f"w{i}": i for i in range(1, 99)}, "[UNK]": 99}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    cases = []
+    for names, said in ((("tool_use", "rag"), ("names its templates ('tool_use', 'rag') but none 'default'",)),
+                        (("default", "tool_use"), None)):
+        folder = f / "models" / "-".join(names)
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(good, folder)
+        write(folder / "tokenizer.json", tokenizer.to_str())
+        write(folder / "tokenizer_config.json", json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "unk_token": "[UNK]",
+            "chat_template": [{"name": name, "template": plain} for name in names]}))
+        cases.append(Case(f"run --model-path chat-text: chat templates named {' and '.join(names)}", "model",
+                          ["run", "--quiet", "--backend", "real", "--model-path", str(folder), "--requests", "2",
+                           "--kv-cache-memory-bytes", "1e6", "--workload", "chat-text"],
+                          expect="refuse" if said else "ok", must_say=said or (), must_not_say=PYTHON_WORDS,
+                          slow=True))
     return cases

@@ -211,3 +211,24 @@ def test_qwen_moes_decoder_sparse_step_leaves_the_other_layers_dense():
     assert "decoder_sparse_step makes all 4 layers dense" in refused({**qwen, "decoder_sparse_step": 5})
     # the neighbour: Qwen's own configs give 1, every layer sparse
     assert model_from_hf_config({**qwen, "decoder_sparse_step": 1}, "m").num_dense_layers == 0
+
+
+# -- tokenizer files ------------------------------------------------------------------------------------------
+
+def test_named_chat_templates_without_a_default_are_refused_naming_them():
+    """tokenizer_config.json's chat_template as a list of named templates, none of them "default"
+    (transformers reads it as {name: template}): said as "must be the template's text, got NoneType"."""
+    from types import SimpleNamespace
+
+    from kvscope.app.lab.text_tokenizer import chat_tokenizer_for
+
+    def loaded(template):
+        tokenizer = SimpleNamespace(chat_template=template, eos_token_id=2, special_tokens_map={})
+        return SimpleNamespace(tokenizer=tokenizer, hf_model=None, path=None, config=SimpleNamespace(name="m"))
+
+    with pytest.raises(ConfigError) as caught:
+        chat_tokenizer_for(loaded({"tool_use": "{{ messages }}", "rag": "{{ messages }}"}))
+    said = str(caught.value)
+    assert "names its templates ('tool_use', 'rag') but none 'default'" in said and "NoneType" not in said, said
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert chat_tokenizer_for(loaded({"default": plain, "tool_use": plain})).template is not None

@@ -67,7 +67,11 @@ def chat_tokenizer_for(loaded) -> ChatTokenizer | None:
     source = template_source(getattr(loaded, "path", None))
     text = tokenizer.chat_template
     if isinstance(text, dict):  # named templates: the one apply_chat_template uses without tools
-        text = text.get("default")
+        if "default" not in text:  # was "must be the template's text, got NoneType"
+            names = ", ".join(repr(str(name)[:40]) for name in list(text)[:10])
+            raise ConfigError(f"{source} names its templates ({names}) but none 'default', the one a conversation "
+                              "without tools is rendered with; name one of them default")
+        text = text["default"]
     if not isinstance(text, str):
         raise ConfigError(f"{source} must be the template's text, got {type(text).__name__}")
     template = ChatTemplate(text, source, getattr(tokenizer, "special_tokens_map", {}) or {})
