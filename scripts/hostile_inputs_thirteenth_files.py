@@ -5,8 +5,10 @@ layer type), rope_scaling and rope_parameters (its newer name) stretching differ
 factor of 8, transformers 5's rope_parameters given per layer type; fields that say one fact twice
 (experts_per_token beside another num_experts_per_tok, shared_expert_intermediate_size beside another
 n_shared_experts x moe_intermediate_size, layer_types beside a full_attention_interval or
-sliding_window_pattern that gives other layers, or beside use_sliding_window false); this machine's
-calibration profile a folder or a link to nothing; a scenario whose two configurations are one.
+sliding_window_pattern that gives other layers, or beside use_sliding_window false); Qwen-MoE's
+decoder_sparse_step of 0, 2 or past the layers; this machine's calibration profile a folder or a link to
+nothing; a scenario whose two configurations are one; a workload file's shared prefix longer than every row
+of its trace; a hardware preset's [calibration] of a label alone; named chat templates none named default.
 
 Before the fixes: each odd rope value was read as no stretch at all, without a word (so --max-model-len 2048
 on 512 positions stretched 4x was refused as past the 512); rope_scaling's stretch was taken over
@@ -14,9 +16,13 @@ rope_parameters'; Gemma 3's 131,072 positions were stretched to 1,048,576 (vLLM 
 gemma3 model types and refuses that length), and 200,000 tokens were sized; a rope_parameters of
 {"full_attention": {yarn x4}, ...} stretched nothing; num_experts_per_tok won over experts_per_token;
 shared_expert_intermediate_size 999 was replaced by 2 x 64 without a word; layer_types won over the
-interval, the pattern and use_sliding_window; the folder or dangling link where the profile belongs left
-the datasheet peaks in use, as if `kvscope calibrate` had never run; two configurations alike but for
-their label ran and revealed differences of 0. Every case's expect is the correct behaviour.
+interval, the pattern and use_sliding_window; decoder_sparse_step was not read (a step of 2 sized every
+layer with its experts, 0 ran as 1); the folder or dangling link where the profile belongs left the
+datasheet peaks in use, as if `kvscope calibrate` had never run; two configurations alike but for their
+label ran and revealed differences of 0; 100-token trace rows under a 1,000-token prefix were replayed as
+1,001 tokens each; a label-only calibration ran the datasheet peaks titled as fitted; templates named
+tool_use and rag were said as "must be the template's text, got NoneType". Every case's expect is the
+correct behaviour.
 """
 
 from __future__ import annotations
@@ -72,7 +78,8 @@ _CONFIGS = [
     ("rope_scaling and rope_parameters both yarn x4", {"rope_scaling": _YARN, "rope_parameters": _YARN}, None),
     ("a yarn factor of 4 (a whole number)", {"rope_scaling": {**_YARN, "factor": 4}}, None),
     ("transformers 5's rope_parameters per layer type (yarn x4 on full attention)",
-     {"rope_parameters": {"full_attention": {**_YARN, "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default"}}},
+     {"rope_parameters": {"full_attention": {**_YARN, "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "default"}}},
      None),
     ("num_experts_per_tok 2 and experts_per_token 4", {**_MOE, "num_experts_per_tok": 2, "experts_per_token": 4},
      ("num_experts_per_tok (2) and experts_per_token (4) give different numbers of experts",)),
@@ -81,8 +88,8 @@ _CONFIGS = [
     ("shared_expert_intermediate_size 999 beside 2 shared experts of 64", {**_DEEPSEEK,
                                                                           "shared_expert_intermediate_size": 999},
      ("shared_expert_intermediate_size (999) is not n_shared_experts x moe_intermediate_size (2 x 64 = 128)",)),
-    ("shared_expert_intermediate_size 128 beside 2 shared experts of 64", {**_DEEPSEEK,
-                                                                          "shared_expert_intermediate_size": 128}, None),
+    ("shared_expert_intermediate_size 128 beside 2 shared experts of 64",
+     {**_DEEPSEEK, "shared_expert_intermediate_size": 128}, None),
     ("full_attention_interval 4 beside layer_types of every other layer", {
         **_LINEAR, "full_attention_interval": 4, "layer_types": _EVERY_OTHER},
      ("layer_types and full_attention_interval (4) say different layers", "3 linear_attention, 1 full_attention")),
@@ -122,7 +129,8 @@ def _config_cases(f: Path, Case, write) -> list:
         # was: accepted, 200,000 tokens sized on the 1,048,576 positions the factor of 8 made of 131,072
         Case("math --config Gemma 3 (rope linear x8 on 131,072 positions), --max-model-len 200000", "structure",
              ["math", "--config", str(gemma), "--max-model-len", "200000"],
-             must_say=("max_model_len 200,000 tokens is longer than the 131,072 positions",), must_not_say=PYTHON_WORDS),
+             must_say=("max_model_len 200,000 tokens is longer than the 131,072 positions",),
+             must_not_say=PYTHON_WORDS),
         Case("math --config Gemma 3 (rope linear x8 on 131,072 positions), --max-model-len 131072", "structure",
              ["math", "--config", str(gemma), "--max-model-len", "131072"], expect="ok", must_not_say=PYTHON_WORDS),
     ]
@@ -199,7 +207,8 @@ _L4 = (PRESETS / "hardware" / "l4-24gb.toml").read_text().split("\n", 1)[1].spli
 def _hardware_cases(f: Path, Case, write) -> list:
     config = f / "config"
     cases = []
-    for name, table, said in (("label-only", 'label = "fitted on our L4"\n', ("calibration gives a label but no figure",)),
+    label_only = ("calibration gives a label but no figure",)
+    for name, table, said in (("label-only", 'label = "fitted on our L4"\n', label_only),
                               ("fitted", 'label = "fitted on our L4"\nflops_efficiency = 0.5\n', None)):
         write(config / "presets" / "hardware" / f"thirteenth-{name}.toml", f"{_L4}\n[calibration]\n{table}")
         # was: the datasheet peaks run, the summary saying "simulated times: fitted on our L4"

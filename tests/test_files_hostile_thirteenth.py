@@ -2,9 +2,11 @@
 given as text, 0 or a list; rope_scaling and rope_parameters stretching differently; Gemma 3's factor,
 already in its positions; transformers 5's table per layer type), its fields that say one fact twice
 (experts_per_token beside num_experts_per_tok, shared_expert_intermediate_size beside n_shared_experts,
-layer_types beside full_attention_interval, sliding_window_pattern or use_sliding_window), a calibration
-profile that is a folder or a link to nothing, and a scenario whose configurations are one configuration.
-Each refusal test failed before its fix; the consistent neighbours beside them pass.
+layer_types beside full_attention_interval, sliding_window_pattern or use_sliding_window) or that were
+not read (decoder_sparse_step), a calibration profile that is a folder or a link to nothing, a scenario
+whose configurations are one configuration, a shared prefix no trace row holds, a hardware calibration of
+a label alone, and named chat templates none of which is the default. Each refusal test failed before its
+fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_thirteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def refused(fields: dict) -> str:
     ({"rope_parameters": {"full_attention": {**YARN, "factor": "4"}, "sliding_attention": {"rope_type": "default"}}},
      "rope_parameters.full_attention.factor must be a number greater than 0"),
     # rope_scaling's 1,024 was taken without a word
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": {"rope_type": "linear", "factor": 8.0}},
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0},
+      "rope_parameters": {"rope_type": "linear", "factor": 8.0}},
      "rope_scaling stretches max_position_embeddings (512) to 1,024 positions, rope_parameters (its newer name) to "
      "4,096"),
 ])

@@ -402,8 +402,9 @@ def load_stored_calibration(machine: str, hardware: HardwareSpec | None = None) 
     if not path.is_file():
         # a folder, a pipe or a link to nothing there: the datasheet peaks were used without a word
         if path.is_symlink() or path.exists():
-            raise ConfigError(f"calibration profile {path}: is {what_is_there(path)}, not a file (the profile `kvscope calibrate` stores is a JSON "
-                              "file); remove it and run `kvscope calibrate` again, or restore the file")
+            raise ConfigError(f"calibration profile {path}: is {what_is_there(path)}, not a file (the profile "
+                              "`kvscope calibrate` stores is a JSON file); remove it and run `kvscope calibrate` "
+                              "again, or restore the file")
         return None
     profile = read_profile(path)
     if "machine" in profile and profile["machine"] != machine:  # copied from another machine: not this one's speed
