@@ -47,7 +47,7 @@ class MetricsCollector:
         self.prompt_tokens = 0  # of completed requests
         self.output_tokens = 0  # generated, over completed requests
         self.first_arrival: float | None = None
-        self.last_finish = 0.0
+        self.last_finish = self.last_arrival = 0.0  # the run lasts till both: a rejection ends at its arrival
         self.ttft: list[float] = []
         self.queue_time: list[float] = []
         self.e2e: list[float] = []
@@ -75,8 +75,8 @@ class MetricsCollector:
         return float(p50), float(p99)
 
     def on_arrival(self, time_s: float) -> None:
-        if self.first_arrival is None:
-            self.first_arrival = time_s
+        self.first_arrival = time_s if self.first_arrival is None else self.first_arrival
+        self.last_arrival = max(self.last_arrival, time_s)
 
     def on_step(self, duration: float, compute: float, kv_usage: float, running: int,
                 unused_slots: int, allocated_slots: int, decode_tokens: int = 0, sampled_tokens: int = 0) -> None:
@@ -110,7 +110,7 @@ class MetricsCollector:
             self.tpot.append((req.finish_time - req.first_token_time) / (outputs - 1))
 
     def summary(self, prefix_queried_tokens: int = 0, prefix_hit_tokens: int = 0) -> dict:
-        span = self.last_finish - (self.first_arrival or 0.0)
+        span = max(self.last_finish, self.last_arrival) - (self.first_arrival or 0.0)
         busy = self.busy_time or float("nan")
         ttft, tpot, e2e, queue_time = (self._p50_p99(name) for name in ("ttft", "tpot", "e2e", "queue_time"))
         return {

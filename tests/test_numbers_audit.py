@@ -1,0 +1,29 @@
+"""Figures the command line prints, checked against what their labels say (an audit of the numbers)."""
+
+from kvscope.engine import Engine, EngineArgs
+from kvscope.app.lab.presets import load_hardware, load_model
+
+MODEL = load_model("llama-3-8b")
+H100 = load_hardware("h100-80gb")
+
+
+def test_a_run_whose_requests_are_all_rejected_lasts_from_first_to_last_arrival():
+    """compare printed "engine clock 6.59 s" on its progress line and "duration (engine clock) 0 s"
+    in its table when every request was rejected: the run spans its arrivals, rejected or not."""
+    e = Engine(MODEL, H100, EngineArgs(max_model_len=64))
+    for arrival in (1.0, 2.5, 4.0):
+        e.add_request(list(range(100)), max_tokens=5, arrival_time=arrival)
+    summary = e.run(max_steps=100)
+    assert summary["rejected"] == 3 and summary["completed"] == 0
+    assert summary["duration_s"] == 3.0
+    assert e.clock - 1.0 == summary["duration_s"]
+
+
+def test_a_rejection_after_the_last_finish_still_counts_in_the_duration():
+    e = Engine(MODEL, H100, EngineArgs(max_model_len=256))
+    e.add_request(list(range(10)), max_tokens=2, arrival_time=0.0)
+    e.add_request(list(range(300)), max_tokens=5, arrival_time=50.0)  # rejected, long after the first ended
+    summary = e.run(max_steps=100)
+    assert summary["completed"] == 1 and summary["rejected"] == 1
+    assert summary["duration_s"] == 50.0
+    assert summary["throughput_tokens_per_s"] == 2 / 50.0
