@@ -27,3 +27,10 @@ def test_a_rejection_after_the_last_finish_still_counts_in_the_duration():
     assert summary["completed"] == 1 and summary["rejected"] == 1
     assert summary["duration_s"] == 50.0
     assert summary["throughput_tokens_per_s"] == 2 / 50.0
+
+
+def test_compare_groups_the_thousands_of_max_concurrent_as_math_does():
+    """compare printed "1704.75 sequences" where math printed "1,704.75" for the same pool."""
+    from kvscope.app.cli.compare import MAX_CONCURRENT, MEMORY_ROWS
+    cell = dict(MEMORY_ROWS)[MAX_CONCURRENT]
+    assert cell({"max_concurrent_sequences": 1704.75}) == "1,704.75 sequences"

@@ -105,7 +105,7 @@ MAX_CONCURRENT = "max concurrent at max_model_len"
 MEMORY_ROWS = (
     ("KV per token", lambda m: format_bytes(m["kv_bytes_per_token"])),
     ("KV pool", lambda m: f"{format_bytes(m['kv_pool_bytes'])}, {m['num_blocks']:,} blocks"),
-    (MAX_CONCURRENT, lambda m: f"{m['max_concurrent_sequences']:.2f} sequences"),
+    (MAX_CONCURRENT, lambda m: f"{m['max_concurrent_sequences']:,.2f} sequences"),
 )
 
 
