@@ -34,3 +34,18 @@ def test_compare_groups_the_thousands_of_max_concurrent_as_math_does():
     from kvscope.app.cli.compare import MAX_CONCURRENT, MEMORY_ROWS
     cell = dict(MEMORY_ROWS)[MAX_CONCURRENT]
     assert cell({"max_concurrent_sequences": 1704.75}) == "1,704.75 sequences"
+
+
+def test_one_of_a_thing_is_said_in_the_singular(tmp_path, capsys):
+    """export said "1 requests completed, 1 preemptions"; compare's workload line "1 requests";
+    run's answers "Answers: 1 requests": one counting helper says them all."""
+    from kvscope.app.cli.main import main
+    from kvscope.app.cli.output import counted
+    assert (counted(1, "request"), counted(0, "request"), counted(1_200, "step")) == \
+        ("1 request", "0 requests", "1,200 steps")
+    recording = tmp_path / "one.kvrec"
+    assert main(["run", "--requests", "1", "--quiet", "--record", str(recording)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(recording)]) == 0
+    text = capsys.readouterr().out
+    assert "(1 request)" in text and "1 request completed, 0 preemptions" in text

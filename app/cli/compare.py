@@ -15,7 +15,7 @@ from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import readable_lesson
 from kvscope.app.cli.run import Progress, status
 from kvscope.engine.units import GiB, format_bytes, format_percent, format_seconds
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import counted, table
 
 
 def add_parser(subparsers) -> None:
@@ -51,7 +51,7 @@ def _write(flag: str, path: str, text: str) -> None:
 
 def _count(value, units: str) -> str:
     """A count with its unit, singular for one: "1 preemption", "2 preemptions"."""
-    return "-" if value is None else f"{value:,} {units[:-1] if value == 1 else units}"
+    return "-" if value is None else counted(value, units[:-1])
 
 
 def _rate(value) -> str:
@@ -187,7 +187,7 @@ def run(args) -> int:
         ("from the lesson", readable_lesson(scenario.seed_lesson)),
         ("claim", scenario.claim),
         ("configurations", "; ".join(scenario.labels)),
-        ("workload", f"{spec.workload.spec.name}: {spec.workload.spec.num_requests:,} requests, seed "
+        ("workload", f"{spec.workload.spec.name}: {counted(spec.workload.spec.num_requests, 'request')}, seed "
                      f"{spec.workload.seed}; the same requests for every configuration"),
     ], title=scenario.title))
     say()

@@ -20,7 +20,7 @@ from pathlib import Path
 from kvscope.engine.config import ConfigError
 from kvscope.app.lab.recording import Recording
 from kvscope.app.lab.export import write_series_csv
-from kvscope.app.cli.output import shown
+from kvscope.app.cli.output import counted, shown
 from kvscope.app.lab.output_path import atomic_output, check_distinct_outputs, check_file_output
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import ALL_ROWS
@@ -53,7 +53,7 @@ def describe(recording: Recording) -> str:
     completed = _count(summary.get("completed"), len(finished["request_id"]))
     preemptions = _count(summary.get("preemptions"), int(series["preemptions"].sum()))
     peak_kv = float(series["kv_usage"].max()) if recording.num_steps else 0.0
-    requests = f" ({workload['num_requests']:,} requests)" if isinstance(workload.get("num_requests"), int) and \
+    requests = f" ({counted(workload['num_requests'], 'request')})" if isinstance(workload.get("num_requests"), int) and \
         workload["num_requests"] < ALL_ROWS else ""  # a whole trace has no count to print
     text = (
         f"{recording.path.name}: the {workload.get('name', '?')} workload{requests} through "
@@ -62,8 +62,8 @@ def describe(recording: Recording) -> str:
         f"({format_bytes(_count(plan.get('block_bytes'), 0))} each, {plan.get('kv_cache_dtype', '?')}), "
         f"max_num_seqs {f'{max_num_seqs:,}' if max_num_seqs else '?'}, {args.get('scheduling', '?')} scheduling, "
         f"{args.get('allocation', '?')} allocation, prefix caching {'on' if _prefix_caching(args) else 'off'}. "
-        f"It holds {steps:,} engine step{'s' if steps != 1 else ''} over {format_seconds(recording.duration_s)} of engine clock: "
-        f"{completed:,} requests completed, {preemptions:,} preemptions, KV cache usage peaking at "
+        f"It holds {counted(steps, 'engine step')} over {format_seconds(recording.duration_s)} of engine clock: "
+        f"{counted(completed, 'request')} completed, {counted(preemptions, 'preemption')}, KV cache usage peaking at "
         f"{format_percent(peak_kv)}. Recorded {h.get('created', '?')} by kvscope {h.get('kvscope_version', '?')} "
         f"(recording format {'.'.join(str(v) for v in h.get('format_version', []))}); "
         f"{format_bytes(recording.file_size)}."

@@ -12,7 +12,7 @@ from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import MEMORY_LESSON
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import counted, table
 
 GROUP_NAMES = {"full_attention": "full attention", "sliding_attention": "sliding window",
                "linear_attention": "linear-attention state"}
@@ -64,13 +64,9 @@ def _groups_row(plan, model) -> str:
     parts = []
     for kind, blocks in per_kind.items():
         name = GROUP_NAMES[kind] + (f" {model.sliding_window:,}" if kind == "sliding_attention" else "")
-        parts.append(f"{len(blocks)} {name} ({_counted(blocks[0], 'block')} a request{' each' if len(blocks) > 1 else ''})")
+        parts.append(f"{len(blocks)} {name} ({counted(blocks[0], 'block')} a request{' each' if len(blocks) > 1 else ''})")
     padding = f"; {plan.padding_layers} padding layers" if plan.padding_layers else ""
     return f"{len(groups)} groups of {size} layers: " + ", ".join(parts) + padding
-
-
-def _counted(count: int, thing: str) -> str:
-    return f"{count:,} {thing}{'' if count == 1 else 's'}"  # `--max-model-len 1` said "1 blocks per sequence"
 
 
 def _no_graphs_reason(plan, hardware) -> str:
@@ -93,7 +89,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
          else f"the formula of {MEMORY_LESSON}: memory x utilization - weights, every layer a full KV cache"),
         ("KV cache dtype", f"{plan.kv_cache_dtype}"),
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}  ({_per_token_formula(plan, model)})"),
-        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {_counted(plan.max_model_len, 'token')}"),
+        ("KV per sequence", f"{format_bytes(plan.kv_bytes_per_sequence)}  at max_model_len {counted(plan.max_model_len, 'token')}"),
     ]
     if len(plan.layer_groups) > 1 or plan.padding_layers:
         rows.append(("layer groups", _groups_row(plan, model)))
@@ -126,8 +122,8 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     if vllm:
         rows.append((f"{'CPU' if hardware.kind == 'cpu' else 'GPU'} KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
                                           f"{plan.vllm_version} logs)"))
-    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:,.2f}  at {_counted(plan.max_model_len, 'token')} "
-                                             f"each ({_counted(plan.blocks_per_sequence, 'block')} per sequence)"))
+    rows.append(("max concurrent sequences", f"{plan.max_concurrent_sequences:,.2f}  at {counted(plan.max_model_len, 'token')} "
+                                             f"each ({counted(plan.blocks_per_sequence, 'block')} per sequence)"))
     if vllm and abs(plan.lesson_max_concurrent_sequences - plan.max_concurrent_sequences) >= 0.005:
         rows.append(("the lesson's formula", f"{plan.lesson_max_concurrent_sequences:,.2f} sequences: a "
                                              f"{format_bytes(plan.lesson_kv_pool_bytes)} pool, {plan.lesson_num_blocks:,} "

@@ -25,6 +25,11 @@ def shown(text: str, keep: str = "") -> str:
     return re.sub(TERMINAL_CONTROLS, lambda m: m[0] if m[0] in keep else _escaped(m[0]), str(text))
 
 
+def counted(count: int, thing: str) -> str:
+    """A count with its noun, singular for one: "1 request", "2 requests" (`--requests 1` said "1 requests")."""
+    return f"{count:,} {thing}{'' if count == 1 else 's'}"
+
+
 def table(rows: list[tuple[str, str]], title: str | None = None) -> str:
     """Rows of label and value under a title; a control character in any of them (a trace named with
     ESC, a random-weights model's answer) is shown escaped, its line breaks kept."""

@@ -25,7 +25,7 @@ from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 from kvscope.app.cli import surroundings
-from kvscope.app.cli.output import shown, table
+from kvscope.app.cli.output import counted, shown, table
 
 DEFAULT_WORKLOAD = "chat"
 
@@ -376,7 +376,7 @@ def answers_table(rows: list[dict], tokenizer, shown: int = 3) -> str:
                   (f"answer ({row['output_tokens']} tokens, {ended.get(row['finish_reason'], row['finish_reason'])})",
                    shorten(row["output"]))]
     stopped = sum(row["finish_reason"] == "stop" for row in rows)
-    return table(lines, title=f"Answers: {len(rows)} requests, {stopped} ended by the model "
+    return table(lines, title=f"Answers: {counted(len(rows), 'request')}, {stopped:,} ended by the model "
                               f"(the first {min(shown, len(rows))} here; all in --json)")
 
 
