@@ -71,8 +71,7 @@ class MetricsCollector:
         values = self._arrays[name].of(getattr(self, name))
         if not len(values):
             return None, None
-        p50, p99 = np.percentile(values, (50, 99))
-        return float(p50), float(p99)
+        return tuple(float(v) for v in np.percentile(values, (50, 99)))
 
     def on_arrival(self, time_s: float) -> None:
         self.first_arrival = time_s if self.first_arrival is None else self.first_arrival
@@ -128,6 +127,7 @@ class MetricsCollector:
             "ttft_p99_s": ttft[1],
             "tpot_p50_s": tpot[0],
             "tpot_p99_s": tpot[1],
+            "tpot_requests": len(self.tpot),  # of 2 tokens or more: one token has no time between tokens
             "itl_max_s": self.itl_max,
             "e2e_latency_p50_s": e2e[0],
             "e2e_latency_p99_s": e2e[1],

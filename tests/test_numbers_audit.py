@@ -49,3 +49,18 @@ def test_one_of_a_thing_is_said_in_the_singular(tmp_path, capsys):
     assert main(["export", str(recording)]) == 0
     text = capsys.readouterr().out
     assert "(1 request)" in text and "1 request completed, 0 preemptions" in text
+
+
+def test_a_p99_of_fewer_than_100_requests_says_how_many_it_rests_on(capsys):
+    """run printed "TTFT p50 / p99  109.0 ms / 109.0 ms" for one request, a p99 that is its only value."""
+    from kvscope.app.cli.main import main
+    assert main(["run", "--requests", "20", "--quiet"]) == 0
+    rows = {line[:33].strip(): line[33:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["TTFT p50 / p99"].endswith("(of 20 requests: a p99 of under 100 is near their largest)")
+    assert rows["time per output token p50 / p99"].endswith("(of 20 requests)")
+    assert main(["run", "--requests", "1", "--workload", "chat", "--quiet", "--json", "-"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["tpot_requests"] == 1 and report["completed"] == 1
+    assert main(["run", "--requests", "100", "--quiet"]) == 0
+    assert "(of " not in capsys.readouterr().out

@@ -13,7 +13,7 @@ from kvscope.engine.checks import MAX_SEED, whole_number
 
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import readable_lesson
-from kvscope.app.cli.run import Progress, status
+from kvscope.app.cli.run import Progress, fewer_than_100, status
 from kvscope.engine.units import GiB, format_bytes, format_percent, format_seconds
 from kvscope.app.cli.output import counted, table
 
@@ -58,6 +58,11 @@ def _rate(value) -> str:
     return "-" if value is None else f"{value:,.1f} tokens/s"
 
 
+def _few(config, requests: str) -> str:
+    """A p99 of under 100 requests says how many it rests on (see run.fewer_than_100)."""
+    return fewer_than_100(config.metrics.get(requests), why=False).replace("  (", " (")
+
+
 def _quality(config) -> str:
     cost = config.kv_quality_cost
     if cost is None:
@@ -71,11 +76,13 @@ METRIC_ROWS = (
     ("requests completed / rejected", lambda c: f"{c.metrics['completed']:,} / {c.metrics['rejected']:,} requests", None),
     ("output throughput", lambda c: _rate(c.metrics["throughput_tokens_per_s"]), "throughput_tokens_per_s"),
     ("TTFT p50", lambda c: format_seconds(c.metrics["ttft_p50_s"]), "ttft_p50_s"),
-    ("TTFT p99", lambda c: format_seconds(c.metrics["ttft_p99_s"]), "ttft_p99_s"),
+    ("TTFT p99", lambda c: format_seconds(c.metrics["ttft_p99_s"]) + _few(c, "completed"), "ttft_p99_s"),
     ("time per output token p50", lambda c: format_seconds(c.metrics["tpot_p50_s"]), "tpot_p50_s"),
-    ("time per output token p99", lambda c: format_seconds(c.metrics["tpot_p99_s"]), "tpot_p99_s"),
+    ("time per output token p99", lambda c: format_seconds(c.metrics["tpot_p99_s"]) + _few(c, "tpot_requests"),
+     "tpot_p99_s"),
     ("longest pause between tokens", lambda c: format_seconds(c.metrics["itl_max_s"]), "itl_max_s"),
-    ("queue time p99", lambda c: format_seconds(c.metrics["queue_time_p99_s"]), "queue_time_p99_s"),
+    ("queue time p99", lambda c: format_seconds(c.metrics["queue_time_p99_s"]) + _few(c, "completed"),
+     "queue_time_p99_s"),
     ("peak running requests", lambda c: _count(c.metrics["peak_running"], "requests"), "peak_running"),
     ("KV cache usage peak", lambda c: format_percent(c.metrics["peak_kv_usage"]), "peak_kv_usage"),
     ("preemptions", lambda c: _count(c.metrics["preemptions"], "preemptions"), "preemptions"),

@@ -341,6 +341,18 @@ class RejectionWatch:
         return [{"request_id": i, "reason": reason} for i, reason in self.first]
 
 
+def fewer_than_100(requests: int | None, why: bool) -> str:
+    """What a p99 rests on when that is under 100 requests: the 99th percentile of 20 lies between
+    their two largest, a figure a person would read as the tail of many."""
+    if not requests or requests >= 100:
+        return ""
+    return f"  (of {counted(requests, 'request')}" + (": a p99 of under 100 is near their largest)" if why else ")")
+
+
+def _p50_p99(s: dict, name: str, requests: int | None, why: bool = False) -> str:
+    return f"{format_seconds(s[name + '_p50_s'])} / {format_seconds(s[name + '_p99_s'])}" + fewer_than_100(requests, why)
+
+
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
     return [
@@ -351,10 +363,10 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         ("duration (engine clock)", format_seconds(s["duration_s"])),
         ("output throughput", f"{s['throughput_tokens_per_s']:,.1f} tokens/s"),
         ("total throughput", f"{s['total_throughput_tokens_per_s']:,.1f} tokens/s (prompt + output)"),
-        ("TTFT p50 / p99", f"{format_seconds(s['ttft_p50_s'])} / {format_seconds(s['ttft_p99_s'])}"),
-        ("time per output token p50 / p99", f"{format_seconds(s['tpot_p50_s'])} / {format_seconds(s['tpot_p99_s'])}"),
-        ("queue time p50 / p99", f"{format_seconds(s['queue_time_p50_s'])} / {format_seconds(s['queue_time_p99_s'])}"),
-        ("end-to-end latency p50 / p99", f"{format_seconds(s['e2e_latency_p50_s'])} / {format_seconds(s['e2e_latency_p99_s'])}"),
+        ("TTFT p50 / p99", _p50_p99(s, "ttft", s["completed"], why=True)),
+        ("time per output token p50 / p99", _p50_p99(s, "tpot", s.get("tpot_requests"))),
+        ("queue time p50 / p99", _p50_p99(s, "queue_time", s["completed"])),
+        ("end-to-end latency p50 / p99", _p50_p99(s, "e2e_latency", s["completed"])),
         ("KV cache usage peak / mean", f"{format_percent(s['peak_kv_usage'])} / {format_percent(s['mean_kv_usage'])}"),
         ("peak running requests", f"{s['peak_running']:,}"),
         ("prefix cache hit rate", format_percent(s["prefix_cache_hit_rate"])),
