@@ -64,3 +64,18 @@ def test_a_p99_of_fewer_than_100_requests_says_how_many_it_rests_on(capsys):
     assert report["tpot_requests"] == 1 and report["completed"] == 1
     assert main(["run", "--requests", "100", "--quiet"]) == 0
     assert "(of " not in capsys.readouterr().out
+
+
+def test_compare_csv_keeps_the_answer_length_setting_apart_from_the_tokens_generated():
+    """The CSV's one output_tokens column, among the settings, held the run's total (30,720 tokens)
+    and the setting (32 tokens each answer in benchmark-trap) was lost."""
+    import csv
+    import io
+    from kvscope.app.lab.compare import Comparison, ComparisonSpec, ComparisonWorkload, Variant
+    from kvscope.app.lab.presets import load_workload
+    workload = ComparisonWorkload(load_workload("chat").with_overrides(num_requests=5, arrival_rate_per_s=20.0))
+    result = Comparison(ComparisonSpec([Variant("as the workload"), Variant("4 each", output_tokens=4)],
+                                       workload)).run()
+    rows = list(csv.DictReader(io.StringIO(result.to_csv())))
+    assert [r["setting_output_tokens"] for r in rows] == ["", "4"]
+    assert rows[1]["output_tokens"] == "20" == str(result.configurations[1].metrics["output_tokens"])

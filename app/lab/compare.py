@@ -375,7 +375,10 @@ class ConfigurationResult:
         }
 
     def to_row(self) -> dict:
-        row = {"label": self.label, **self.settings, **self.metrics}
+        # a setting named as a metric is a column of its own: the answer length each request was
+        # given (output_tokens, a setting) was overwritten by the tokens the run generated in all
+        row = {"label": self.label, **{f"setting_{k}" if k in self.metrics else k: v for k, v in self.settings.items()},
+               **self.metrics}
         row.update({f"memory_{k}": v for k, v in self.memory.items()})
         row.update(kv_quality_cost=self.kv_quality_cost, kv_quality_note=self.kv_quality_note,
                    perplexity=self.perplexity, full_precision_perplexity=self.full_precision_perplexity)
