@@ -52,5 +52,6 @@ def format_seconds(s: float | None) -> str:
     return f"{s * 1e6:.0f} us" if s >= 0.5e-6 or s < 0 else "under 1 us"
 
 
-def format_percent(fraction: float) -> str:
-    return f"{fraction * 100:.1f} %"
+def format_percent(fraction: float) -> str:  # a share between none and all never reads as either
+    text = f"{fraction * 100:.1f} %"
+    return {"0.0 %": "under 0.1 %", "100.0 %": "over 99.9 %"}.get(text, text) if 0 < fraction < 1 else text

@@ -79,3 +79,26 @@ def test_compare_csv_keeps_the_answer_length_setting_apart_from_the_tokens_gener
     rows = list(csv.DictReader(io.StringIO(result.to_csv())))
     assert [r["setting_output_tokens"] for r in rows] == ["", "4"]
     assert rows[1]["output_tokens"] == "20" == str(result.configurations[1].metrics["output_tokens"])
+
+
+def test_a_share_short_of_all_or_above_none_does_not_round_to_all_or_none():
+    """compare printed "KV cache usage peak 100.0 %" for a pool with 2 of 13,192 blocks free (0.99985),
+    beside a configuration whose pool was full; a hit rate of 0.04 % read "0.0 %", as none."""
+    from kvscope.engine.units import format_percent
+    assert format_percent(0.99985) == "over 99.9 %" and format_percent(1.0) == "100.0 %"
+    assert format_percent(0.0004) == "under 0.1 %" and format_percent(0.0) == "0.0 %"
+    assert format_percent(0.0005) == "0.1 %" and format_percent(0.5) == "50.0 %"
+
+
+def test_verify_and_a_scenario_answer_say_shares_the_same_way():
+    """verify said "tokens equal to generate()'s 100.0 %" for 2,999 of 3,000 tokens, and a scenario's
+    answer text rounded a share on its own."""
+    from types import SimpleNamespace
+    from kvscope.app.cli.verify import _parity_table
+    from kvscope.app.lab.scenarios import format_quantity
+    assert format_quantity("peak_kv_usage", 0.99985) == "over 99.9 %"
+    result = SimpleNamespace(weights="fp32", kv_cache_dtype="fp16", exact=False, identical_sequences=3, sequences=4,
+                             token_agreement=2_999 / 3_000, top1_agreement=0.9996, max_logit_diff=0.01, preemptions=0,
+                             prefix_hit_tokens=0, chunked_prefill_chunks=0)
+    text = _parity_table(result)
+    assert "tokens equal to generate()'s         over 99.9 %" in text and "100.0 %" not in text

@@ -16,6 +16,7 @@ from kvscope.engine.config import (
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.run import status
 from kvscope.app.cli.output import table
+from kvscope.engine.units import format_percent
 from kvscope.app.lab.output_path import check_output_path, write_json_output
 
 # Each prompt runs through the paged engine and through generate(): a few dozen take minutes on a
@@ -71,8 +72,8 @@ def _parity_table(result) -> str:
              f"{'EXACT' if result.exact else 'differs'} from generate()")
     return table([
         ("sequences identical to generate()", f"{result.identical_sequences} of {result.sequences}"),
-        ("tokens equal to generate()'s", f"{result.token_agreement * 100:.1f} %"),
-        ("top-1 agreement with full precision", f"{result.top1_agreement * 100:.1f} %  (its pick, given the same prefix)"),
+        ("tokens equal to generate()'s", format_percent(result.token_agreement)),
+        ("top-1 agreement with full precision", f"{format_percent(result.top1_agreement)}  (its pick, given the same prefix)"),
         ("largest logit difference", f"{result.max_logit_diff:.3g} (logit units)"),
         ("exercised", f"{result.preemptions} preemptions, {result.prefix_hit_tokens} prefix-cache tokens reused, "
                       f"{result.chunked_prefill_chunks} partial prompt chunks"),

@@ -36,7 +36,7 @@ from kvscope.app.lab.presets import load_hardware, load_model, load_workload, me
 from kvscope.app.lab.table_checks import unknown_fields
 from kvscope.app.lab.workload import (CHAT_SAYS, CHAT_SETS, TRACE_SETS, refuse_ignored, refuse_ignored_by_trace,
                                      read_trace, refuse_unused, workload_from_dict)
-from kvscope.engine.units import GiB
+from kvscope.engine.units import GiB, format_percent
 
 ANSWER_KINDS = ("number", "choice")
 REVEAL_KINDS = ("metric", "ratio", "memory", "best")
@@ -222,7 +222,7 @@ def format_quantity(name: str, value) -> str:
         return "-"
     kind = quantity_kind(Reveal("metric", name))
     if kind == "fraction":
-        return f"{value * 100:.1f} %"
+        return format_percent(value)
     if kind == "time":
         return format_answer(value * 1e3, "ms") if value < 1 else format_answer(value, "s")
     if kind == "bytes":
