@@ -102,3 +102,19 @@ def test_verify_and_a_scenario_answer_say_shares_the_same_way():
                              prefix_hit_tokens=0, chunked_prefill_chunks=0)
     text = _parity_table(result)
     assert "tokens equal to generate()'s         over 99.9 %" in text and "100.0 %" not in text
+
+
+def test_attach_says_blocks_whole_and_one_chain_and_engine_in_the_singular(server, publisher, capsys):
+    """attach printed "num_gpu_blocks predicted / observed 5,461.00 / 12.00 blocks", "5 in 1 chains",
+    "1 engine(s)" and "error +0.0%" (every other share has its space before %)."""
+    from attach_fixtures import play_script
+    from kvscope.app.cli.main import main
+    http, pub = server(), publisher()
+    play_script(pub)
+    assert main(["attach", http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint,
+                 "--duration", "2", "--model", "tiny-llama"]) == 0
+    rows = {line[:42].strip(): line[42:] for line in capsys.readouterr().out.splitlines() if len(line) > 42}
+    assert rows["num_gpu_blocks predicted / observed"].startswith("5,461 / 12 blocks  (")
+    assert rows["cache"] == "12 blocks x 32 tokens per engine, 1 engine"
+    assert rows["blocks cached at the end"] == "5 in 1 chain"
+    assert ", error +0.0 %  (" in rows["max_concurrency predicted / observed"]

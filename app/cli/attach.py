@@ -18,7 +18,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
 from kvscope.app.cli import combinations, options
-from kvscope.app.cli.output import shown, table
+from kvscope.app.cli.output import counted, shown, table
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 
@@ -141,12 +141,12 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
     rows = [
         ("server", f"{report['server']} (vLLM {report['server_version']}, {', '.join(report['model_names']) or '?'})"),
         ("cache", f"{report['num_gpu_blocks']:,} blocks x {report['block_size']} tokens per engine, "
-                  f"{report['data_parallel_engines']} engine(s)"),
+                  f"{counted(report['data_parallel_engines'], 'engine')}"),
         ("events", f"{events} in {report['batches']:,} batches ({report['blocks_stored']:,} blocks stored, "
                    f"{report['blocks_removed']:,} removed)"),
         ("gaps / replayed / lost", f"{report['gaps']:,} / {report['batches_replayed']:,} / {report['batches_lost']:,}"),
         ("restarts / decode errors", f"{report['restarts']:,} / {report['decode_errors']:,}"),
-        ("blocks cached at the end", f"{report['blocks_cached']:,} in {report['chains']:,} chains" + (
+        ("blocks cached at the end", f"{report['blocks_cached']:,} in {counted(report['chains'], 'chain')}" + (
             f" (inconsistent: {report['blocks_unplaced']:,} beyond the server's {report['num_gpu_blocks']:,}-block "
             "pool)" if report["blocks_unplaced"] else "")),
         ("KV cache usage (now / peak)", f"{_percent(m['kv_usage'])} / {_percent(m['peak_kv_usage'])}"),
@@ -159,17 +159,18 @@ def summary_rows(report: dict) -> list[tuple[str, str]]:
     for figure in report["prediction"]:
         predicted, observed = (figure_value(figure[key], figure["unit"]) for key in ("predicted", "observed"))
         unit = "" if figure["unit"] == "s" else f" {figure['unit']}"
-        error = "" if figure["error"] is None else f", error {figure['error']:+.1%}"
+        error = "" if figure["error"] is None else f", error {figure['error'] * 100:+.1f} %"
         rows.append((f"{figure['name']} predicted / observed", f"{predicted} / {observed}{unit}{error}"
                                                                  f"  ({figure['note']})"))
     return rows
 
 
 def figure_value(value, unit: str) -> str:
-    """A predicted or observed figure with its unit's formatting: seconds as ms / s, counts plain."""
+    """A predicted or observed figure with its unit's formatting: seconds as ms / s, blocks whole
+    (vLLM allocates whole blocks: "5,461.00 / 12.00 blocks" was printed), other counts to 2 decimals."""
     if value is None:
         return "n/a"
-    return format_seconds(value) if unit == "s" else f"{value:,.2f}"
+    return format_seconds(value) if unit == "s" else f"{value:,.0f}" if unit == "blocks" else f"{value:,.2f}"
 
 
 def run_window(target, args) -> int:
