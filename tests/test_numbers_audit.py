@@ -118,3 +118,21 @@ def test_attach_says_blocks_whole_and_one_chain_and_engine_in_the_singular(serve
     assert rows["cache"] == "12 blocks x 32 tokens per engine, 1 engine"
     assert rows["blocks cached at the end"] == "5 in 1 chain"
     assert ", error +0.0 %  (" in rows["max_concurrency predicted / observed"]
+
+
+def test_math_says_a_token_held_whole_on_every_device_when_the_per_sequence_figure_counts_every_copy(capsys):
+    """math for DeepSeek-V3 on 8 GPUs printed "KV per token 68.62 KiB" and "KV per sequence 85.78 GiB at
+    163,840 tokens" (8 copies of the latent): 68.62 KiB x 163,840 is 10.72 GiB, and nothing said why."""
+    import json
+    from kvscope.app.cli.main import main
+    from kvscope.engine.units import format_bytes
+    assert main(["math", "--model", "deepseek-v3", "--hardware", "8x-h100-80gb", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    all_copies = plan["kv_bytes_per_token_per_device"] * 8
+    assert plan["kv_bytes_per_sequence"] == all_copies * plan["max_model_len"]
+    assert main(["math", "--model", "deepseek-v3", "--hardware", "8x-h100-80gb"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("KV per token"))
+    assert row.endswith(f"each of the 8 devices stores {format_bytes(plan['kv_bytes_per_token'])} of it "
+                        f"(replicated, not split): {format_bytes(all_copies)} a token in all")
+    assert main(["math", "--model", "llama-3-70b", "--hardware", "8x-h100-80gb"]) == 0  # split: nothing to add
+    assert "replicated" not in capsys.readouterr().out
