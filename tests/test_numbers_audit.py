@@ -136,3 +136,20 @@ def test_math_says_a_token_held_whole_on_every_device_when_the_per_sequence_figu
                         f"(replicated, not split): {format_bytes(all_copies)} a token in all")
     assert main(["math", "--model", "llama-3-70b", "--hardware", "8x-h100-80gb"]) == 0  # split: nothing to add
     assert "replicated" not in capsys.readouterr().out
+
+
+def test_run_says_its_time_weighted_means_are_over_the_steps_not_the_whole_run(capsys):
+    """run printed "KV cache usage peak / mean 29.0 % / 6.8 %" for a run of 532 s whose steps took 213 s:
+    the mean is over the steps (over the run it is 2.7 %), and the row did not say so."""
+    import json
+    from kvscope.app.cli.main import main
+    from kvscope.engine.units import format_seconds
+    args = ["run", "--requests", "20", "--arrival-rate", "0.05", "--quiet"]
+    assert main(args + ["--json", "-"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["busy_time_s"] < 0.5 * s["duration_s"]
+    assert main(args) == 0
+    rows = {line[:33].strip(): line[33:] for line in capsys.readouterr().out.splitlines()}
+    span = f"the mean over the {format_seconds(s['busy_time_s'])} of steps, not the {format_seconds(s['duration_s'])} run"
+    assert rows["KV cache usage peak / mean"].endswith(f"({span})")
+    assert rows["fragmentation (mean)"].endswith(span)

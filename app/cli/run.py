@@ -353,6 +353,14 @@ def _p50_p99(s: dict, name: str, requests: int | None, why: bool = False) -> str
     return f"{format_seconds(s[name + '_p50_s'])} / {format_seconds(s[name + '_p99_s'])}" + fewer_than_100(requests, why)
 
 
+def _busy(s: dict) -> str:
+    """The span the time-weighted means are taken over: the engine's steps, not the idle time between
+    arrivals (a mean of 6.8 % over 213 s of steps was printed bare for a 532 s run)."""
+    if s["busy_time_s"] >= s["duration_s"]:
+        return "the run's steps"
+    return f"the {format_seconds(s['busy_time_s'])} of steps, not the {format_seconds(s['duration_s'])} run"
+
+
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
     return [
@@ -367,10 +375,12 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         ("time per output token p50 / p99", _p50_p99(s, "tpot", s.get("tpot_requests"))),
         ("queue time p50 / p99", _p50_p99(s, "queue_time", s["completed"])),
         ("end-to-end latency p50 / p99", _p50_p99(s, "e2e_latency", s["completed"])),
-        ("KV cache usage peak / mean", f"{format_percent(s['peak_kv_usage'])} / {format_percent(s['mean_kv_usage'])}"),
+        ("KV cache usage peak / mean", f"{format_percent(s['peak_kv_usage'])} / {format_percent(s['mean_kv_usage'])}"
+                                       f"  (the mean over {_busy(s)})"),
         ("peak running requests", f"{s['peak_running']:,}"),
         ("prefix cache hit rate", format_percent(s["prefix_cache_hit_rate"])),
-        ("fragmentation (mean)", f"{format_percent(s['mean_fragmentation'])} of allocated slots unused"),
+        ("fragmentation (mean)", f"{format_percent(s['mean_fragmentation'])} of allocated slots unused, "
+                                 f"the mean over {_busy(s)}"),
         ("compute utilisation", f"{format_percent(s['compute_utilization'])} of busy time at the compute roofline"),
     ]
 
