@@ -356,8 +356,7 @@ def scenario_from_dict(data: dict, label: str, path: Path | None = None) -> Scen
     if twins:  # the simulated backend runs them step for step alike: every difference revealed was 0, every ratio 1
         raise ConfigError(f"{label}: configs: {twins[0].label!r} and {twins[1].label!r} are the same configuration "
                           "(model, hardware, memory, quantization, engine settings and output_tokens): the simulated "
-                          "backend runs them alike, so the comparison can show no difference; change what the "
-                          "scenario is about in one of them")
+                          "backend runs them alike; change what the scenario is about in one of them")
     reveal = _reveal(top, data.get("reveal"), answer, labels)
     if reveal.name == "kv_quality_cost" and backend != "real":  # refused only once the whole comparison had run
         raise ConfigError(f"{label}: reveal.{reveal.kind}: kv_quality_cost is measured by the real backend only (the "
