@@ -299,7 +299,7 @@ def test_a_kv_event_string_that_is_not_utf8_is_a_decode_error():
         decode_batch(b"\x92\xcb" + struct.pack(">d", 1.0) + b"\x91" + event)
 
 
-def test_an_attached_recording_of_300_adapters_and_engines_reads_back(server, publisher, tmp_path, capsys):
+def test_an_attached_recording_of_300_adapters_and_256_engines_reads_back(server, publisher, tmp_path, capsys):
     from test_vllm_subscriber import RUN1
 
     from kvscope.app.cli.attach import follow
@@ -307,7 +307,7 @@ def test_an_attached_recording_of_300_adapters_and_engines_reads_back(server, pu
     from kvscope.app.lab.vllm.attachment import AttachTarget
     from attach_fixtures import PRESSURE_METRICS
 
-    running = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="tiny"}} 1\n' for i in range(300))
+    running = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="tiny"}} 1\n' for i in range(256))
     loras = json.dumps({"data": [{"id": f"lora-{i}"} for i in range(300)]}).encode()
     http = server(_routes(**{"/metrics": (200, PRESSURE_METRICS + running.encode()), "/v1/models": (200, loras)}))
     pub = publisher()
@@ -321,11 +321,24 @@ def test_an_attached_recording_of_300_adapters_and_engines_reads_back(server, pu
 
     threading.Thread(target=publish, daemon=True).start()
     path = tmp_path / "many.kvrec"
-    follow(AttachTarget(http.url, kv_events=pub.endpoint), 1.0, record=str(path))
+    # 256 engines, the most kvscope follows, as 256 ranks (fewer is refused: their events would be missing)
+    follow(AttachTarget(http.url, kv_events=pub.endpoint, data_parallel_size=256), 1.0, record=str(path))
     recording = AttachedRecording.open(path)
-    assert len(recording.info["model_names"]) == 300 and len(recording.info["engines"]) == 300
+    assert len(recording.info["model_names"]) == 300 and len(recording.info["engines"]) == 256
     rc, out, err = cli(capsys, "export", path)
     assert rc == 0 and "lora-299" in out, err
+
+
+def test_a_server_of_more_engines_than_kvscope_follows_says_the_most_it_follows(server, publisher):
+    """300 DP engines: "give --data-parallel-size 300" named a size the flag refuses (1 to 256)."""
+    from kvscope.app.cli.attach import follow
+    from kvscope.app.lab.vllm.attachment import AttachTarget
+    from attach_fixtures import PRESSURE_METRICS
+
+    running = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="tiny"}} 1\n' for i in range(300))
+    http = server(_routes(**{"/metrics": (200, PRESSURE_METRICS + running.encode())}))
+    with pytest.raises(ConfigError, match=r"names 300 DP engines .*: kvscope follows at most 256"):
+        follow(AttachTarget(http.url, kv_events=publisher().endpoint), 1.0)
 
 
 def test_an_event_tag_that_is_no_name_is_not_quoted_and_unknown_names_are_kept_short():

@@ -123,17 +123,20 @@ def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:
 SHOWN_ONLY = Qt.ItemDataRole.UserRole + 1  # an item added to show a value the list does not offer
 
 
-def _select_shown(combo: QComboBox, value, by_data: bool) -> None:
-    """Select value (an item's data, or its text); one the list does not offer is added, marked, and
-    selected: a recording replayed of a config.json's model, of another machine's preset or of
-    `kvscope run --block-size 24` left the live run's model, workload or 16 tokens in the form that
-    says what the recording ran with. The next set_values takes such items away again."""
+def _select_shown(combo: QComboBox, value, by_data: bool, add: bool) -> None:
+    """Select value (an item's data, or its text); one the list does not offer is added (with `add`),
+    marked, and selected: a recording replayed of a config.json's model, of another machine's preset
+    or of `kvscope run --block-size 24` left the live run's model, workload or 16 tokens in the form
+    that says what the recording ran with. The next set_values takes such items away again."""
     index = combo.findData(value) if by_data else combo.findText(value)
+    if index < 0 and not add:
+        return
     if index < 0:
         combo.addItem(_shown_label(combo, value) if by_data else value, value if by_data else None)
         index = combo.count() - 1
         combo.setItemData(index, True, SHOWN_ONLY)
-        combo.setItemData(index, "not offered here: shown as given (a recording's setting)", Qt.ItemDataRole.ToolTipRole)
+        combo.setItemData(index, "not offered here: shown as given (a recording's setting)",
+                          Qt.ItemDataRole.ToolTipRole)
     combo.setCurrentIndex(index)
 
 
@@ -384,8 +387,9 @@ class SettingsPanel(QScrollArea):
             "shared_prefix_fraction": None if self.shared_prefix.value() < 0 else self.shared_prefix.value() / 100,
         }
 
-    def set_values(self, values: dict) -> None:
-        """Fill the form without emitting `changed` per field (one `changed` at the end)."""
+    def set_values(self, values: dict, as_recorded: bool = False) -> None:
+        """Fill the form without emitting `changed` per field (one `changed` at the end). A choice not
+        offered leaves the live form's as it was; `as_recorded` (a replay's settings) shows it marked."""
         widgets = list(self.fields.values())
         for w in widgets:
             w.blockSignals(True)
@@ -395,10 +399,10 @@ class SettingsPanel(QScrollArea):
                 _drop_shown_only(combo)
             for key in CHOICE_FIELDS:
                 if key in v and v[key] is not None:
-                    _select_shown(self.fields[key], v[key], by_data=True)
+                    _select_shown(self.fields[key], v[key], by_data=True, add=as_recorded)
             for key, combo in (("model", self.model), ("hardware", self.hardware), ("workload", self.workload)):
                 if key in v and v[key] is not None:
-                    _select_shown(combo, str(v[key]), by_data=False)
+                    _select_shown(combo, str(v[key]), by_data=False, add=as_recorded)
             if "max_model_len" in v:
                 self.max_model_len.setValue(v["max_model_len"] or 0)
             if "gpu_memory_utilization" in v:

@@ -40,6 +40,7 @@ def add_parser(subparsers) -> None:
                              "this host), e.g. tcp://*:5557")
     parser.add_argument("--replay", metavar="ENDPOINT",
                         help="the server's replay socket, e.g. tcp://127.0.0.1:5558: missed batches are fetched again")
+    # 256: attachment.MAX_DATA_PARALLEL, not imported here (the parser stays light: ZMQ loads on use)
     parser.add_argument("--data-parallel-size", type=options.bounded(1, 256, whole_only=True), default=1,
                         metavar="N", help="DP engines: rank r publishes on each endpoint's port + r (default 1)")
     parser.add_argument("--topic", default=None, help="the server's event topic (default: every topic)")

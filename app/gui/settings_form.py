@@ -248,7 +248,8 @@ class SettingsForm:
         live run's in the form, or were said to be "deleted outside this window" and replaced."""
         if self._before_replay is None:
             self._before_replay = (self._editor_shows, self._editor_state())
-        self.settings.set_values(values_from_engine_info(info))  # changed() checks nothing meanwhile
+        # changed() checks nothing meanwhile
+        self.settings.set_values(values_from_engine_info(info), as_recorded=True)
         try:
             model, hw = info.model, info.hardware
             self.editor.set_model(model.name, values_from_model(model))

@@ -63,6 +63,7 @@ CLOSING_SCRAPE_S = 0.5
 # (attached_reader.MAX_CELLS), so whatever is drawn live can be recorded and read back.
 MAX_MAP_CELLS = MAX_NUM_BLOCKS
 LOG_ROWS_KEPT = 2_000
+MAX_DATA_PARALLEL = 256  # DP ranks followed at most: a recording's header names each one's endpoint
 LOG_KINDS = ("stored", "removed", "cleared", "unknown", "gap", "replayed", "restart", "decode_error", "scrape")
 EVENT_NAMES = {BlockStored: "BlockStored", BlockRemoved: "BlockRemoved", AllBlocksCleared: "AllBlocksCleared",
                UnknownEvent: "unknown"}
@@ -175,10 +176,12 @@ class Attachment:
         others' events never came, and the map and counts of rank 0 alone were the server's ("2 engine(s)")."""
         engines, followed = self.engine_ranks(), self.target.data_parallel_size
         if len(engines) > followed:
+            what = (f"give --data-parallel-size {len(engines)}" if len(engines) <= MAX_DATA_PARALLEL else
+                    f"kvscope follows at most {MAX_DATA_PARALLEL} (a recording names each rank's endpoint)")
             raise ConfigError(f"{self.server.url}/metrics names {len(engines)} DP engines ({_ranks_text(engines)}), "
                               f"and a data-parallel size of {followed} follows the KV events of "
                               f"{_ranks_text(set(range(followed)))} alone (rank r publishes on the endpoint's port + "
-                              f"r): give --data-parallel-size {len(engines)}")
+                              f"r): {what}")
 
     def close(self) -> None:
         if self.recorder is not None:
