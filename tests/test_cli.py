@@ -477,7 +477,7 @@ def test_each_command_is_one_module_named_after_it():
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(commands.choices) == [*COMMANDS, "bench"]
+    assert list(commands.choices) == list(COMMANDS) and COMMANDS[-1] == "bench"  # bench too: a module of its own
     for name in COMMANDS:
         module = importlib.import_module(f"kvscope.app.cli.{name}")
         assert callable(module.add_parser) and callable(module.run), name
