@@ -9,6 +9,10 @@ import threading
 import time
 from pathlib import Path
 
+PRESETS = Path(__file__).resolve().parent.parent / "presets"
+# What an accepted file must not print: Python's own words where kvscope's message belongs
+PYTHON_WORDS = ("Traceback", "object has no attribute", "NoneType", "nan %")
+
 
 def cpu_calibration_key() -> str | None:
     """This machine's key for calibration profiles; None (said) where it cannot be made."""

@@ -30,8 +30,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PRESETS = Path(__file__).resolve().parent.parent / "presets"
-PYTHON_WORDS = ("Traceback", "object has no attribute", "NoneType", "nan %")
+from hostile_fixtures import PRESETS, PYTHON_WORDS
 
 
 def eleventh_file_cases(d: Path, Case, write) -> list:

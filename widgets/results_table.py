@@ -76,7 +76,7 @@ class ResultsTable(QTableWidget):
         self._base_name = ""
         self._rows_fitted_for: tuple | None = None  # (names' column width, row names) the row heights fit
         self._label_width = LABEL_WIDTH
-        self._narrow_for: dict = {}  # (viewport width, labels, row names): whether the titles go narrow
+        self._narrow_for: tuple = (None, False)  # (viewport width, labels, row names), titles narrow there
         self._floor_for: tuple = (None, 0)  # (row names, bold): the names' column's least width, measured
         self.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.NoSelection)
@@ -145,12 +145,10 @@ class ResultsTable(QTableWidget):
         self.resizeColumnsToContents()
         if self.isVisible() and self.columnCount() > 1:
             key = (self.viewport().width(), tuple(self.labels), tuple(r.name for r in self.rows))
-            narrow = self._narrow_for.get(key)
-            if narrow is None:  # measured once per width and shape: a running comparison's frames do not
+            if self._narrow_for[0] != key:  # measured once per width and shape: a running comparison's frames not
                 self._use_label_width(LABEL_WIDTH)
-                narrow = self._names_room() < self._names_floor()
-                self._narrow_for = {key: narrow}
-            self._use_label_width(NARROW_LABEL_WIDTH if narrow else LABEL_WIDTH)
+                self._narrow_for = (key, self._names_room() < self._names_floor())
+            self._use_label_width(NARROW_LABEL_WIDTH if self._narrow_for[1] else LABEL_WIDTH)
             room = self._names_room()
             if self.horizontalHeader().sectionSize(0) > room:
                 self.setColumnWidth(0, max(room, self._names_floor()))

@@ -60,7 +60,8 @@ def _rate(value) -> str:
 
 def _few(config, requests: str) -> str:
     """A p99 of under 100 requests says how many it rests on (see run.fewer_than_100)."""
-    return fewer_than_100(config.metrics.get(requests), why=False).replace("  (", " (")
+    few = fewer_than_100(config.metrics.get(requests), why=False)
+    return f" {few}" if few else ""
 
 
 def _quality(config) -> str:

@@ -346,11 +346,12 @@ def fewer_than_100(requests: int | None, why: bool) -> str:
     their two largest, a figure a person would read as the tail of many."""
     if not requests or requests >= 100:
         return ""
-    return f"  (of {counted(requests, 'request')}" + (": a p99 of under 100 is near their largest)" if why else ")")
+    return f"(of {counted(requests, 'request')}" + (": a p99 of under 100 is near their largest)" if why else ")")
 
 
 def _p50_p99(s: dict, name: str, requests: int | None, why: bool = False) -> str:
-    return f"{format_seconds(s[name + '_p50_s'])} / {format_seconds(s[name + '_p99_s'])}" + fewer_than_100(requests, why)
+    few = fewer_than_100(requests, why)
+    return f"{format_seconds(s[name + '_p50_s'])} / {format_seconds(s[name + '_p99_s'])}" + (f"  {few}" if few else "")
 
 
 def _busy(s: dict) -> str:
