@@ -8,13 +8,20 @@ trace or a recording. Each is said where the user is, short, and nothing the use
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from kvscope.app.gui import recording_control
+from kvscope.app.lab.recording.format import STEPS
+from kvscope.app.lab.recording.reader import steps_held
+from kvscope.app.lab.recording.records import open_records
 from kvscope.widgets.compare_plots import ComparePlots
 from kvscope.widgets.live_plots import LivePlots
 
@@ -160,18 +167,59 @@ def test_an_engine_killed_while_recording_says_the_file_keeps_the_steps_recorded
     running(window, qtbot)
     path = tmp_path / "killed.kvrec"
     assert window.start_recording(str(path))
-    qtbot.waitUntil(lambda: (window.recording_steps or 0) > 3, timeout=TIMEOUT_MS)
-    started = path.stat().st_size
-    qtbot.waitUntil(lambda: path.stat().st_size > started, timeout=TIMEOUT_MS)  # a chunk of steps written
+    # a chunk of steps whole in the file: its size growing was not one (the keyframe came first)
+    qtbot.waitUntil(lambda: steps_held(path) > 0, timeout=TIMEOUT_MS)
     os.kill(window.worker._process.pid, signal.SIGKILL)  # as the kernel's OOM killer would
     qtbot.waitUntil(lambda: len(stopped_boxes(window)) == 1, timeout=TIMEOUT_MS)
     text = stopped_boxes(window)[0].text()
-    assert "ended unexpectedly" in text and f"The recording {path} was cut off: it keeps the steps" in text
-    assert "Open recording" in text
+    kept = re.search(rf"The recording {re.escape(str(path))} was cut off: it keeps the ([\d,]+) steps written", text)
+    assert "ended unexpectedly" in text and kept and "Open recording" in text
     assert not window.record_action.isChecked()
     stopped_boxes(window)[0].done(0)
-    assert window.open_recording(str(path))  # and it does
-    qtbot.waitUntil(lambda: window.scrubber.num_steps > 0, timeout=TIMEOUT_MS)
+    assert window.open_recording(str(path))  # and it does, with the steps the dialog counted
+    qtbot.waitUntil(lambda: window.scrubber.num_steps == int(kept[1].replace(",", "")), timeout=TIMEOUT_MS)
+
+
+def test_an_engine_killed_while_recording_over_a_file_names_both_and_keeps_the_old_one(window, qtbot, tmp_path):
+    """The new recording was written beside the existing one (renamed over it only when complete):
+    the dialog said the existing file, which it never touched, was cut off and held the steps."""
+    running(window, qtbot)
+    path = tmp_path / "old.kvrec"
+    record_small_run(path)
+    before = path.read_bytes()
+    assert window.start_recording(str(path))
+    qtbot.waitUntil(lambda: any(steps_held(p) > 0 for p in tmp_path.glob(".old.kvrec.*.partial")), timeout=TIMEOUT_MS)
+    os.kill(window.worker._process.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: len(stopped_boxes(window)) == 1, timeout=TIMEOUT_MS)
+    text = stopped_boxes(window)[0].text()
+    cut = tmp_path / "old.cut-off.kvrec"
+    assert f"{path} keeps the recording that was there before" in text and f"{cut} keeps the" in text
+    assert path.read_bytes() == before and steps_held(cut) > 0 and not list(tmp_path.glob(".*.partial"))
+    stopped_boxes(window)[0].done(0)
+
+
+@pytest.mark.parametrize("over_a_file", [False, True])
+def test_a_recording_cut_before_its_first_steps_says_it_holds_none(window, tmp_path, over_a_file):
+    """Killed within its first second, the file holds the header and the pool's first keyframe: it
+    was said to keep "the steps written", and opened as an empty replay."""
+    full = tmp_path / "full.kvrec"
+    record_small_run(full)
+    opened = open_records(full)
+    opened.handle.close()
+    first_steps = next(e.offset for e in opened.entries if e.type == STEPS)
+    path = tmp_path / "cut.kvrec"
+    window.state.recording_path = str(path)
+    window.state.recording_replaces_since = time.time() if over_a_file else None
+    written = tmp_path / ".cut.kvrec.abcd1234.partial" if over_a_file else path
+    written.write_bytes(full.read_bytes()[:first_steps])
+    if over_a_file:
+        path.write_bytes(b"the recording that was there")
+    said = recording_control.kept_note(window, SimpleNamespace(recording_ended=True), 40)
+    assert steps_held(written) == 0 and "holds no step" in said and "Open recording" not in said
+    assert not over_a_file or ("keeps the recording that was there before" in said and not written.exists()
+                               and path.read_bytes() == b"the recording that was there")
+    written.write_bytes(full.read_bytes())  # a neighbour with its steps is said to keep them
+    assert "Open recording" in recording_control.kept_note(window, SimpleNamespace(recording_ended=True), 40)
 
 
 # -- 4. Names a file dialog returns as typed: over 255 bytes, 10,000 characters, a NUL ------------------

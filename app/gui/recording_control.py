@@ -9,12 +9,14 @@ is about the recording, not "The engine stopped"."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from kvscope.app.gui.export_files import ExportError, writable
+from kvscope.app.lab.output_path import partials_of, replaces_in_place
 from kvscope.app.lab.said_paths import said_short
 
 DID_NOT_START = "Recording did not start"
@@ -85,6 +87,8 @@ def start(window, path) -> bool:
     window.record_action.setChecked(True)
     window.state.recording_seen = False
     window.state.recording_path = str(path)  # no export may write over it meanwhile (ExportMenu.inputs)
+    replaces = Path(path).exists() and replaces_in_place(path)
+    window.state.recording_replaces_since = time.time() if replaces else None
     target(window).start_recording(str(path))
     return True
 
@@ -96,14 +100,58 @@ def refuse(window, reason: str) -> None:
 
 def kept_note(window, update, steps_recorded: int | None) -> str:
     """For the dialog of an engine that stopped while recording (its process killed): what the file
-    keeps. Its recorder writes the steps in chunks of at most about a second of the run, so all but
-    the last chunk are there, though the file was never finished."""
+    keeps, read from it. Its recorder writes the steps in chunks of at most about a second of the
+    run, so all but the last chunk are there, though the file was never finished. A recording begun
+    over an existing file was written beside it: that one stays, and the new one is named."""
+    from kvscope.app.lab.recording.reader import steps_held  # read only after a crash
+
     path = window.state.recording_path
     if not update.recording_ended or path is None:
         return ""
+    since = window.state.recording_replaces_since
+    written_to = path
+    if since is not None:  # a second's slack: the file system's clock is coarser than time.time()
+        partials = partials_of(path, since - 1.0)
+        if not partials:
+            return (f"{path} keeps the recording that was there before; the new one, written beside it until "
+                    "complete, is gone.\n\n")
+        written_to = partials[0]
+    held = steps_held(written_to)
     of = f" of the {steps_recorded:,} recorded" if steps_recorded is not None else ""
-    return (f"The recording {path} was cut off: it keeps the steps written before the engine stopped (all but "
-            f"about the last second of the run{of}); File > Open recording... (Ctrl+O) replays them.\n\n")
+    if since is not None:
+        if not held:
+            _remove(written_to)  # a header alone: nothing of the user's, nothing to replay
+            return (f"{path} keeps the recording that was there before; the new one holds no step (the engine "
+                    "stopped before the first were written, about a second into the recording).\n\n")
+        written_to = _visible(written_to, Path(path))
+        return (f"{path} keeps the recording that was there before. The new one was cut off: {written_to} keeps "
+                f"the {held:,} steps written before the engine stopped{of}; File > Open recording... (Ctrl+O) "
+                "replays them.\n\n")
+    if not held:
+        return (f"The recording {path} holds no step: the engine stopped before the first were written (about "
+                "a second into the recording), so it has nothing to replay.\n\n")
+    return (f"The recording {path} was cut off: it keeps the {held:,} steps written before the engine "
+            f"stopped{of}; File > Open recording... (Ctrl+O) replays them.\n\n")
+
+
+def _visible(partial: Path, path: Path) -> Path:
+    """The cut-off recording written beside `path`, renamed from its hidden temporary name to one a
+    file dialog shows ("NAME.cut-off.kvrec"); left as it is when that name is taken or not made."""
+    shown = path.with_name(f"{path.stem}.cut-off{path.suffix or '.kvrec'}")
+    try:
+        if not shown.exists():
+            os.rename(partial, shown)
+            return shown
+    except OSError:
+        pass
+    return partial
+
+
+def _remove(partial: Path) -> None:
+    try:
+        partial.unlink()
+    except OSError:
+        pass
 
 
 def show_failure(window, frame, was_recording: bool) -> bool:

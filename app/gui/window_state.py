@@ -77,6 +77,9 @@ class WindowState:
         self.recording_steps: int | None = None  # steps recorded so far, while the live run records
         self.recording_seen = False  # a frame has confirmed that the engine records
         self.recording_path: str | None = None  # what File > Record writes to, while Record is checked
+        # when (seconds since the epoch) that recording began over an existing file, else None: the new
+        # one is written beside it until complete (recording/writer.py), so a killed engine leaves both
+        self.recording_replaces_since: float | None = None
         self.frame_times_ms: deque[float] = deque(maxlen=FRAME_TIMES_KEPT)
         self.frames_rendered = 0
 

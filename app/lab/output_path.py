@@ -20,6 +20,7 @@ import errno
 import os
 import stat
 import tempfile
+from glob import escape as glob_escape
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import (descriptor_not_open, not_a_folder_reason, unopened_descriptor,
@@ -224,6 +225,17 @@ def _name_start(name: str) -> str:
     """The target's name as its temporary file's starts: cut to PARTIAL_NAME_BYTES, not inside a character."""
     raw = os.fsencode(name)
     return name if len(raw) <= PARTIAL_NAME_BYTES else raw[:PARTIAL_NAME_BYTES].decode("utf-8", "ignore")
+
+
+def partials_of(path, since: float) -> list[Path]:
+    """The temporary files (partial_path) beside `path` changed since `since` (seconds since the
+    epoch), newest first: what a writer killed before renaming its file over `path` leaves behind."""
+    target = Path(os.path.realpath(path))
+    try:
+        found = [(p.stat().st_mtime, p) for p in target.parent.glob(f".{glob_escape(_name_start(target.name))}.*.partial")]
+    except OSError:
+        return []
+    return [p for mtime, p in sorted(found, reverse=True) if mtime >= since]
 
 
 def commit_partial(partial: Path, path) -> None:

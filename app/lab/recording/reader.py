@@ -434,3 +434,13 @@ class Recording:
         t = self.series()["time_s"]
         return float(t.max()) if len(t) else 0.0
 
+
+
+def steps_held(path) -> int:
+    """How many steps a recording, finished or cut off, replays: 0 for one that cannot be read as
+    one (a process killed before it wrote the first keyframe leaves a header alone)."""
+    try:
+        with Recording.open(path, verify=False, allow_truncated=True) as recording:
+            return recording.num_steps
+    except (RecordingError, OSError, ValueError):
+        return 0
