@@ -180,7 +180,7 @@ class MemoryPlan:
     gpu_memory_utilization: float
     weights_bytes: int
     weights_source: str
-    reserve_bytes: int  # all devices together: everything held back besides weights and KV
+    held_back_bytes: int  # all devices together: everything held back besides weights and KV
     kv_cache_dtype: str
     kv_bytes_per_token: int  # whole model, every layer that caches per token
     kv_bytes_per_token_per_device: int
@@ -192,7 +192,7 @@ class MemoryPlan:
     num_blocks: int
     max_concurrent_sequences: float
     kv_pool_source: str = ""
-    # the parts of reserve_bytes (all devices together) and what the activation was profiled with
+    # the parts of held_back_bytes (all devices together) and what the activation was profiled with
     accounting: str = "lesson"
     vllm_version: str = ""
     activation_bytes: int = 0
@@ -294,7 +294,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         gpu_memory_utilization=args.gpu_memory_utilization,
         weights_bytes=weights,
         weights_source=weights_source,
-        reserve_bytes=(activation + non_torch + graphs + args.reserve_bytes) * tp,
+        held_back_bytes=(activation + non_torch + graphs + args.reserve_bytes) * tp,
         kv_cache_dtype=kv_dtype,
         kv_bytes_per_token=per_token,
         kv_bytes_per_token_per_device=kv_bytes_per_token_of(model, kv_dtype, tp, lesson),
@@ -364,7 +364,7 @@ def no_room_reason(plan: MemoryPlan) -> str:
     parts = (("activation peak", plan.activation_bytes), ("non-torch memory", plan.non_torch_bytes),
              ("CUDA graphs", plan.cudagraph_bytes), ("reserve_bytes", plan.extra_reserve_bytes))
     if plan.activation_bytes > plan.weights_bytes:  # the cause is the profiled step, not the model
-        rest = plan.reserve_bytes - plan.activation_bytes
+        rest = plan.held_back_bytes - plan.activation_bytes
         names = ", ".join(name for name, size in parts[1:] if size)
         return (
             f"no room for a KV cache: vLLM's activation peak for a step of {plan.profiled_tokens:,} tokens "
@@ -372,5 +372,5 @@ def no_room_reason(plan: MemoryPlan) -> str:
             f"{plan.weights_bytes / GiB:,.2f} GiB" + (f" and {rest / GiB:,.2f} GiB more held back ({names})" if rest else "")
             + f", {where}: give a smaller max_num_batched_tokens")
     names = ", ".join(name for name, size in parts if size)
-    held = f" (+ {plan.reserve_bytes / GiB:,.2f} GiB held back: {names})" if plan.reserve_bytes else ""
+    held = f" (+ {plan.held_back_bytes / GiB:,.2f} GiB held back: {names})" if plan.held_back_bytes else ""
     return f"no room for a KV cache: {plan.model} weights take {plan.weights_bytes / GiB:,.2f} GiB{held} {where}"

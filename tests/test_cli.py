@@ -216,7 +216,7 @@ def test_math_reserve_bytes_lowers_the_pool_by_exactly_that_per_device(capsys, h
     reserved = math_json(capsys, "--model", model, "--hardware", hardware, "--reserve-bytes", GiB, "--accounting", "lesson")
     assert base["tensor_parallel_size"] == tp
     assert base["kv_pool_bytes"] - reserved["kv_pool_bytes"] == GiB * tp
-    assert reserved["reserve_bytes"] == GiB * tp
+    assert reserved["extra_reserve_bytes"] == reserved["held_back_bytes"] == GiB * tp  # the lesson holds back no more
     assert reserved["num_blocks"] < base["num_blocks"]
     assert reserved["weights_bytes"] == base["weights_bytes"]
 
@@ -243,7 +243,7 @@ def test_math_shows_what_vllm_holds_back_and_the_lessons_formula_beside_it(capsy
     assert plan["kv_cache_size_tokens"] == pytest.approx(36560, rel=0.03)  # vLLM 0.19 logged 36,560 tokens
     # at 8K the windows save nothing, so the reserve makes vLLM's figure the smaller one
     assert plan["lesson_max_concurrent_sequences"] > plan["max_concurrent_sequences"]
-    assert plan["reserve_bytes"] == plan["activation_bytes"] + plan["non_torch_bytes"] + plan["cudagraph_bytes"]
+    assert plan["held_back_bytes"] == plan["activation_bytes"] + plan["non_torch_bytes"] + plan["cudagraph_bytes"]
 
 
 @pytest.mark.parametrize("dtype, expected", [("fp16", 14e9), ("bf16", 14e9), ("fp32", 28e9), ("fp8", 7e9),
@@ -1085,3 +1085,10 @@ def test_math_on_a_set_budget_subtracts_nothing_and_says_so(capsys, monkeypatch)
     for label in ("activation peak", "non-torch memory", "CUDA graphs", "reserve", "GPU KV cache size"):
         assert label not in rows, f"{label!r} on a CPU budget:\n{out}"
     assert "the figure vLLM" in rows["CPU KV cache size"]
+
+
+def test_math_json_names_the_flags_reserve_apart_from_the_total_held_back(capsys):
+    """JSON's reserve_bytes was the total held back (1.65 GiB beside --reserve-bytes 0 B in the table)."""
+    plan = math_json(capsys, "--model", "llama-3-8b", "--reserve-bytes", GiB)
+    assert "reserve_bytes" not in plan and plan["extra_reserve_bytes"] == GiB
+    assert plan["held_back_bytes"] == GiB + plan["activation_bytes"] + plan["non_torch_bytes"] + plan["cudagraph_bytes"]

@@ -193,9 +193,9 @@ def test_vllm_pool_is_the_usable_memory_less_weights_activation_non_torch_and_fr
     assert new.cudagraph_bytes == cuda_graph_bytes(model)
     assert new.cudagraph_bytes / GiB == pytest.approx(0.84, abs=0.1)  # "Estimated CUDA graph memory: 0.84 GiB"
     assert old.kv_pool_bytes - new.kv_pool_bytes == new.cudagraph_bytes
-    assert new.reserve_bytes == new.activation_bytes + new.non_torch_bytes + new.cudagraph_bytes
+    assert new.held_back_bytes == new.activation_bytes + new.non_torch_bytes + new.cudagraph_bytes
     lesson = vllm_plan(model, gpu_memory_utilization=0.95, accounting="lesson")
-    assert lesson.reserve_bytes == 0 and lesson.kv_pool_bytes == int(usable - lesson.weights_bytes)
+    assert lesson.held_back_bytes == 0 and lesson.kv_pool_bytes == int(usable - lesson.weights_bytes)
     assert new.lesson_kv_pool_bytes == lesson.kv_pool_bytes  # shown beside what vLLM allocates
 
 
@@ -219,7 +219,7 @@ def test_a_cpu_target_sized_by_its_memory_holds_back_no_cuda_context_or_graphs()
     assert on_cpu.non_torch_bytes == 0 and on_cpu.cudagraph_bytes == 0
     assert as_gpu.non_torch_bytes > 0 and as_gpu.cudagraph_bytes > 0
     assert on_cpu.activation_bytes > 0  # the profiling forward runs on a CPU too
-    assert on_cpu.reserve_bytes == on_cpu.activation_bytes
+    assert on_cpu.held_back_bytes == on_cpu.activation_bytes
     assert on_cpu.kv_pool_bytes == int(32 * GiB * 0.9 - on_cpu.weights_bytes) - on_cpu.activation_bytes
     assert "non-torch" not in on_cpu.kv_pool_source
 

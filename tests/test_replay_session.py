@@ -208,3 +208,16 @@ def test_a_damaged_position_is_said_once_not_in_every_frame_after_it(recording_p
     session.close()
     assert errors[0] and "truncated" in errors[0]
     assert errors[1:] == [None] * 4
+
+
+def test_a_plan_recorded_under_its_old_name_reads_its_total_held_back(recording_path):
+    """Recordings before 2026-11-29 named the plan's total held back reserve_bytes, the name of the
+    flag that is one part of it (math --json printed "reserve_bytes" 1.65 GiB for --reserve-bytes 0)."""
+    from kvscope.app.host.replay import engine_info_from_header
+
+    with Recording.open(recording_path) as recording:
+        header = recording.header
+    now = engine_info_from_header(header).plan
+    old = dict(header, plan={("reserve_bytes" if k == "held_back_bytes" else k): v for k, v in header["plan"].items()})
+    assert "held_back_bytes" not in old["plan"]
+    assert engine_info_from_header(old).plan.held_back_bytes == now.held_back_bytes > 0

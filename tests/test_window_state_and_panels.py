@@ -154,7 +154,7 @@ def test_the_memory_bar_splits_the_plan_by_the_blocks_shown(run):
     assert sizes["KV cached"] == counts["cached"] * plan.block_bytes
     assert sizes["KV free"] == (plan.num_blocks - held - counts["cached"]) * plan.block_bytes
     held_back = sum(sizes.get(k, 0) for k in ("activation peak", "non-torch", "CUDA graphs", "reserve"))
-    assert sizes["weights"] == plan.weights_bytes and held_back == plan.reserve_bytes
+    assert sizes["weights"] == plan.weights_bytes and held_back == plan.held_back_bytes
     assert title == f"Memory budget: {plan.model} on l4-24gb" and plan.kv_pool_source in tooltip
     assert dict((s[0], s[2]) for s in segments)["KV in use"] == state.theme.decode  # the theme's colours
     state.theme_name = "dark"
@@ -332,7 +332,7 @@ def test_the_memory_bar_shows_what_vllm_holds_back_part_by_part():
 
     vllm = reserve_segments(plan(reserve_bytes=2**20))
     assert [s[0] for s in vllm] == ["activation peak", "non-torch", "CUDA graphs", "reserve"]
-    assert sum(s[1] for s in vllm) == plan(reserve_bytes=2**20).reserve_bytes
+    assert sum(s[1] for s in vllm) == plan(reserve_bytes=2**20).held_back_bytes
     older = reserve_segments(plan(vllm_version="0.19"))  # before 0.21 vLLM did not subtract its graphs
     assert "CUDA graphs" not in [s[0] for s in older]
     lesson = reserve_segments(plan(accounting="lesson"))

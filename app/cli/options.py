@@ -360,10 +360,10 @@ def refuse_kv_budget_beyond_memory(plan, args) -> None:
     from kvscope.engine.units import format_bytes
 
     budget = getattr(args, "kv_cache_memory_bytes", None)
-    room = plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes
+    room = plan.memory_bytes - plan.weights_bytes - plan.held_back_bytes
     if budget is None or plan.kv_pool_bytes <= room:
         return
-    held = f" and {format_bytes(plan.reserve_bytes)} held back" if plan.reserve_bytes else ""
+    held = f" and {format_bytes(plan.held_back_bytes)} held back" if plan.held_back_bytes else ""
     raise ConfigError(f"--kv-cache-memory-bytes {budget:g}: a {format_bytes(plan.kv_pool_bytes)} KV pool beside "
                       f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} is more than the "
                       f"{format_bytes(plan.memory_bytes)} of {plan.hardware}; "

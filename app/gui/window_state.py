@@ -196,7 +196,7 @@ def reserve_segments(plan) -> list[tuple]:
     ]
     modelled = [part for part in parts if part[1] > 0]
     if not modelled:
-        return [("reserve", plan.reserve_bytes, RESERVE_COLOR, "held back for activations and the runtime")]
+        return [("reserve", plan.held_back_bytes, RESERVE_COLOR, "held back for activations and the runtime")]
     extra = plan.extra_reserve_bytes
     return modelled + ([("reserve", extra, GRAPHS_COLOR, "--reserve-bytes, beyond vLLM's accounting")] if extra else [])
 

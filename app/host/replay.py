@@ -96,6 +96,15 @@ def _known_fields(cls, values: dict) -> dict:
     return {k: v for k, v in (values or {}).items() if k in names}
 
 
+def _renamed_plan_fields(plan: dict | None) -> dict:
+    """A plan as recorded, with the name this kvscope gives its total held back: recordings before
+    2026-11-29 called it reserve_bytes, the name of the flag that is only one part of it."""
+    plan = dict(plan or {})
+    if "reserve_bytes" in plan and "held_back_bytes" not in plan:
+        plan["held_back_bytes"] = plan.pop("reserve_bytes")
+    return plan
+
+
 def engine_info_from_header(header: dict, label_suffix: str = "") -> EngineInfo:
     """What the engine reports to the window once built, rebuilt from a recording's header: the
     model, hardware, engine arguments, memory plan and workload as the engine had them."""
@@ -104,9 +113,9 @@ def engine_info_from_header(header: dict, label_suffix: str = "") -> EngineInfo:
         hardware = HardwareSpec(**_known_fields(HardwareSpec, header.get("hardware")))
         engine_args = EngineArgs(**_known_fields(EngineArgs, header.get("engine_args")))
         resolved = ResolvedArgs(args=engine_args, **_known_fields(ResolvedArgs, header.get("resolved")))
-        plan = MemoryPlan(**_known_fields(MemoryPlan, header.get("plan")))
+        plan = MemoryPlan(**_known_fields(MemoryPlan, _renamed_plan_fields(header.get("plan"))))
     except Exception:  # noqa: BLE001 - a header this kvscope cannot rebuild: the fields the window reads
-        plan = SimpleNamespace(**header.get("plan", {}))
+        plan = SimpleNamespace(**_renamed_plan_fields(header.get("plan")))
         model = SimpleNamespace(**header.get("model", {}))
         hardware = SimpleNamespace(**header.get("hardware", {}))
         engine_args = SimpleNamespace(**header.get("engine_args", {}))
