@@ -1092,3 +1092,12 @@ def test_math_json_names_the_flags_reserve_apart_from_the_total_held_back(capsys
     plan = math_json(capsys, "--model", "llama-3-8b", "--reserve-bytes", GiB)
     assert "reserve_bytes" not in plan and plan["extra_reserve_bytes"] == GiB
     assert plan["held_back_bytes"] == GiB + plan["activation_bytes"] + plan["non_torch_bytes"] + plan["cudagraph_bytes"]
+
+
+def test_math_says_a_hybrid_models_token_slots_are_per_layer_group(capsys):
+    """189,152 "token slots" for gemma-3-27b read as tokens, beside vLLM's 105,224-token KV cache size."""
+    hybrid = [line for line in cli(capsys, "math", "--model", "gemma-3-27b", "--hardware", "h100-80gb")[1].splitlines()
+              if line.startswith("blocks")]
+    dense = [line for line in cli(capsys, "math", "--model", "llama-3-8b")[1].splitlines() if line.startswith("blocks")]
+    assert "token slots, each one token of one of the 7 layer groups)" in hybrid[0]
+    assert dense[0].endswith("token slots)")

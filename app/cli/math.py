@@ -129,7 +129,9 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
         ("KV pool", f"{format_bytes(plan.kv_pool_bytes)}  ({plan.kv_pool_source})" if plan.kv_pool_bytes >= 0
          else f"none: {format_bytes(-plan.kv_pool_bytes)} short  ({plan.kv_pool_source})"),
         ("block", f"{plan.block_size:,} tokens = {format_bytes(plan.block_bytes)}"),
-        ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots)"),
+        ("blocks", f"{plan.num_blocks:,}  ({plan.num_blocks * plan.block_size:,} token slots"
+                   + (f", each one token of one of the {len(plan.layer_groups)} layer groups)"
+                      if len(plan.layer_groups) > 1 else ")")),
     ]
     if vllm:
         rows.append((f"{'CPU' if hardware.kind == 'cpu' else 'GPU'} KV cache size", f"{plan.kv_cache_size_tokens:,} tokens  (the figure vLLM "
