@@ -74,3 +74,26 @@ def test_a_config_json_without_positions_refuses_no_length_as_vllm_does():
     assert not model.max_position_embeddings_given
     assert resolved(model).max_model_len == 4096  # kvscope's default length, as before
     assert resolved(model, 100_000).max_model_len == 100_000
+
+
+@pytest.mark.parametrize("fields, positions", [
+    ({"seq_length": 2048}, 2048),  # ChatGLM's name: the model was given 4,096 positions it does not have
+    ({"n_positions": 1024}, 1024),  # GPT-2's
+    ({"max_position_embeddings": 32768, "seq_length": 8192}, 8192),  # vLLM takes the smallest given
+    ({"model_max_length": 131072, "max_position_embeddings": 8192}, 8192),
+    ({}, 4096),  # none given: the default, and a max_model_len past it is not refused
+])
+def test_the_models_length_is_the_smallest_of_the_fields_vllm_reads(fields, positions):
+    base = {k: v for k, v in QWEN_LIKE.items() if k != "max_position_embeddings"}
+    model = model_from_hf_config({**base, **fields}, "m")
+    assert model.max_position_embeddings == positions
+    assert model.max_position_embeddings_given == bool(fields)
+    if fields:
+        with pytest.raises(ConfigError, match=f"{positions:,} positions"):
+            resolved(model, positions + 1)
+
+
+def test_a_length_field_that_is_not_a_whole_number_is_refused_by_its_name():
+    base = {k: v for k, v in QWEN_LIKE.items() if k != "max_position_embeddings"}
+    with pytest.raises(ConfigError, match="seq_length"):
+        model_from_hf_config({**base, "seq_length": "8k"}, "m")

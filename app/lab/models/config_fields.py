@@ -27,6 +27,8 @@ HF_FIELDS = {
     # the dense shape
     "num_hidden_layers": WHOLE, "num_attention_heads": WHOLE, "num_key_value_heads": WHOLE, "head_dim": WHOLE,
     "hidden_size": WHOLE, "intermediate_size": WHOLE, "vocab_size": WHOLE, "max_position_embeddings": WHOLE,
+    "n_positions": WHOLE, "max_seq_len": WHOLE, "seq_length": WHOLE, "max_target_positions": WHOLE,
+    "max_sequence_length": WHOLE, "max_seq_length": WHOLE, "seq_len": WHOLE, "model_max_length": WHOLE,
     "tie_word_embeddings": FLAG, "attention_bias": FLAG, "model_type": TEXT, "architectures": LIST,
     "torch_dtype": TEXT, "dtype": TEXT, "quantization_config": TABLE, "text_config": TABLE, "auto_map": TABLE,
     # how far rope scaling stretches the positions (transformers 5 names the table rope_parameters)

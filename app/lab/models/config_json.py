@@ -203,6 +203,12 @@ def _experts(cfg: dict, model_type: str) -> dict:
             "shared_expert_intermediate_size": shared, "num_dense_layers": dense}
 
 
+# vLLM takes a model's length from the smallest of these its config gives (GPT-2's n_positions, MPT's
+# max_seq_len, ChatGLM's seq_length...): read as max_position_embeddings alone, a model without it got 4,096
+LENGTH_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_target_positions",
+                 "max_sequence_length", "max_seq_length", "seq_len", "model_max_length")
+
+
 def _given_or(cfg: dict, key: str, default):
     return default if cfg.get(key) is None else cfg[key]
 
@@ -268,7 +274,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
             and isinstance(heads, int) and heads and hidden % heads:  # the floor was taken: 130 / 4 heads as 32 each
         raise ConfigError(f"{label}: hidden_size ({hidden:,}) is not a whole number of num_attention_heads "
                           f"({heads:,}), and head_dim, the width of one, is not given; give head_dim")
-    positions = _given_or(cfg, "max_position_embeddings", 4096)
+    lengths = [cfg[k] for k in LENGTH_FIELDS if cfg.get(k) is not None]
+    positions = min(lengths) if lengths else 4096
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
@@ -281,7 +288,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "intermediate_size": _given_or(cfg, "intermediate_size", 4 * hidden if isinstance(hidden, int) else 0),
         "vocab_size": cfg["vocab_size"],
         "max_position_embeddings": positions,
-        "max_position_embeddings_given": cfg.get("max_position_embeddings") is not None,
+        "max_position_embeddings_given": bool(lengths),
         # transformers 5 writes rope_scaling as rope_parameters: its yarn factor was read as no stretch at all
         "max_model_len_limit": _stretched_positions(cfg, positions, label),
         "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
