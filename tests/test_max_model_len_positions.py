@@ -2,7 +2,6 @@
 it), and kvscope said nothing: llama-2-7b at 100,000 tokens read as 1.16 concurrent requests.
 config.json's rope_scaling stretches the positions as vLLM derives them."""
 
-import math
 
 import pytest
 
