@@ -136,3 +136,18 @@ def test_config_json_layout_errors_name_the_file_and_field():
         read({**BASE, "full_attention_interval": 0})
     with pytest.raises(ConfigError, match=r"^config m: layer_types\[1\] is 'chunked_attention'"):
         read({**BASE, "num_hidden_layers": 2, "layer_types": ["full_attention", "chunked_attention"]}, "m")
+
+
+def test_llama_4s_chunked_local_attention_is_sized_as_full_attention_as_vllm_does_by_default():
+    """vLLM turns its hybrid allocator off for chunked local attention unless an environment variable
+    allows it, so every Llama 4 layer holds the whole context: 48 layers x 8 KV heads x 128 x 2 x 2 B."""
+    from kvscope.app.lab.models.config_json import model_from_hf_config
+    from kvscope.engine.memory_math import kv_bytes_per_token
+
+    text = {"model_type": "llama4_text", "attention_chunk_size": 8192, "head_dim": 128, "hidden_size": 5120,
+            "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
+            "num_attention_heads": 40, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16,
+            "num_experts_per_tok": 1, "vocab_size": 202048}
+    model = model_from_hf_config({"model_type": "llama4", "torch_dtype": "bfloat16", "text_config": text}, "scout")
+    assert set(model.layer_types) <= {"full_attention"}  # () for all full attention
+    assert kv_bytes_per_token(model, "bf16") == 2 * 48 * 8 * 128 * 2

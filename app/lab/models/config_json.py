@@ -79,7 +79,10 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
 
 
 def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
-    """layer_types as config.json gives it, or as its older fields imply; None: all full attention."""
+    """layer_types as config.json gives it, or as its older fields imply; None: all full attention.
+    Llama 4's attention_chunk_size (chunked local attention in three layers of four) is full attention
+    here as in vLLM, which sizes those layers as full ones unless its hybrid allocator is allowed them
+    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1: "a latency regression", off by default)."""
     if not isinstance(layers, int) or isinstance(layers, bool):
         return cfg.get("layer_types")  # the layer count's own check reports it
     if cfg.get("layer_types") is not None:
