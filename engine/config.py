@@ -443,9 +443,9 @@ class EngineArgs:
 
 
 def parse_vllm_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a vLLM release such as "0.19", "0.19.1", "0.6.4.post1" or "v0.10" (as vLLM's
-    tags are written); one older than vLLM's first release (0.0) is refused with the range."""
-    form = re.fullmatch(r"[vV]?([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9]{1,4})?(?:\.?(?:post|rc|dev|a|b)[0-9]{0,4})*"
+    """(major, minor) of a vLLM release such as "0.19", "0.19.1", "0.10.1.1", "0.6.4.post1" or "v0.10" (as
+    vLLM's tags are written); one older than vLLM's first release (0.0) is refused with the range."""
+    form = re.fullmatch(r"[vV]?([0-9]{1,4})\.([0-9]{1,4})(?:\.[0-9]{1,4}){0,2}(?:\.?(?:post|rc|dev|a|b)[0-9]{0,4})*"
                         r"(?:\+[0-9A-Za-z.]{1,64})?", str(version).strip())  # [0-9]: "²" is a digit to isdigit()
     if form is None:
         raise ConfigError(f"vllm_version must look like 0.19 or 0.6.4, got {version!r}")
