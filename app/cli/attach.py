@@ -73,7 +73,7 @@ def duration_seconds(text: str) -> float:
     seconds = options.bounded(0.0, MAX_DURATION_S, low_open=True)(text)
     if seconds < MIN_DURATION_S:
         raise argparse.ArgumentTypeError(
-            f"{seconds:g} s is too short to hear a KV event (the subscription reaching the server's publisher and "
+            f"{options.typed_float(seconds)} s is too short to hear a KV event (the subscription reaching the server's publisher and "
             f"its next step take tens of ms), and the silence would be said as the wrong endpoint; give at least "
             f"{MIN_DURATION_S:g} s, e.g. 10")
     return seconds

@@ -304,8 +304,9 @@ def hardware_from_args(args) -> HardwareSpec:
     memory = args.memory_bytes if args.memory_bytes is not None else (
         args.memory_gib * GiB if args.memory_gib is not None else None)
     if memory is not None and memory < 1:  # int() made it 0 bytes, said as the preset's memory_bytes
-        raise ConfigError(f"--memory-gib {args.memory_gib:g} is less than one byte of memory; give at least "
-                          f"{1 / GiB:.2g} (1 byte), or the device's memory such as 24")
+        # the least rounded up (9.3e-10 was "give at least 9.3e-10" of --memory-gib 9.3e-10, under a byte)
+        raise ConfigError(f"--memory-gib {typed_float(args.memory_gib)} is less than one byte of memory; give at least "
+                          f"{math.ceil(1e12 / GiB) / 1e12:g} (1 byte), or the device's memory such as 24")
     hardware = load_hardware(args.hardware or DEFAULT_HARDWARE)
     if memory is not None:
         hardware = hardware.with_memory(int(memory))
@@ -349,8 +350,16 @@ def said_with_flags(message: str, args) -> str:
         if field and value is not None and flag not in message and re.search(rf"(?<![\w.-]){field}(?![\w-])", message):
             # a 309-digit value (--requests 1e308) as the checks say it, not 412 characters of digits and commas
             named.append(f"{flag} {said_value(value)}" if isinstance(value, int) and not isinstance(value, bool) else
-                         f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+                         f"{flag} {typed_float(value)}" if isinstance(value, float) else f"{flag} {value}")
     return f"{', '.join(named)}: {message}" if named else message
+
+
+def typed_float(value: float) -> str:
+    """A float flag's value as short as :g writes it where that is the value itself, else every digit
+    it holds: `--gpu-memory-utilization 1.0000000001` was said as "--gpu-memory-utilization 1: ... must
+    be in (0, 1]", a refusal of a value in range."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def refuse_kv_budget_beyond_memory(plan, args) -> None:
