@@ -58,8 +58,13 @@ def number(text: str) -> float:
         value = float(text)
     except ValueError:
         hexadecimal = text.strip().lower().lstrip("+-").startswith("0x")
-        unit = re.fullmatch(r"\s*[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:e[-+]?\d+)?\s*([a-z%]+)\s*", text, re.IGNORECASE)
-        # `--memory-gib 24GiB`, `--duration 10s` were "give decimal digits"; "1e" is an exponent left out
+        unit = re.fullmatch(r"\s*[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:e[-+]?\d+)?\s*([a-z%]*/?[a-z]+|%)\s*", text,
+                            re.IGNORECASE)
+        if re.fullmatch(r"\s*[-+]?\d[\d,]*,\d*(?:\.\d*)?\s*", text):  # `--requests 1,000` was "give decimal digits"
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}; a comma is read neither as a thousands separator "
+                                             "nor as a decimal point: write 1000 (or 1_000), and 0.9 with a point")
+        # `--memory-gib 24GiB`, `--duration 10s`, `--arrival-rate 5/s` were "give decimal digits"; "1e" is an
+        # exponent left out
         if unit and not hexadecimal and unit[1].lower() != "e":
             raise argparse.ArgumentTypeError(f"not a number: {text!r}, a number with a unit ({unit[1]}) typed after "
                                              "it; " + UNIT_ADVICE.get(unit[1], "give the number alone, in the unit "
