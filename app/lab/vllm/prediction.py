@@ -80,6 +80,26 @@ def _float_label(cache_config: dict, name: str) -> float | None:
 
 _MOST_LABEL = float(1 << 62)  # past any count of bytes, blocks or tokens a server has
 
+# The labels the plan is sized by: (least, most, whole, what they hold). Given, each is in range or nothing
+# is planned from it: kv_cache_memory_bytes="1e300" was said as "sized its cache from GPU memory", "1.5"
+# planned 0 blocks (error -100 %), num_gpu_blocks_override="0" said "forced ... override 0", and
+# gpu_memory_utilization="0" was planned as 0.9.
+_SIZING_LABELS = {"kv_cache_memory_bytes": (1, _MOST_LABEL, True, f"a whole number of bytes from 1 to {_MOST_LABEL:,.0f}"),
+                  "num_gpu_blocks_override": (1, _MOST_LABEL, True, f"a whole number of blocks from 1 to {_MOST_LABEL:,.0f}"),
+                  "gpu_memory_utilization": (0, 1, False, "a share of memory above 0 and at most 1")}
+
+
+def unusable_label(cache_config: dict) -> str | None:
+    """Why a sizing label the server gave cannot be planned from; None when each is usable or absent."""
+    for name, (least, most, whole, what) in _SIZING_LABELS.items():
+        text = _label(cache_config, name)
+        number = _float_label(cache_config, name)
+        if text is not None and (number is None or not (least < number <= most if least == 0 else
+                                                          least <= number <= most) or (whole and number % 1)):
+            shown = text if len(str(text)) <= 24 else str(text)[:21] + "..."
+            return f"the server's vllm:cache_config_info has {name}={shown!r}, which is not {what}"
+    return None
+
 
 def observed_max_model_len(cache_config: dict) -> int | None:
     """The server's max_model_len: kv_cache_size_tokens / kv_cache_max_concurrency, as vLLM logs them."""
@@ -119,6 +139,8 @@ def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: 
     """kvscope's memory plan of the server's cache: its block size, KV dtype, KV memory (or the
     hardware's memory x gpu_memory_utilization), vLLM's accounting of its version. ConfigError
     when kvscope cannot plan it."""
+    if (why := unusable_label(cache_config)) is not None:
+        raise ConfigError(why)
     block_size = _int_label(cache_config, "block_size") or 16
     kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
     dtype = _label(cache_config, "cache_dtype") or "auto"
@@ -140,24 +162,21 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
     observed_concurrency = _float_label(cache_config, "kv_cache_max_concurrency")
     if observed_concurrency is not None and not 1e-9 < observed_concurrency < _MOST_LABEL:
         observed_concurrency = None  # 1e-300 sequences is no server's; an error against it is 10**300 %
-    if model is None:
-        why = "no model shape: pass --model-path DIR (its config.json) or --model PRESET"
-        return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
-                PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
     kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
     override = _int_label(cache_config, "num_gpu_blocks_override")
     utilization = _float_label(cache_config, "gpu_memory_utilization") or 0.9
     where = "from kv_cache_memory_bytes"
-    if kv_memory is None and hardware is None:
-        why = "the server sized its cache from GPU memory: pass --hardware PRESET (what it runs on)"
-        return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
-                PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
-    if hardware is not None and kv_memory is None:
-        where = f"from {hardware.name} x gpu_memory_utilization {utilization:g}"
-    try:
-        plan = server_plan(cache_config, version, model, hardware)
-    except ConfigError as exc:
-        why = f"kvscope cannot plan {model.name} with the server's settings: {exc}"
+    why = "no model shape: pass --model-path DIR (its config.json) or --model PRESET" if model is None else \
+        unusable_label(cache_config) or ("the server sized its cache from GPU memory: pass --hardware PRESET (what "
+                                         "it runs on)" if kv_memory is None and hardware is None else None)
+    if why is None:
+        if hardware is not None and kv_memory is None:
+            where = f"from {hardware.name} x gpu_memory_utilization {utilization:g}"
+        try:
+            plan = server_plan(cache_config, version, model, hardware)
+        except ConfigError as exc:
+            why = f"kvscope cannot plan {model.name} with the server's settings: {exc}"
+    if why is not None:
         return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
                 PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
     blocks_note = f"{model.name}, vLLM {plan.vllm_version} accounting{_stand_in(version, plan.vllm_version)}, {where}"
