@@ -1,0 +1,128 @@
+"""The fourteenth hostile pass's cases (the command line and attach), for scripts/hostile_inputs.py; every
+name begins "fourteenth cli:" (`--only "fourteenth cli"` runs them). Found, and how it behaved before:
+`math --vllm-version 0.10.1.1` (and v0.10.1.1), a release vLLM tagged, was refused as "must look like 0.19
+or 0.6.4". A float flag was said back rounded to six digits: `--gpu-memory-utilization 1.0000000001` was
+refused as "--gpu-memory-utilization 1: ... must be in (0, 1]", `attach --duration 0.1999999` as "0.2 s is
+too short ...; give at least 0.2 s", and `--memory-gib 9.3e-10` (under a byte) was told to "give at least
+9.3e-10". A number written with a comma (`--requests 1,000`, `--gpu-memory-utilization 0,9`) or a
+per-unit (`--arrival-rate 5/s`, '5 req/s') was told to "give a number in decimal digits", which it was.
+An attached server's cache_config_info sizing labels were read whatever they held: kv_cache_memory_bytes
+1e300 was said as "the server sized its cache from GPU memory: pass --hardware", 1.5 bytes planned 0
+blocks (an error of -100 %), num_gpu_blocks_override 0 was shown as "forced: the server runs with
+num_gpu_blocks_override 0", gpu_memory_utilization 0 was planned as 0.9. Every case's `expect` is the
+right behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hostile_case import ROOT
+
+DEAD = "http://127.0.0.1:1"  # nothing listens: each refusal here comes before the server is asked
+EVENTS = ["--kv-events", "tcp://127.0.0.1:5557"]
+HELD: list = []  # the publishers' ZMQ context, held open for the whole run
+
+
+def fourteenth_cli_cases(d: Path, Case, write) -> list:
+    return _version_cases(Case) + _said_number_cases(Case) + _typed_number_cases(Case) + _attach_label_cases(Case)
+
+
+def _case(Case, name: str, *args, **kwargs):
+    return Case(f"fourteenth cli: {name}", *args, **kwargs)
+
+
+def _version_cases(Case) -> list:
+    return [
+        _case(Case, "math --vllm-version 0.10.1.1 (a release vLLM tagged: 'must look like 0.19')", "flags",
+              ["math", "--vllm-version", "0.10.1.1"], expect="ok", must_say=("(vLLM 0.10.1.1)",)),
+        _case(Case, "math --vllm-version v0.10.1.1 (its tag)", "flags",
+              ["math", "--vllm-version", "v0.10.1.1"], expect="ok", must_say=("(vLLM v0.10.1.1)",)),
+        _case(Case, "math --vllm-version 0.10.1.1.1 (five parts: no release)", "flags",
+              ["math", "--vllm-version", "0.10.1.1.1"], must_say=("vllm_version must look like 0.19",)),
+    ]
+
+
+def _said_number_cases(Case) -> list:
+    return [
+        _case(Case, "math --gpu-memory-utilization 1.0000000001 (said as '--gpu-memory-utilization 1')", "numbers",
+              ["math", "--gpu-memory-utilization", "1.0000000001"],
+              must_say=("--gpu-memory-utilization 1.0000000001: gpu_memory_utilization must be in (0, 1]",)),
+        _case(Case, "attach --duration 0.1999999 (said as '0.2 s is too short; give at least 0.2 s')", "numbers",
+              ["attach", DEAD, *EVENTS, "--duration", "0.1999999"],
+              must_say=("0.1999999 s is too short", "give at least 0.2 s")),
+        _case(Case, "math --memory-gib 9.3e-10 (under a byte: 'give at least 9.3e-10')", "numbers",
+              ["math", "--memory-gib", "9.3e-10"], must_say=("is less than one byte", "give at least 9.32e-10")),
+        _case(Case, "math --memory-gib 9.32e-10 (the least it says it takes)", "numbers",
+              ["math", "--memory-gib", "9.32e-10"], expect="ok"),
+    ]
+
+
+def _typed_number_cases(Case) -> list:
+    comma = "a comma is read neither as a thousands separator nor as a decimal point"
+    return [
+        _case(Case, "run --requests 1,000 ('give a number in decimal digits')", "numbers",
+              ["run", "--quiet", "--requests", "1,000"], must_say=(comma,), must_not_say=("decimal digits",)),
+        _case(Case, "math --gpu-memory-utilization 0,9 (a decimal comma)", "numbers",
+              ["math", "--gpu-memory-utilization", "0,9"], must_say=(comma,)),
+        _case(Case, "run --arrival-rate 5/s ('give a number in decimal digits')", "numbers",
+              ["run", "--quiet", "--requests", "2", "--arrival-rate", "5/s"],
+              must_say=("a number with a unit (/s) typed after it",), must_not_say=("decimal digits",)),
+        _case(Case, "run --arrival-rate '5 req/s'", "numbers",
+              ["run", "--quiet", "--requests", "2", "--arrival-rate", "5 req/s"],
+              must_say=("a number with a unit (req/s)",)),
+        _case(Case, "run --arrival-rate 1/2 (a fraction: no unit)", "numbers",
+              ["run", "--quiet", "--requests", "2", "--arrival-rate", "1/2"],
+              must_say=("decimal digits",), must_not_say=("unit", "comma")),
+        _case(Case, "run --requests 1_000 (Python's grouping: taken)", "numbers",
+              ["run", "--quiet", "--requests", "1_000", "--workload", "uniform-short"], expect="ok"),
+    ]
+
+
+def _attach_label_cases(Case) -> list:
+    """Against a vLLM look-alike on loopback whose cache_config_info holds one sizing label out of range,
+    with a publisher that sends one batch: the attach is taken, its prediction rows say the label."""
+    import msgspec
+    import zmq
+    from hostile_fixtures import fake_http_server, stored, zmq_publisher
+
+    prom = (ROOT / "tests" / "fixtures" / "vllm" / "metrics_live_vllm_cpu_0.32_pressure.prom").read_bytes()
+    batch = msgspec.msgpack.encode([1.0, [stored([7])], 0])
+    context = zmq.Context()
+    HELD.append(context)
+
+    def attach(changes: dict, *flags) -> list:
+        metrics = prom
+        for old, changed in changes.items():
+            metrics = metrics.replace(old, changed)
+        url = fake_http_server({"/version": b'{"version": "0.32.0"}', "/metrics": metrics,
+                                "/v1/models": b'{"object": "list", "data": [{"id": "tiny"}]}'})
+        events = zmq_publisher(context, lambda: [[b"", (0).to_bytes(8, "big", signed=True), batch]])
+        return ["attach", url, "--kv-events", events, "--duration", "1", "--model", "tiny-llama", *flags]
+
+    memory = b'kv_cache_memory_bytes="1073741824"'
+    override = b'num_gpu_blocks_override="12"'
+    no_budget = {memory: b'kv_cache_memory_bytes="None"'}  # sized from GPU memory: the utilization is read
+    return [
+        _case(Case, "attach: kv_cache_memory_bytes 1e300 (said as 'sized its cache from GPU memory')", "flags",
+              attach({memory: b'kv_cache_memory_bytes="1e300"'}), expect="ok",
+              must_say=("kv_cache_memory_bytes='1e300', which is not a whole number of bytes",),
+              must_not_say=("sized its cache from GPU memory",)),
+        _case(Case, "attach: kv_cache_memory_bytes 1.5 (0 blocks planned, -100 %)", "flags",
+              attach({memory: b'kv_cache_memory_bytes="1.5"'}), expect="ok",
+              must_say=("kv_cache_memory_bytes='1.5', which is not a whole number of bytes",),
+              must_not_say=("-100",)),
+        _case(Case, "attach: num_gpu_blocks_override 0 ('forced ... override 0')", "flags",
+              attach({override: b'num_gpu_blocks_override="0"'}), expect="ok",
+              must_say=("num_gpu_blocks_override='0', which is not a whole number of blocks",),
+              must_not_say=("forced",)),
+        _case(Case, "attach --hardware h100-80gb: gpu_memory_utilization 0 (planned as 0.9)", "flags",
+              attach({**no_budget, b'gpu_memory_utilization="0.92"': b'gpu_memory_utilization="0"'},
+                     "--hardware", "h100-80gb"), expect="ok",
+              must_say=("gpu_memory_utilization='0', which is not a share of memory",),
+              must_not_say=("gpu_memory_utilization 0.9",)),
+        _case(Case, "attach --hardware h100-80gb: gpu_memory_utilization 0.92 (planned from it)", "flags",
+              attach(no_budget, "--hardware", "h100-80gb"), expect="ok",
+              must_say=("from h100-80gb x gpu_memory_utilization 0.92",)),
+        _case(Case, "attach: the captured labels (the forced count said as forced)", "flags",
+              attach({}), expect="ok", must_say=("forced: the server runs with num_gpu_blocks_override 12",)),
+    ]
