@@ -1,0 +1,127 @@
+"""The command line and attach against bad input, fourteenth round (scripts/hostile_inputs_fourteenth_cli.py):
+vLLM's four-part releases refused, float flags said back rounded (a value in range refused as out of it),
+numbers written with a comma or a per-unit told to "give decimal digits", and a server's cache_config_info
+sizing labels planned from whatever they held. Each refusal test fails on the code before its fix; each
+has a consistent neighbour that is still taken."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_helper import cli
+from test_cli_hostile_fifth import refused
+
+from kvscope.app.lab.presets import load_hardware, load_model
+from kvscope.app.lab.vllm.prediction import predict
+from kvscope.engine.config import ConfigError, parse_vllm_version
+
+DEAD = "http://127.0.0.1:1"  # nothing listens: a refusal that names the server came after the flags' checks
+EVENTS = ("--kv-events", "tcp://127.0.0.1:5557")
+
+
+# -- 1. vLLM's releases ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version, parsed", [("0.10.1.1", (0, 10)), ("v0.10.1.1", (0, 10)), ("0.8.5.post1", (0, 8)),
+                                             ("0.10", (0, 10))])
+def test_a_four_part_release_vllm_tagged_is_read(version, parsed):
+    assert parse_vllm_version(version) == parsed
+
+
+def test_a_four_part_release_is_taken_by_math_and_five_parts_are_not(capsys):
+    rc, out, err = cli(capsys, "math", "--vllm-version", "0.10.1.1")
+    assert rc == 0, err
+    assert "(vLLM 0.10.1.1)" in out
+    with pytest.raises(ConfigError, match="must look like 0.19"):
+        parse_vllm_version("0.10.1.1.1")
+
+
+# -- 2. a float said back as typed ----------------------------------------------------------------------------------
+
+
+def test_a_utilization_past_1_by_a_little_is_said_as_typed(capsys):
+    rc, out, err = cli(capsys, "math", "--gpu-memory-utilization", "1.0000000001")
+    refused(rc, err, "--gpu-memory-utilization 1.0000000001: gpu_memory_utilization must be in (0, 1]")
+    rc, out, err = cli(capsys, "math", "--gpu-memory-utilization", "5")
+    refused(rc, err, "--gpu-memory-utilization 5: ")  # a short value stays short
+    rc, out, err = cli(capsys, "math", "--gpu-memory-utilization", "1")
+    assert rc == 0, err
+
+
+def test_a_duration_just_under_the_least_is_said_as_typed(capsys):
+    rc, out, err = cli(capsys, "attach", DEAD, *EVENTS, "--duration", "0.1999999")
+    refused(rc, err, "0.1999999 s is too short to hear a KV event", "give at least 0.2 s")
+
+
+def test_memory_under_a_byte_names_a_least_that_is_taken(capsys):
+    rc, out, err = cli(capsys, "math", "--memory-gib", "9.3e-10")
+    refused(rc, err, "--memory-gib 9.3e-10 is less than one byte of memory; give at least 9.32e-10 (1 byte)")
+    rc, out, err = cli(capsys, "math", "--memory-gib", "9.32e-10")  # the least it names
+    assert rc == 0, err
+
+
+# -- 3. numbers with a comma or a per-unit --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [("run", "--quiet", "--requests", "1,000"),
+                                  ("math", "--gpu-memory-utilization", "0,9"),
+                                  ("math", "--memory-bytes", "80,000,000,000")])
+def test_a_number_with_a_comma_says_the_comma(capsys, argv):
+    rc, out, err = cli(capsys, *argv)
+    refused(rc, err, "a comma is read neither as a thousands separator nor as a decimal point", "write 1000")
+    assert "decimal digits" not in err
+
+
+@pytest.mark.parametrize("rate, unit", [("5/s", "/s"), ("5 req/s", "req/s"), ("2rps", "rps")])
+def test_a_rate_with_its_unit_says_so(capsys, rate, unit):
+    rc, out, err = cli(capsys, "run", "--quiet", "--requests", "2", "--arrival-rate", rate)
+    refused(rc, err, f"a number with a unit ({unit}) typed after it")
+    assert "decimal digits" not in err
+
+
+@pytest.mark.parametrize("value", ["1/2", ",9", "1,5e9"])
+def test_what_is_neither_is_said_as_before(capsys, value):
+    rc, out, err = cli(capsys, "run", "--quiet", "--requests", "2", "--arrival-rate", value)
+    refused(rc, err, "give a number in decimal digits")
+    assert "unit" not in err and "comma" not in err
+
+
+def test_grouped_digits_are_still_taken(capsys):
+    rc, out, err = cli(capsys, "run", "--quiet", "--workload", "uniform-short", "--requests", "1_0",
+                       "--arrival-rate", "5")
+    assert rc == 0, err
+
+
+# -- 4. an attached server's sizing labels --------------------------------------------------------------------------
+
+CAPTURED = {"block_size": "32", "num_gpu_blocks": "16384", "kv_cache_memory_bytes": "1073741824",
+            "gpu_memory_utilization": "0.92", "cache_dtype": "auto"}
+
+
+@pytest.mark.parametrize("label, value, said", [
+    ("kv_cache_memory_bytes", "1e300", "which is not a whole number of bytes from 1"),
+    ("kv_cache_memory_bytes", "1.5", "which is not a whole number of bytes from 1"),
+    ("kv_cache_memory_bytes", "-5", "which is not a whole number of bytes from 1"),
+    ("num_gpu_blocks_override", "0", "which is not a whole number of blocks from 1"),
+    ("num_gpu_blocks_override", "-3", "which is not a whole number of blocks from 1"),
+    ("gpu_memory_utilization", "0", "which is not a share of memory above 0 and at most 1"),
+    ("gpu_memory_utilization", "5", "which is not a share of memory above 0 and at most 1"),
+])
+def test_a_sizing_label_out_of_range_is_said_and_nothing_is_planned_from_it(label, value, said):
+    config = {**CAPTURED, label: value}
+    for hardware in (None, load_hardware("h100-80gb")):
+        blocks, concurrency = predict(config, "0.32.0", load_model("tiny-llama"), hardware)
+        assert blocks.predicted is None and concurrency.predicted is None
+        assert f"vllm:cache_config_info has {label}={value!r}, {said}" in blocks.note
+        assert "sized its cache from GPU memory" not in blocks.note and "forced" not in blocks.note
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({}, "tiny-llama, vLLM 0.32.0 accounting, from kv_cache_memory_bytes"),
+    ({"num_gpu_blocks_override": "12"}, "forced: the server runs with num_gpu_blocks_override 12"),
+    ({"kv_cache_memory_bytes": "None", "gpu_memory_utilization": "1"}, "from h100-80gb x gpu_memory_utilization 1"),
+])
+def test_labels_in_range_are_planned_from(changes, said):
+    blocks, concurrency = predict({**CAPTURED, **changes}, "0.32.0", load_model("tiny-llama"),
+                                  load_hardware("h100-80gb") if "None" in changes.values() else None)
+    assert blocks.predicted and said in blocks.note
