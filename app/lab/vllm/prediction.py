@@ -23,6 +23,7 @@ Whatever cannot be predicted is a row with its reason, never a number made up.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs, HardwareSpec, ModelConfig,
@@ -121,9 +122,14 @@ def modelled_vllm_version(version: str) -> str:
 
 
 def _version(version: str) -> str:
-    parts = version.split("+")[0].split(".")
-    digits = [p for p in parts[:3] if p.isascii() and p.isdigit() and len(p) <= 4]
-    return ".".join(digits) if len(digits) >= 2 else ""
+    """The release a server's version names, as vLLM's tags write it ("0.33.1+cpu", "v0.8.5", "0.11.0rc2.dev5"
+    -> 0.33.1, 0.8.5, 0.11.0); "" when it names none. Its digits were picked out of the dotted parts: "v0.8.5"
+    was release 8.5 (planned as 0.33, "the newest"), "0.x.5" was 0.5 (V0's accounting)."""
+    try:
+        parse_vllm_version(version)  # the grammar of the --vllm-version flag: a release, or not one
+    except ConfigError:
+        return ""
+    return re.match(r"[vV]?([0-9]+\.[0-9]+(?:\.[0-9]+)?)", version.strip())[1]
 
 
 def _stand_in(version: str, modelled: str) -> str:
