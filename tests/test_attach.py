@@ -87,11 +87,11 @@ def test_an_exposition_without_vllm_metrics_exits_2(server, capsys):
 
 
 def test_a_replay_endpoint_that_is_not_a_publisher_exits_2(server, capsys):
-    http = server()
-    assert attach(http.url, "--kv-events", "tcp://127.0.0.1:1", "--replay", f"tcp://127.0.0.1:{http.port}",
+    http, other = server(), server()  # another HTTP server's port: the attached one's own is refused before
+    assert attach(http.url, "--kv-events", "tcp://127.0.0.1:1", "--replay", f"tcp://127.0.0.1:{other.port}",
                   "--timeout", 0.3, "--duration", 1) == 2
     err = capsys.readouterr().err
-    assert f"replay endpoint tcp://127.0.0.1:{http.port} gave no answer" in err
+    assert f"replay endpoint tcp://127.0.0.1:{other.port} gave no answer" in err
 
 
 def test_a_publisher_of_undecodable_frames_exits_2(server, publisher, tmp_path, capsys):

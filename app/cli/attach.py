@@ -282,7 +282,6 @@ def run(args) -> int:
     check_mode_flags(args)
     check_addresses(args)
     combinations.refuse_replay_on_an_event_port(args)
-    combinations.refuse_endpoint_on_the_http_port(args)
     # a socket kvscope binds is a file it makes: a recording written there replaced it, and no server could dial it
     listened = args.kv_listen[len("ipc://"):] if (args.kv_listen or "").startswith("ipc://") else None
     check_distinct_outputs({"--json": args.json, "--record": args.record, "--screenshot": args.screenshot,

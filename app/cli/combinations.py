@@ -159,35 +159,6 @@ def refuse_replay_on_an_event_port(args) -> None:
                       + (f", a port {ranks} or more away from the events' port" if ranks > 1 else ""))
 
 
-def refuse_endpoint_on_the_http_port(args) -> None:
-    """`attach http://h:8000 --kv-events tcp://h:8000` (or --replay there, or a DP rank's port + r there):
-    the port holds the server's HTTP socket, not a ZMQ one, so the attach followed it in silence and said
-    "not the server's publisher" after --duration (a replay "gave no answer"). Said before anything is sent."""
-    from urllib.parse import urlsplit
-
-    from kvscope.app.lab.vllm.http_fetch import server_url
-
-    try:
-        url = urlsplit(server_url(args.url))  # "host:8000" as attach reads it: http://host:8000
-        # the address's own checks said any port past 65535 before this; none given is the scheme's own
-        host, port = url.hostname, url.port or {"http": 80, "https": 443}.get(url.scheme.lower())
-    except (ConfigError, ValueError):
-        return  # said by the address's own check, with its reason
-    if not host or port is None:
-        return
-    http = ("127.0.0.1" if host.lower() in LOOPBACK else host.lower()), port
-    ranks = getattr(args, "data_parallel_size", None) or 1
-    for flag in ("--kv-events", "--replay"):
-        endpoint = getattr(args, flag[2:].replace("-", "_"), None)
-        dialed = _tcp(endpoint) if endpoint else None
-        if dialed and dialed[0] == http[0] and 0 <= port - dialed[1] < ranks:
-            rank = port - dialed[1]
-            raise ConfigError(f"{flag} {endpoint}: port {port}{f' (DP rank {rank}: the port + {rank})' if rank else ''} "
-                              f"is the server's HTTP port, in the URL {args.url.strip()}, where no ZMQ socket can be; "
-                              "give the server's --kv-events-config " + ("endpoint (vLLM's default port 5557)" if
-                                                                         flag == "--kv-events" else "replay_endpoint"))
-
-
 SHAPE_FLAGS = ("layers", "attention_heads", "kv_heads", "head_dim")
 
 

@@ -41,7 +41,7 @@ from kvscope.app.lab.vllm.observed_point import ObservedPoint, histogram_sums, n
 from kvscope.app.lab.vllm.prediction import LATENCY_WINDOW_S, LatencyModel, ObservedLoad, PredictedFigure, predict
 from kvscope.app.lab.vllm.prefix_cache_map import PrefixCacheMap
 from kvscope.app.lab.vllm.server import NotAPublisher, ServerInfo, check_replay_endpoint, probe_server
-from kvscope.app.lab.vllm.endpoints import check_host_resolves, data_parallel_endpoints
+from kvscope.app.lab.vllm.endpoints import check_host_resolves, check_not_the_http_port, data_parallel_endpoints
 from kvscope.app.lab.vllm.subscriber import (
     RECEIVE_QUEUE_MESSAGES,
     REPLAY_POLL_LIMIT_S,
@@ -100,9 +100,10 @@ def check_addresses(target) -> list:
     """Every address of the target, checked before anything is sent (the window's attach too, before it
     opens): the server's URL, the KV-event and replay endpoints (each DP rank's), the hosts dialed.
     Returns the DP ranks' publisher endpoints; ConfigError (one line) for the first that is wrong."""
-    server_url(target.url)
+    url = server_url(target.url)
     publishers = data_parallel_endpoints(target.kv_events or target.kv_listen, target.replay,
                                          target.data_parallel_size, listen=target.kv_listen is not None)
+    check_not_the_http_port(url, publishers)
     for what, dialed in (("KV event endpoint", target.kv_events), ("replay endpoint", target.replay)):
         if dialed:  # ZMQ dials in the background: a name that resolves nowhere was "no KV event yet"
             check_host_resolves(what, dialed)

@@ -147,6 +147,31 @@ def check_host_resolves(what: str, endpoint: str) -> None:
                               "server's host name or address, e.g. tcp://127.0.0.1:5557") from None
 
 
+def check_not_the_http_port(url: str, publishers: list) -> None:
+    """No endpoint dialed is the server's HTTP port (url: server_url's http://HOST:PORT): `attach
+    http://h:8000 --kv-events tcp://h:8000` (--replay there, or DP rank r's port + r) followed the HTTP
+    socket in silence, then said "not the server's publisher" (a replay "gave no answer")."""
+    from urllib.parse import urlsplit
+
+    def place(address: str) -> tuple[str, int | None]:
+        parts = urlsplit(dialable(address))
+        host = (parts.hostname or "").lower()
+        return ("127.0.0.1" if host in ("localhost", "::1") else host), parts.port or {"http": 80, "https": 443}.get(
+            parts.scheme.lower())
+
+    http = place(url)
+    for rank, publisher in enumerate(publishers):
+        dialed = (() if publisher.listen else (("KV event endpoint", publisher.endpoint),)) + (
+            (("replay endpoint", publisher.replay_endpoint),) if publisher.replay_endpoint else ())
+        for what, endpoint in dialed:
+            if endpoint.startswith("tcp://") and place(endpoint) == http:
+                raise SubscriberError(f"{what} {endpoint}{f' (DP rank {rank}: the port + {rank})' if rank else ''}: "
+                                      f"port {http[1]} is the server's HTTP port ({url}), where no ZMQ socket can be; "
+                                      "give the server's --kv-events-config " + (
+                                          "endpoint (vLLM's default port 5557)" if what.startswith("KV") else
+                                          "replay_endpoint"))
+
+
 def dial_options(socket: zmq.Socket, endpoint: str) -> None:
     """ZMQ sockets speak IPv4 only unless told: "tcp://[::1]:5557" was dialed for ever, never reached."""
     if endpoint.startswith("tcp://["):
