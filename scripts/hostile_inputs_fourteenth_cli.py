@@ -9,8 +9,10 @@ per-unit (`--arrival-rate 5/s`, '5 req/s') was told to "give a number in decimal
 An attached server's cache_config_info sizing labels were read whatever they held: kv_cache_memory_bytes
 1e300 was said as "the server sized its cache from GPU memory: pass --hardware", 1.5 bytes planned 0
 blocks (an error of -100 %), num_gpu_blocks_override 0 was shown as "forced: the server runs with
-num_gpu_blocks_override 0", gpu_memory_utilization 0 was planned as 0.9. Every case's `expect` is the
-right behaviour."""
+num_gpu_blocks_override 0", gpu_memory_utilization 0 was planned as 0.9; a /version of "v0.8.5" was
+planned as release 8.5 (0.33's accounting, "the newest kvscope models"), "0.x.5" as 0.5 (V0's). `attach
+http://h:8000 --kv-events tcp://h:8000` (or --replay there, or a DP rank's port + r) followed the HTTP port
+in silence and said "not the server's publisher". Every case's `expect` is the right behaviour."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ HELD: list = []  # the publishers' ZMQ context, held open for the whole run
 
 
 def fourteenth_cli_cases(d: Path, Case, write) -> list:
-    return _version_cases(Case) + _said_number_cases(Case) + _typed_number_cases(Case) + _attach_label_cases(Case)
+    return (_version_cases(Case) + _said_number_cases(Case) + _typed_number_cases(Case) + _attach_label_cases(Case)
+            + _http_port_cases(Case))
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -90,11 +93,11 @@ def _attach_label_cases(Case) -> list:
     context = zmq.Context()
     HELD.append(context)
 
-    def attach(changes: dict, *flags) -> list:
+    def attach(changes: dict, *flags, version: bytes = b"0.32.0") -> list:
         metrics = prom
         for old, changed in changes.items():
             metrics = metrics.replace(old, changed)
-        url = fake_http_server({"/version": b'{"version": "0.32.0"}', "/metrics": metrics,
+        url = fake_http_server({"/version": b'{"version": "%s"}' % version, "/metrics": metrics,
                                 "/v1/models": b'{"object": "list", "data": [{"id": "tiny"}]}'})
         events = zmq_publisher(context, lambda: [[b"", (0).to_bytes(8, "big", signed=True), batch]])
         return ["attach", url, "--kv-events", events, "--duration", "1", "--model", "tiny-llama", *flags]
@@ -125,4 +128,40 @@ def _attach_label_cases(Case) -> list:
               must_say=("from h100-80gb x gpu_memory_utilization 0.92",)),
         _case(Case, "attach: the captured labels (the forced count said as forced)", "flags",
               attach({}), expect="ok", must_say=("forced: the server runs with num_gpu_blocks_override 12",)),
+        _case(Case, "attach: /version v0.8.5 (planned as release 8.5, with 0.33's accounting)", "flags",
+              attach({override: b'num_gpu_blocks_override="None"'}, version=b"v0.8.5"), expect="ok",
+              must_say=("vLLM 0.8.5 accounting",), must_not_say=("the newest kvscope models",)),
+        _case(Case, "attach: /version 0.x.5 (planned as 0.5, V0's accounting)", "flags",
+              attach({override: b'num_gpu_blocks_override="None"'}, version=b"0.x.5"), expect="ok",
+              must_say=("the server's version '0.x.5' names no release",), must_not_say=("vLLM 0.5 accounting",)),
+        _case(Case, "attach: /version 0.10.1.1 (vLLM's four-part release)", "flags",
+              attach({override: b'num_gpu_blocks_override="None"'}, version=b"0.10.1.1"), expect="ok",
+              must_say=("vLLM 0.10.1 accounting",)),
+    ]
+
+
+def _http_port_cases(Case) -> list:
+    from hostile_fixtures import fake_http_server
+
+    prom = (ROOT / "tests" / "fixtures" / "vllm" / "metrics_live_vllm_cpu_0.32_pressure.prom").read_bytes()
+    url = fake_http_server({"/version": b'{"version": "0.32.0"}', "/metrics": prom})
+    port = url.rpartition(":")[2]
+    said = "is the server's HTTP port"
+    return [
+        _case(Case, "attach URL --kv-events on the URL's port ('not the server's publisher' after following)",
+              "flags", ["attach", url, "--kv-events", f"tcp://127.0.0.1:{port}", "--duration", "0.3"],
+              must_say=(said, "give the server's --kv-events-config endpoint"), must_not_say=("no KV event",)),
+        _case(Case, "attach URL --replay on the URL's port ('gave no answer' after attaching)", "flags",
+              ["attach", url, "--kv-events", "tcp://127.0.0.1:9", "--replay", f"tcp://localhost:{port}",
+               "--duration", "0.3", "--timeout", "0.2"], must_say=(said, "replay_endpoint"),
+              must_not_say=("gave no answer",)),
+        _case(Case, "attach --data-parallel-size 2 whose rank 1 is the URL's port", "flags",
+              ["attach", "http://127.0.0.1:2", "--kv-events", "tcp://127.0.0.1:1", "--data-parallel-size", "2",
+               "--duration", "0.3"], must_say=("(DP rank 1: the port + 1)", said), must_not_say=("cannot reach",)),
+        _case(Case, "attach http://127.0.0.1 --kv-events tcp://127.0.0.1:80 (the scheme's port)", "flags",
+              ["attach", "http://127.0.0.1", "--kv-events", "tcp://127.0.0.1:80", "--duration", "0.3"],
+              must_say=(said,), must_not_say=("cannot reach",)),
+        _case(Case, "attach --data-parallel-size 2, rank 1 below the URL's port (the server is asked)", "flags",
+              ["attach", "http://127.0.0.1:3", "--kv-events", "tcp://127.0.0.1:1", "--data-parallel-size", "2",
+               "--duration", "0.3"], must_say=("cannot reach",)),
     ]

@@ -125,3 +125,55 @@ def test_labels_in_range_are_planned_from(changes, said):
     blocks, concurrency = predict({**CAPTURED, **changes}, "0.32.0", load_model("tiny-llama"),
                                   load_hardware("h100-80gb") if "None" in changes.values() else None)
     assert blocks.predicted and said in blocks.note
+
+
+# -- 5. the release a server's /version names -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version, said", [
+    ("v0.8.5", "vLLM 0.8.5 accounting, from"),  # was release 8.5: 0.33's accounting, "the newest"
+    ("0.10.1.1", "vLLM 0.10.1 accounting, from"),
+    ("0.x.5", "vLLM 0.33 accounting (the server's version '0.x.5' names no release)"),  # was 0.5, V0's
+    ("1.x.33", "names no release"),
+    ("0.11.0rc2.dev123+gabc", "vLLM 0.11"),  # neighbours: read as before (0.11, now 0.11.0 as the flag reads it)
+    ("0.33.1+cpu", "vLLM 0.33.1 accounting, from"),
+    ("99.1", "vLLM 0.33 accounting (the newest kvscope models; the server reports 99.1)"),
+])
+def test_a_servers_version_is_read_as_the_flag_reads_a_release(version, said):
+    assert said in predict(CAPTURED, version, load_model("tiny-llama"))[0].note
+
+
+# -- 6. an endpoint on the server's HTTP port ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, said", [
+    (("http://127.0.0.1:8000", "--kv-events", "tcp://127.0.0.1:8000"),
+     "KV event endpoint tcp://127.0.0.1:8000: port 8000 is the server's HTTP port (http://127.0.0.1:8000)"),
+    (("127.0.0.1:8000", "--kv-events", "tcp://*:8000"), "port 8000 is the server's HTTP port"),
+    (("http://localhost:8000", "--kv-events", "tcp://127.0.0.1:5557", "--replay", "tcp://[::1]:8000"),
+     "replay endpoint tcp://[::1]:8000: port 8000 is the server's HTTP port"),
+    (("http://127.0.0.1:2", "--kv-events", "tcp://127.0.0.1:1", "--data-parallel-size", "2"),
+     "KV event endpoint tcp://127.0.0.1:2 (DP rank 1: the port + 1): port 2 is the server's HTTP port"),
+    (("http://127.0.0.1", "--kv-events", "tcp://127.0.0.1:80"), "port 80 is the server's HTTP port"),
+])
+def test_an_endpoint_on_the_servers_http_port_is_refused_before_anything_is_sent(capsys, flags, said):
+    rc, out, err = cli(capsys, "attach", *flags, "--duration", "0.2")
+    refused(rc, err, said, "give the server's --kv-events-config")
+    assert "cannot reach" not in err
+
+
+def test_a_live_servers_own_port_was_followed_in_silence(capsys, server):
+    http = server()
+    rc, out, err = cli(capsys, "attach", http.url, "--kv-events", f"tcp://127.0.0.1:{http.port}", "--duration", "0.3")
+    refused(rc, err, f"port {http.port} is the server's HTTP port")
+    assert "no KV event" not in err  # before: followed for --duration, then "not the server's publisher"
+
+
+@pytest.mark.parametrize("flags", [
+    ("http://127.0.0.1:3", "--kv-events", "tcp://127.0.0.1:1", "--data-parallel-size", "2"),  # ranks on 1 and 2
+    ("http://127.0.0.1:1", "--kv-listen", "tcp://*:1"),  # a bind here: said by the bind, not this check
+    ("http://10.0.0.1:1", "--kv-events", "tcp://127.0.0.1:1", "--timeout", "0.05"),  # another host's port 1
+])
+def test_endpoints_off_the_http_port_reach_the_server(capsys, flags):
+    rc, out, err = cli(capsys, "attach", *flags, "--duration", "0.2")
+    assert rc == 2 and "is the server's HTTP port" not in err
