@@ -50,8 +50,8 @@ def refuse_requests_past_trace(spec, requests: int | None, what: str) -> None:
     """`run --trace t.csv --requests 5` on a trace of 2 rows ran 2 requests and said "requests
     completed 2", the 5 taken without a word (`compare --scenario static-vs-continuous --requests
     100000` ran the trace's 19,365 for minutes). what: the trace in words ("trace t.csv")."""
-    if requests is None or spec.trace_path is None:
-        return
+    if requests is None or requests < 1 or spec.trace_path is None:
+        return  # 0 is the spec's own to refuse: read with a limit of 0 rows it was "no requests in the file"
     from kvscope.app.lab.workload import read_trace
 
     rows = len(read_trace(spec.trace_path, limit=requests))  # a bad row is said here, as the run would
