@@ -67,7 +67,8 @@ _AVERAGED = {"kv_cache_usage"}
 # ServerMetrics.rejected: a fraction is 0 - 1, counts and counters are finite and never negative.
 _FRACTION_SLACK = 1e-9  # float rounding of 1 - free / total
 _RANGES = {"kv_cache_usage": (0.0, 1.0, "a fraction from 0 to 1")}
-_COUNT_RANGE = (0.0, math.inf, "a finite count, 0 or more")
+# whole, and at most a float's exact integers: preemptions 1e300 printed 301 digits, 3.5 was said as 4
+_COUNT_RANGE = (0.0, float(2**53), "a whole count from 0 to 2^53")
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _drop_repeats(by_name: dict[str, list], rejected: list[str]) -> None:
 def _in_range(value: float, figure: str) -> bool:
     low, high, _ = _RANGES.get(figure, _COUNT_RANGE)
     slack = _FRACTION_SLACK if figure in _RANGES else 0.0
-    return math.isfinite(value) and low - slack <= value <= high + slack
+    return math.isfinite(value) and low - slack <= value <= high + slack and (figure in _RANGES or value == int(value))
 
 
 def _rejected(name: str, engine: str, value, why: str) -> str:
