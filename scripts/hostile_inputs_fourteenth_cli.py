@@ -12,7 +12,10 @@ blocks (an error of -100 %), num_gpu_blocks_override 0 was shown as "forced: the
 num_gpu_blocks_override 0", gpu_memory_utilization 0 was planned as 0.9; a /version of "v0.8.5" was
 planned as release 8.5 (0.33's accounting, "the newest kvscope models"), "0.x.5" as 0.5 (V0's). `attach
 http://h:8000 --kv-events tcp://h:8000` (or --replay there, or a DP rank's port + r) followed the HTTP port
-in silence and said "not the server's publisher". Every case's `expect` is the right behaviour."""
+in silence and said "not the server's publisher". `run --trace t.csv --requests 0` (-3, or the azure-conv
+preset) was "trace t.csv: no requests in the file". A /metrics count of 1e300 (num_preemptions_total) printed
+301 digits in the summary, 3.5 was said as 4, num_requests_running 2.5 as 2. Every case's `expect` is the
+right behaviour."""
 
 from __future__ import annotations
 
@@ -27,7 +30,23 @@ HELD: list = []  # the publishers' ZMQ context, held open for the whole run
 
 def fourteenth_cli_cases(d: Path, Case, write) -> list:
     return (_version_cases(Case) + _said_number_cases(Case) + _typed_number_cases(Case) + _attach_label_cases(Case)
-            + _http_port_cases(Case))
+            + _http_port_cases(Case) + _trace_cases(d, Case, write))
+
+
+def _trace_cases(d: Path, Case, write) -> list:
+    trace = write(d / "fourteenth-cli" / "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                  "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.53,396,9\n")
+    said = ("--requests 0: ", "num_requests must be at least 1")
+    return [
+        _case(Case, "run --trace t.csv --requests 0 ('trace t.csv: no requests in the file')", "numbers",
+              ["run", "--quiet", "--trace", str(trace), "--requests", "0"], must_say=said,
+              must_not_say=("no requests in the file",)),
+        _case(Case, "run --workload azure-conv --requests 0 ('no requests in the file')", "numbers",
+              ["run", "--quiet", "--workload", "azure-conv", "--requests", "0"], must_say=said,
+              must_not_say=("no requests in the file",)),
+        _case(Case, "run --trace t.csv --requests 2 (every row)", "numbers",
+              ["run", "--quiet", "--trace", str(trace), "--requests", "2"], expect="ok"),
+    ]
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -128,6 +147,16 @@ def _attach_label_cases(Case) -> list:
               must_say=("from h100-80gb x gpu_memory_utilization 0.92",)),
         _case(Case, "attach: the captured labels (the forced count said as forced)", "flags",
               attach({}), expect="ok", must_say=("forced: the server runs with num_gpu_blocks_override 12",)),
+        _case(Case, "attach: num_preemptions_total 1e300 (301 digits printed)", "flags",
+              attach({b'num_preemptions_total{engine="0",model_name="tiny"} 3.0':
+                      b'num_preemptions_total{engine="0",model_name="tiny"} 1e300'}), expect="ok",
+              must_say=("preemptions (server total)                n/a",), must_not_say=("000,000,000,000,000",)),
+        _case(Case, "attach: num_requests_running 2.5 (said as 2)", "flags",
+              attach({b'num_requests_running{engine="0",model_name="tiny"} 0.0':
+                      b'num_requests_running{engine="0",model_name="tiny"} 2.5'}), expect="ok",
+              must_say=("running / waiting                         n/a / 0",)),
+        _case(Case, "attach: num_preemptions_total 3.0 (the captured count, whole)", "flags",
+              attach({}), expect="ok", must_say=("preemptions (server total)                3",)),
         _case(Case, "attach: /version v0.8.5 (planned as release 8.5, with 0.33's accounting)", "flags",
               attach({override: b'num_gpu_blocks_override="None"'}, version=b"v0.8.5"), expect="ok",
               must_say=("vLLM 0.8.5 accounting",), must_not_say=("the newest kvscope models",)),

@@ -1,8 +1,10 @@
 """The command line and attach against bad input, fourteenth round (scripts/hostile_inputs_fourteenth_cli.py):
 vLLM's four-part releases refused, float flags said back rounded (a value in range refused as out of it),
-numbers written with a comma or a per-unit told to "give decimal digits", and a server's cache_config_info
-sizing labels planned from whatever they held. Each refusal test fails on the code before its fix; each
-has a consistent neighbour that is still taken."""
+numbers written with a comma or a per-unit told to "give decimal digits", a server's cache_config_info
+sizing labels planned from whatever they held, its /version's digits picked out of any dotted part, an
+endpoint on its HTTP port followed in silence, `run --trace t.csv --requests 0` said as a file of no
+requests, and /metrics counts of 1e300 or 3.5 printed. Each refusal test fails on the code before its fix;
+each has a consistent neighbour that is still taken."""
 
 from __future__ import annotations
 
@@ -177,3 +179,49 @@ def test_a_live_servers_own_port_was_followed_in_silence(capsys, server):
 def test_endpoints_off_the_http_port_reach_the_server(capsys, flags):
     rc, out, err = cli(capsys, "attach", *flags, "--duration", "0.2")
     assert rc == 2 and "is the server's HTTP port" not in err
+
+
+# -- 7. --requests 0 of a trace, and /metrics counts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [("--trace", "t.csv"), ("--workload", "azure-conv")])
+@pytest.mark.parametrize("requests", ["0", "-3"])
+def test_no_requests_of_a_trace_names_the_flag_not_the_file(capsys, tmp_path, monkeypatch, source, requests):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
+                                    "2023-11-16 18:15:50.53,396,9\n")
+    rc, out, err = cli(capsys, "run", "--quiet", *source, "--requests", requests)
+    refused(rc, err, f"--requests {requests}: ", "num_requests must be at least 1")
+    assert "no requests in the file" not in err
+    rc, out, err = cli(capsys, "run", "--quiet", *source, "--requests", "2")  # its rows: run
+    assert rc == 0, err
+
+
+def _metrics_with(line: bytes, value: bytes):
+    from attach_fixtures import PRESSURE_METRICS
+    from kvscope.app.lab.vllm.metrics import parse_metrics
+
+    old = line + b" 3.0" if b"preemptions" in line else line + b" 0.0"
+    assert old in PRESSURE_METRICS
+    return parse_metrics(PRESSURE_METRICS.replace(old, line + b" " + value).decode())
+
+
+PREEMPTIONS = b'vllm:num_preemptions_total{engine="0",model_name="tiny"}'
+RUNNING = b'vllm:num_requests_running{engine="0",model_name="tiny"}'
+
+
+@pytest.mark.parametrize("line, value", [(PREEMPTIONS, b"1e300"), (PREEMPTIONS, b"3.5"), (RUNNING, b"2.5"),
+                                         (PREEMPTIONS, b"9007199254740994")])
+def test_a_count_that_is_no_whole_number_or_past_2_to_the_53_is_ignored_and_said(line, value):
+    metrics = _metrics_with(line, value)
+    figure = "num_preemptions_total" if line == PREEMPTIONS else "num_requests_running"
+    assert getattr(metrics.total, figure) is None
+    assert any("a whole count from 0 to 2^53" in r for r in metrics.rejected)
+
+
+@pytest.mark.parametrize("line, value, read", [(PREEMPTIONS, b"3.0", 3), (RUNNING, b"2", 2),
+                                               (PREEMPTIONS, b"9007199254740992", 2**53)])
+def test_whole_counts_are_read(line, value, read):
+    metrics = _metrics_with(line, value)
+    figure = "num_preemptions_total" if line == PREEMPTIONS else "num_requests_running"
+    assert getattr(metrics.total, figure) == read and not metrics.rejected
