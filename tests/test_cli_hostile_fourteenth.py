@@ -225,3 +225,21 @@ def test_whole_counts_are_read(line, value, read):
     metrics = _metrics_with(line, value)
     figure = "num_preemptions_total" if line == PREEMPTIONS else "num_requests_running"
     assert getattr(metrics.total, figure) == read and not metrics.rejected
+
+
+TTFT_COUNT = b'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"}'
+TTFT_BUCKET = b'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"}'
+
+
+@pytest.mark.parametrize("line, old, value", [(TTFT_COUNT, b"4.0", b"1e300"), (TTFT_COUNT, b"4.0", b"4.5"),
+                                              (TTFT_BUCKET, b"0.0", b"0.5")])
+def test_a_histograms_count_that_is_no_whole_number_is_ignored_and_said(line, old, value):
+    from attach_fixtures import PRESSURE_METRICS
+    from kvscope.app.lab.vllm.metrics import parse_metrics
+
+    assert line + b" " + old in PRESSURE_METRICS
+    metrics = parse_metrics(PRESSURE_METRICS.replace(line + b" " + old, line + b" " + value).decode())
+    assert metrics.total.time_to_first_token is None
+    assert any("time_to_first_token" in r and "a whole count from 0 to 2^53" in r for r in metrics.rejected)
+    captured = parse_metrics(PRESSURE_METRICS.decode()).total.time_to_first_token
+    assert captured is not None and captured.count == 4  # the captured histogram: read

@@ -296,7 +296,7 @@ def _histogram(by_name: dict[str, list], name: str, engine: str, rejected: list[
         if not bound >= 0:  # NaN too: a latency bound is seconds
             rejected.append(_rejected(f"{name}_bucket", engine, sample.labels["le"], "its le is not seconds"))
             return None
-        if not (math.isfinite(sample.value) and sample.value >= 0):
+        if not _in_range(sample.value, "bucket"):  # a count of observations, as the message says
             rejected.append(_rejected(f"{name}_bucket{{le={sample.labels['le']}}}", engine, sample.value,
                                       _COUNT_RANGE[2]))
             return None
@@ -308,9 +308,10 @@ def _histogram(by_name: dict[str, list], name: str, engine: str, rejected: list[
         return float(sum(s.value for s in by_name.get(f"{name}{suffix}", [])))
 
     count, total = summed("_count"), summed("_sum")
-    for suffix, value in (("_count", count), ("_sum", total)):
-        if not (math.isfinite(value) and value >= 0):
-            rejected.append(_rejected(f"{name}{suffix}", engine, value, "finite and 0 or more"))
+    for suffix, value, fits, what in (("_count", count, _in_range(count, "count"), _COUNT_RANGE[2]),
+                                      ("_sum", total, math.isfinite(total) and total >= 0, "finite and 0 or more")):
+        if not fits:
+            rejected.append(_rejected(f"{name}{suffix}", engine, value, what))
             return None
     bounds = sorted(buckets)
     counts = tuple(buckets[b] for b in bounds)
