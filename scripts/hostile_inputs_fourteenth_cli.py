@@ -14,7 +14,8 @@ planned as release 8.5 (0.33's accounting, "the newest kvscope models"), "0.x.5"
 http://h:8000 --kv-events tcp://h:8000` (or --replay there, or a DP rank's port + r) followed the HTTP port
 in silence and said "not the server's publisher". `run --trace t.csv --requests 0` (-3, or the azure-conv
 preset) was "trace t.csv: no requests in the file". A /metrics count of 1e300 (num_preemptions_total) printed
-301 digits in the summary, 3.5 was said as 4, num_requests_running 2.5 as 2. Every case's `expect` is the
+301 digits in the summary, 3.5 was said as 4, num_requests_running 2.5 as 2, a TTFT histogram _count of 4.5
+was read as such. Every case's `expect` is the
 right behaviour."""
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ def _attach_label_cases(Case) -> list:
               attach({b'num_requests_running{engine="0",model_name="tiny"} 0.0':
                       b'num_requests_running{engine="0",model_name="tiny"} 2.5'}), expect="ok",
               must_say=("running / waiting                         n/a / 0",)),
+        _case(Case, "attach --json -: a TTFT histogram _count of 4.5 (a mean of half an observation)", "flags",
+              attach({b'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 4.0':
+                      b'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 4.5'}, "--json", "-"),
+              expect="ok", must_say=("_count 4.5 (a whole count from 0 to 2^53)",)),
         _case(Case, "attach: num_preemptions_total 3.0 (the captured count, whole)", "flags",
               attach({}), expect="ok", must_say=("preemptions (server total)                3",)),
         _case(Case, "attach: /version v0.8.5 (planned as release 8.5, with 0.33's accounting)", "flags",
