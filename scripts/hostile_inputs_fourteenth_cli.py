@@ -15,8 +15,7 @@ http://h:8000 --kv-events tcp://h:8000` (or --replay there, or a DP rank's port 
 in silence and said "not the server's publisher". `run --trace t.csv --requests 0` (-3, or the azure-conv
 preset) was "trace t.csv: no requests in the file". A /metrics count of 1e300 (num_preemptions_total) printed
 301 digits in the summary, 3.5 was said as 4, num_requests_running 2.5 as 2, a TTFT histogram _count of 4.5
-was read as such. Every case's `expect` is the
-right behaviour."""
+was read as such. Every case's `expect` is the right behaviour."""
 
 from __future__ import annotations
 
