@@ -3,7 +3,8 @@ name begins "fourteenth cli:" (`--only "fourteenth cli"` runs them). Found, and 
 `math --vllm-version 0.10.1.1` (and v0.10.1.1), a release vLLM tagged, was refused as "must look like 0.19
 or 0.6.4". A float flag was said back rounded to six digits: `--gpu-memory-utilization 1.0000000001` was
 refused as "--gpu-memory-utilization 1: ... must be in (0, 1]", `attach --duration 0.1999999` as "0.2 s is
-too short ...; give at least 0.2 s", and `--memory-gib 9.3e-10` (under a byte) was told to "give at least
+too short ...; give at least 0.2 s", `calibrate --scale 0.0624999` as "--scale 0.0625: the shortest
+prompt would be 1 tokens ..., under one", and `--memory-gib 9.3e-10` (under a byte) was told to "give at least
 9.3e-10". A number written with a comma (`--requests 1,000`, `--gpu-memory-utilization 0,9`) or a
 per-unit (`--arrival-rate 5/s`, '5 req/s') was told to "give a number in decimal digits", which it was.
 An attached server's cache_config_info sizing labels were read whatever they held: kv_cache_memory_bytes
@@ -74,6 +75,10 @@ def _said_number_cases(Case) -> list:
               must_say=("0.1999999 s is too short", "give at least 0.2 s")),
         _case(Case, "math --memory-gib 9.3e-10 (under a byte: 'give at least 9.3e-10')", "numbers",
               ["math", "--memory-gib", "9.3e-10"], must_say=("is less than one byte", "give at least 9.32e-10")),
+        _case(Case, "calibrate --scale 0.0624999 (said as '--scale 0.0625: ... 1 tokens, under one')", "numbers",
+              ["calibrate", "--scale", "0.0624999", "--no-save"],
+              must_say=("--scale 0.0624999: the shortest calibration prompt would be 0.9999984 tokens",),
+              must_not_say=("be 1 tokens",)),
         _case(Case, "math --memory-gib 9.32e-10 (the least it says it takes)", "numbers",
               ["math", "--memory-gib", "9.32e-10"], expect="ok"),
     ]

@@ -243,3 +243,15 @@ def test_a_histograms_count_that_is_no_whole_number_is_ignored_and_said(line, ol
     assert any("time_to_first_token" in r and "a whole count from 0 to 2^53" in r for r in metrics.rejected)
     captured = parse_metrics(PRESSURE_METRICS.decode()).total.time_to_first_token
     assert captured is not None and captured.count == 4  # the captured histogram: read
+
+
+def test_a_scale_just_under_the_least_is_said_as_typed(capsys):
+    rc, out, err = cli(capsys, "calibrate", "--scale", "0.0624999", "--no-save")
+    refused(rc, err, "--scale 0.0624999: the shortest calibration prompt would be 0.9999984 tokens",
+            "give at least --scale 0.0625")
+    assert "be 1 tokens" not in err
+
+
+def test_a_share_of_a_cpu_budget_is_said_as_typed(capsys):
+    rc, out, err = cli(capsys, "math", "--hardware", "this-machine", "--gpu-memory-utilization", "0.9000001")
+    refused(rc, err, "--gpu-memory-utilization 0.9000001: on a CPU target")

@@ -54,8 +54,9 @@ def check_scale_floor(scale: float) -> None:
 
     shortest = min(PREFILL_LENGTHS + tuple(length for _batch, length in DECODE_SHAPES))
     if int(shortest * scale) < 1:
-        raise ConfigError(f"--scale {scale:g}: the shortest calibration prompt would be {shortest * scale:.3g} tokens "
-                          f"({shortest} x {scale:g}), under one, and every prompt that short is run as one token: the "
+        said = options.typed_float  # 0.0624999 was "--scale 0.0625: ... 1 tokens ..., under one"
+        raise ConfigError(f"--scale {said(scale)}: the shortest calibration prompt would be {said(shortest * scale)} "
+                          f"tokens ({shortest} x {said(scale)}), under one, and every prompt that short is run as one token: the "
                           f"fit would not see the lengths it is for; give at least --scale {1 / shortest:g}")
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from kvscope.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, ConfigError
 from kvscope.engine.units import format_bytes
 
+from kvscope.app.cli.options import typed_float
+
 # What sizes the KV pool as a share of the memory (memory x utilization - weights - reserve): on a
 # CPU target the pool is a set budget instead (as vLLM's CPU backend takes VLLM_CPU_KVCACHE_SPACE).
 SHARE_FLAGS = ("gpu_memory_utilization", "reserve_bytes")
@@ -28,7 +30,7 @@ def refuse_share_of_a_cpu_budget(args, on_a_cpu: str, memory_flags: bool) -> Non
     said = []
     for dest in SHARE_FLAGS:
         if _typed(args, dest) and getattr(args, dest, None) is not None:
-            said.append(f"--{dest.replace('_', '-')} {getattr(args, dest):g}")
+            said.append(f"--{dest.replace('_', '-')} {typed_float(getattr(args, dest))}")
     if not said:
         return
     one = len(said) == 1
