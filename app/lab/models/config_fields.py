@@ -37,7 +37,7 @@ HF_FIELDS = {
     "layer_types": LIST, "sliding_window": WHOLE, "use_sliding_window": FLAG, "sliding_window_pattern": WHOLE,
     "full_attention_interval": WHOLE, "linear_num_key_heads": WHOLE, "linear_num_value_heads": WHOLE,
     "linear_key_head_dim": WHOLE, "linear_value_head_dim": WHOLE, "linear_conv_kernel_dim": WHOLE,
-    "mamba_ssm_dtype": TEXT,
+    "mamba_ssm_dtype": TEXT, "max_window_layers": WHOLE,
     # multi-head latent attention
     "kv_lora_rank": WHOLE, "qk_rope_head_dim": WHOLE, "q_lora_rank": WHOLE, "v_head_dim": WHOLE,
     "qk_nope_head_dim": WHOLE,
@@ -45,6 +45,20 @@ HF_FIELDS = {
     "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
+}
+# fields that change which layers hold a KV cache in ways kvscope does not size (given, not 0 or false): read as
+# attention with a cache of its own on every layer, a Jamba's KV cache was 8x too big, its Mamba state unsized
+UNSIZED_LAYOUTS = {
+    "hybrid_override_pattern": "lays out Mamba layers (Nemotron-H)",
+    "attn_layer_period": "lays out Mamba layers (Jamba)",
+    "layers_block_type": "lays out Mamba layers (Zamba)",
+    "mamba_d_state": "sizes Mamba state-space layers",
+    "mamba_d_ssm": "sizes Mamba state-space layers (Falcon-H1)",
+    "ssm_state_size": "sizes Mamba state-space layers",
+    "attn_type_list": "lays out lightning-attention layers (MiniMax)",
+    "linear_attn_config": "lays out delta-attention layers (Kimi)",
+    "num_kv_shared_layers": "has layers reuse an earlier layer's KV cache (Gemma 3n)",
+    "use_cla": "has layers share one KV cache (cross-layer attention)",
 }
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
@@ -93,6 +107,11 @@ def checked_hf_fields(cfg, label: str) -> dict:
     """cfg with each field kvscope reads checked for its type (whole numbers within their
     ceilings, as ints), nulls dropped; a ConfigError naming the field otherwise."""
     cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
+    unsized = next((key for key in UNSIZED_LAYOUTS if cfg.get(key)), None)
+    if unsized:
+        raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, which kvscope does "
+                          "not size (it sizes full, sliding-window, latent and Gated DeltaNet attention); read as a KV "
+                          "cache of its own on every layer, its KV cache would be too big")
     if "quantization_config" in cfg:
         cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
                                               "quantization_config.")

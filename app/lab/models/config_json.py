@@ -104,6 +104,12 @@ def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
     if model_type in _ALL_SLIDING:
         return ["sliding_attention"] * layers
+    if cfg.get("use_sliding_window") is True:  # Qwen2 / Qwen3: the layers from max_window_layers on slide
+        first = cfg.get("max_window_layers")
+        if first is None:  # every layer was sized as full attention, the flag dropped without a word
+            raise ConfigError("use_sliding_window is true, but max_window_layers (how many of the first layers keep "
+                              "full attention; the rest slide) is not given; give it, or use_sliding_window false")
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
     return None
 
 
@@ -113,8 +119,10 @@ def _refuse_older_layout_fields(cfg: dict, given: list, layers: int) -> None:
     if len(given) != layers:
         return  # the layer count's own check says it
     older = {k: cfg[k] for k in ("full_attention_interval", "sliding_window_pattern") if cfg.get(k) is not None}
+    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        older["max_window_layers"] = cfg["max_window_layers"]
     for key, value in older.items():
-        implied = _layer_types({"sliding_window": 1, key: value}, "", layers)
+        implied = _layer_types({"sliding_window": 1, "use_sliding_window": True, key: value}, "", layers)
         if implied != given:
             raise ConfigError(f"layer_types and {key} ({shown(value)}) say different layers ({key} gives "
                               f"{_layout(implied)}, layer_types {_layout(given)}); keep the one the model has")
@@ -216,18 +224,24 @@ def _given_or(cfg: dict, key: str, default):
     return default if cfg.get(key) is None else cfg[key]
 
 
-def _rope_scaled_positions(scaling, positions) -> int | None:
+def _rope_scaled_positions(scaling, positions, where: str) -> int | None:
     """vLLM's derived max_model_len when rope_scaling stretches the positions: its factor times
     max_position_embeddings (yarn: times original_max_position_embeddings). llama3, longrope and su
     scaling are in max_position_embeddings already, mrope stretches nothing. None: not stretched."""
     if not isinstance(scaling, dict) or isinstance(positions, bool) or not isinstance(positions, int):
         return None
     if per_layer_type(scaling):  # one table per type of layer, read as vLLM reads them: the last factor stands
-        stretched = [n for table in scaling.values() if (n := _rope_scaled_positions(table, positions))]
+        stretched = [n for kind, table in scaling.items()
+                     if (n := _rope_scaled_positions(table, positions, f"{where}.{kind}"))]
         return stretched[-1] if stretched else None
     kind, factor = scaling.get("rope_type", scaling.get("type")), scaling.get("factor")
     if (kind in ("su", "longrope", "llama3", "mrope") or isinstance(factor, bool)
-            or not isinstance(factor, (int, float)) or not 1 < factor < math.inf):
+            or not isinstance(factor, (int, float)) or not factor < math.inf):
+        return None
+    if factor < 1:  # read as no stretch; vLLM multiplies by it, a shorter length than the positions
+        raise ConfigError(f"{where}.factor is {shown(factor)}, below 1: rope scaling stretches the positions by it "
+                          f"(1 or more; 1 is none), it does not shrink them")
+    if factor == 1:
         return None
     base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
     if isinstance(base, bool) or not isinstance(base, int) or base <= 0:
@@ -240,7 +254,8 @@ def _stretched_positions(cfg: dict, positions, label: str) -> int | None:
     and stretching to different lengths is refused (rope_scaling's was taken without a word)."""
     if "gemma3" in str(cfg.get("model_type", "")):  # its 131,072 positions are stretched already (vLLM's rule):
         return None  # the linear factor of 8 stretched them to 1,048,576, which vLLM refuses
-    old, new = (_rope_scaled_positions(cfg.get(key), positions) for key in ("rope_scaling", "rope_parameters"))
+    old, new = (_rope_scaled_positions(cfg.get(key), positions, f"{label}: {key}")
+                for key in ("rope_scaling", "rope_parameters"))
     if cfg.get("rope_scaling") is not None and cfg.get("rope_parameters") is not None and old != new:
         raise ConfigError(f"{label}: rope_scaling stretches max_position_embeddings ({shown(positions)}) to "
                           f"{shown(old or positions)} positions, rope_parameters (its newer name) to "
