@@ -305,6 +305,9 @@ def hardware_from_dict(data: dict, label: str, default_name: str | None = None) 
     _check_keys(data, _HARDWARE_KEYS, label)
     _check_peak_flops_names(data.get("peak_flops"), label)
     spec = build_config(HardwareSpec, _named(data, default_name), label)
+    if spec.memory_bytes < MIN_DEVICE_MEMORY:  # 24 (GiB meant) ran as 24 bytes: "does not fit", the unit not said
+        raise ConfigError(f"{label}: memory_bytes is {spec.memory_bytes:,} bytes, less than any device's "
+                          f"({MIN_DEVICE_MEMORY // 1024**2} MiB); it counts bytes: 24 GiB is 25769803776 (24 * 1024**3)")
     if isinstance(data.get("calibration"), dict) and data["calibration"].keys() <= {"label", "source"} \
             and data["calibration"]:  # the datasheet peaks ran under the label, said as if they had been fitted
         raise ConfigError(f"{label}: calibration gives a label but no figure, so nothing is calibrated; give the "
@@ -313,6 +316,7 @@ def hardware_from_dict(data: dict, label: str, default_name: str | None = None) 
     return spec
 
 
+MIN_DEVICE_MEMORY = 1024**2  # bytes: memory_bytes below a MiB is a size in GiB or GB, written without its unit
 # Weights of these types compute in a wider one (HardwareSpec.flops_for): a rate given for them is never read
 _COMPUTED_WIDER = {"int4": "int8, then fp8 or 16-bit", "nf4": "16-bit (bitsandbytes dequantises them)"}
 

@@ -46,8 +46,9 @@ HF_FIELDS = {
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
 }
-# fields that change which layers hold a KV cache in ways kvscope does not size (given, not 0 or false): read as
-# attention with a cache of its own on every layer, a Jamba's KV cache was 8x too big, its Mamba state unsized
+# fields that change which layers hold a KV cache, or add a cache, in ways kvscope does not size (given, not 0 or
+# false): read as attention with a cache of its own on every layer, a Jamba's KV cache was 8x too big, its Mamba
+# state unsized, DeepSeek V3.2's indexer cache left out
 UNSIZED_LAYOUTS = {
     "hybrid_override_pattern": "lays out Mamba layers (Nemotron-H)",
     "attn_layer_period": "lays out Mamba layers (Jamba)",
@@ -59,6 +60,7 @@ UNSIZED_LAYOUTS = {
     "linear_attn_config": "lays out delta-attention layers (Kimi)",
     "num_kv_shared_layers": "has layers reuse an earlier layer's KV cache (Gemma 3n)",
     "use_cla": "has layers share one KV cache (cross-layer attention)",
+    "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
 }
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
@@ -110,8 +112,8 @@ def checked_hf_fields(cfg, label: str) -> dict:
     unsized = next((key for key in UNSIZED_LAYOUTS if cfg.get(key)), None)
     if unsized:
         raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, which kvscope does "
-                          "not size (it sizes full, sliding-window, latent and Gated DeltaNet attention); read as a KV "
-                          "cache of its own on every layer, its KV cache would be too big")
+                          "not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a KV "
+                          "cache of its own on each): its KV memory would be sized wrong")
     if "quantization_config" in cfg:
         cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
                                               "quantization_config.")

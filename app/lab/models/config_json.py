@@ -35,7 +35,14 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses
         raise ConfigError("quantization_config sets both load_in_4bit and load_in_8bit; bitsandbytes loads one of "
                           "them: keep the one the weights are")
+    if quant.get("bnb_4bit_quant_type", "nf4") not in ("nf4", "fp4") and quant.get("load_in_4bit"):
+        # "fp5" was sized as int4 without a word; bitsandbytes knows these two
+        raise ConfigError(f"quantization_config.bnb_4bit_quant_type is {shown(quant['bnb_4bit_quant_type'])}; "
+                          "bitsandbytes' 4-bit types are nf4 and fp4")
     if method == "bitsandbytes":
+        if not quant.get("load_in_4bit") and not quant.get("load_in_8bit"):  # sized as 8-bit; transformers refuses
+            raise ConfigError("quantization_config: bitsandbytes with neither load_in_4bit nor load_in_8bit true, so "
+                              "how many bits its weights are cannot be told; set the one the weights are")
         if quant.get("load_in_4bit"):
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
         return "int8"
