@@ -111,7 +111,33 @@ def preset_names(kind: str) -> list[str]:
     return names
 
 
-def read_toml(path, label: str) -> dict:
+# What marks each kind of kvscope TOML file, and where it is given: a scenario given as a workload file was
+# said as eleven "unknown fields" of the workload, a hardware preset given as a config.json as malformed JSON
+_FILE_KINDS = {
+    "scenario": ({"configs", "reveal", "answer"}, "`kvscope compare --scenario FILE`"),
+    "workload": ({"trace", "prompt_tokens", "arrival_rate_per_s", "chat", "shared_prefix_fraction"},
+                 "`kvscope run --workload FILE`"),
+    "model preset": ({"num_hidden_layers", "num_attention_heads"}, "--model NAME, saved in the presets' models folder"),
+    "hardware preset": ({"peak_flops", "memory_bandwidth_bytes_per_s"},
+                        "--hardware NAME, saved in the presets' hardware folder"),
+}
+
+
+def file_kind(table) -> str | None:
+    """Which kind of kvscope TOML file a table is, when its fields say one kind only; else None."""
+    kinds = [kind for kind, (marks, _) in _FILE_KINDS.items() if isinstance(table, dict) and marks & set(table)]
+    return kinds[0] if len(kinds) == 1 else None
+
+
+def refuse_another_kind(table, kind: str, label: str) -> None:
+    other = file_kind(table)
+    if other is not None and other != kind:
+        marks = sorted(_FILE_KINDS[other][0] & set(table))
+        raise ConfigError(f"{label}: a kvscope {other} file ({', '.join(marks[:3])}), not a {kind} file; give it as "
+                          f"{_FILE_KINDS[other][1]}")
+
+
+def read_toml(path, label: str, kind: str | None = None) -> dict:
     if isinstance(path, Path) or not hasattr(path, "open"):
         data = read_capped(path, label, MAX_TOML_BYTES, "TOML file")
     else:  # a packaged preset (importlib.resources): ours, small
@@ -135,6 +161,8 @@ def read_toml(path, label: str) -> dict:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels")
     refuse_outsized_whole(table, label)  # 10**400 as a rate: the checks' float compare would raise OverflowError
     refuse_toml_dates(table, label)
+    if kind is not None:
+        refuse_another_kind(table, kind, label)
     return table
 
 
@@ -173,6 +201,9 @@ def check_preset_name(name, kind: str = "models") -> str:
 def _refuse_a_workload_path(name: str, kind: str) -> None:
     """--workload takes a preset's name or a .toml file: a path without .toml is said as that, not
     as a preset name with odd characters."""
+    if kind == "workloads" and name.lower().endswith(".csv"):  # a trace: what replays one was not said
+        raise ConfigError(f"workload {name!r:.80}: a trace CSV, not a workload; replay it with `kvscope run --trace "
+                          f"FILE`, or from a workload .toml file holding trace = \"{Path(name).name[:60]}\"")
     if kind == "workloads" and ("/" in name or os.sep in name or _exists(name)):
         raise ConfigError(f"workload {name!r}: a path, and a workload file's name ends in .toml; give a workload "
                           f".toml file or a preset: {', '.join(preset_names(kind))}")
@@ -352,7 +383,7 @@ def _named(data: dict, default_name: str | None) -> dict:
 
 def load_model(name: str) -> ModelConfig:
     path, label = _preset_file("models", name), f"model preset {name}"
-    data = read_toml(path, label)
+    data = read_toml(path, label, "model preset")
     _refuse_a_name_apart_from_the_file(data, name, label)
     return model_from_dict(data, label, default_name=name)
 
@@ -363,7 +394,7 @@ def load_hardware(name: str) -> HardwareSpec:
 
         return detect_this_machine()
     path, label = _preset_file("hardware", name), f"hardware preset {name}"
-    data = read_toml(path, label)
+    data = read_toml(path, label, "hardware preset")
     _refuse_a_name_apart_from_the_file(data, name, label)
     return hardware_from_dict(data, label, default_name=name)
 
@@ -448,19 +479,19 @@ def load_workload(name: str) -> WorkloadSpec:
     label = f"workload preset {name}"
     builtin = presets_root() / "traces"
     if isinstance(path, Path) and path.parent == user_presets_root() / "workloads":  # the user's own
-        data = read_toml(path, label)
+        data = read_toml(path, label, "workload")
         spec = workload_from_dict(data, label, trace_dir=path.parent, fallback_trace_dir=builtin)
         if spec.name != name:  # a copy of chat.toml saved as my-chat.toml: every run and table titled it chat
             raise ConfigError(f"{label}: its name field is {spec.name!r:.60}, not {name!r}, the name of its file; "
                               "make them the same")
         return _refuse_requests_past_rows(data, spec, label)
-    return workload_from_dict(read_toml(path, label), label, trace_dir=builtin)  # ours: num_requests is its rows
+    return workload_from_dict(read_toml(path, label, "workload"), label, trace_dir=builtin)  # ours: num_requests is its rows
 
 
 def load_workload_file(path: str | Path) -> WorkloadSpec:
     path = Path(path)
     label = f"workload file {path}"
-    data = read_toml(path, label)
+    data = read_toml(path, label, "workload")
     return _refuse_requests_past_rows(data, workload_from_dict(data, label, trace_dir=path.parent), label)
 
 

@@ -277,7 +277,7 @@ def load_scenario(name_or_path) -> Scenario:
             raise ConfigError(f"unknown scenario {text!r}{f' (did you mean {meant[0]}?)' if meant else ''}; "
                               f"known: {', '.join(scenario_names())}")
     label = f"scenario file {path}"
-    return scenario_from_dict(read_toml(path, label), label, path)
+    return scenario_from_dict(read_toml(path, label, "scenario"), label, path)
 
 
 class _Fields:

@@ -282,6 +282,9 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
+    if missing and {"n_layers", "dim", "n_heads"} <= set(cfg):  # said as missing fields, the file's kind not named
+        raise ConfigError(f"{label}: a params.json of Meta's or Mistral's own format (n_layers, dim, n_heads), not a "
+                          "Hugging Face config.json; give the config.json of the model's Hugging Face release")
     if missing:
         from kvscope.app.lab.presets import meant_names  # imported when needed, as table_checks does
 
@@ -354,15 +357,39 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     return build_config(ModelConfig, data, label)
 
 
-def _is_model_preset(data: bytes) -> bool:
-    """Whether the bytes are a TOML table with a model's fields (a kvscope model preset)."""
-    from kvscope.app.lab.presets import tomllib  # tomli on Python 3.10
+def _preset_kind(data: bytes) -> str | None:
+    """Which kind of kvscope TOML file the bytes are (a model or hardware preset, ...), or None."""
+    from kvscope.app.lab.presets import file_kind, tomllib  # tomli on Python 3.10
 
     try:
-        table = tomllib.loads(data.decode("utf-8-sig"))
+        return file_kind(tomllib.loads(data.decode("utf-8-sig")))
     except (UnicodeDecodeError, ValueError, RecursionError):  # TOMLDecodeError is a ValueError
-        return False
-    return "num_hidden_layers" in table or "num_attention_heads" in table
+        return None
+
+
+# the first bytes of the weights files a model folder holds beside its config.json
+_WEIGHTS_MAGIC = ((b"GGUF", "a GGUF file (llama.cpp weights)"), (b"PK\x03\x04", "a zip archive (PyTorch's .bin and "
+                  ".pt weights are one)"), (b"\x80\x02", "pickled PyTorch weights"))
+
+
+def _head(path: Path) -> bytes:
+    try:
+        if path.is_file():  # a regular file: a pipe or a device is never opened here
+            with open(path, "rb") as handle:
+                return handle.read(16)
+    except OSError:
+        pass
+    return b""
+
+
+def _refuse_weights_file(path: Path, head: bytes) -> None:
+    """A weights file named where its config.json belongs was said as "malformed JSON at line 1, column 1"."""
+    kind = next((what for magic, what in _WEIGHTS_MAGIC if head.startswith(magic)), None)
+    if kind is None and head[4:9] == b"\0\0\0\0{" and int.from_bytes(head[:8], "little") > 1:
+        kind = "a safetensors weights file"  # an 8-byte header length (under 4 GiB), then the header's JSON
+    if kind:
+        raise ConfigError(f"config {path}: {kind}, not a config.json; give the config.json beside the weights, or "
+                          "the folder that holds it")
 
 
 def load_hf_config(path: str | Path) -> ModelConfig:
@@ -373,16 +400,25 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"config {os_error_text(path, exc)}") from None
     if is_folder:
         path = path / "config.json"
-    data = read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json")
+    try:
+        data = read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json")
+    except ConfigError:  # a weights file of gigabytes named: said as too big for a config.json, what it is not said
+        _refuse_weights_file(path, _head(path))
+        raise
+    _refuse_weights_file(path, data[:16])
     try:
         cfg = load_json(data, f"config {path}", unique_keys=True)
     except ConfigError:
-        if _is_model_preset(data):  # said as "malformed JSON at line 1, column 1", what to give instead not said
+        kind = _preset_kind(data)  # said as "malformed JSON at line 1, column 1", what to give instead not said
+        if kind == "model preset":
             from kvscope.app.lab.presets import user_presets_root
 
             folder = user_presets_root() / "models"
             raise ConfigError(f"config {path}: a kvscope model preset (TOML), not a Hugging Face config.json (JSON); "
                               f"save it as {folder}/NAME.toml and give --model NAME, or give a config.json") from None
+        if kind:
+            raise ConfigError(f"config {path}: a kvscope {kind} file (TOML), not a Hugging Face config.json (JSON) "
+                              "of a model's shape; give the model's config.json") from None
         raise
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")

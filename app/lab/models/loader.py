@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -515,10 +516,9 @@ def discover_cached_models(root: Path | None = None) -> list[CachedModel]:
         dated = [(st.st_mtime, p) for p in (repo / "snapshots").glob("*/config.json") if (st := _stat(p))]
         if not dated:
             continue
-        snapshots = [p for _, p in sorted(dated)]
-        snapshot = snapshots[-1].parent
+        snapshot = _main_snapshot(repo) or max(dated)[1].parent  # the one transformers loads, else the newest
         try:
-            cfg = load_json(read_capped(snapshots[-1], str(snapshots[-1]), MAX_CONFIG_BYTES, "config.json"), "")
+            cfg = load_json(read_capped(snapshot / "config.json", "", MAX_CONFIG_BYTES, "config.json"), "")
         except ConfigError:
             continue  # listed models are the readable ones; loading one names what is wrong
         if not isinstance(cfg, dict):
@@ -528,10 +528,32 @@ def discover_cached_models(root: Path | None = None) -> list[CachedModel]:
         arch = arch or str(cfg.get("model_type", "?"))
         shards = [_stat(p) for p in snapshot.glob("*.safetensors")]
         size = sum(st.st_size for st in shards if st)
-        complete = size > 0 and all(shards)  # a shard missing: the model cannot load
+        complete = size > 0 and all(shards) and _indexed_shards_there(snapshot)  # a shard missing: it cannot load
         name = repo.name[len("models--"):].replace("--", "/")
         found.append(CachedModel(name, snapshot, arch, size, arch in SUPPORTED_ARCHITECTURES and complete))
     return found
+
+
+def _main_snapshot(repo: Path) -> Path | None:
+    """The snapshot refs/main names (what from_pretrained loads): the newest config.json's was listed, an older
+    revision downloaded later (a pinned one) in place of main."""
+    try:
+        revision = (repo / "refs" / "main").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    snapshot = repo / "snapshots" / revision
+    return snapshot if re.fullmatch(r"[0-9a-f]{40}", revision) and _stat(snapshot / "config.json") else None
+
+
+def _indexed_shards_there(snapshot: Path) -> bool:
+    """Every shard the index names is in the snapshot: one never downloaded was listed as loadable, its
+    weights summed without it."""
+    if not (snapshot / "model.safetensors.index.json").exists():
+        return True
+    try:
+        return all(_stat(snapshot / shard) for shard in set(_index_map(snapshot).values()))
+    except ConfigError:
+        return False
 
 
 def _stat(path: Path):
