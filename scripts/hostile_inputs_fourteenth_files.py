@@ -5,7 +5,8 @@ linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek
 use_sliding_window true with or without max_window_layers; a rope factor below 1; bitsandbytes with neither
 load_in flag, or a 4-bit type of "fp5"; weights (safetensors, a sparse 20 GiB one, GGUF, pickle), Meta's
 params.json and a hardware preset given as --config; a scenario, a model preset or a hardware preset given as
---workload, a workload as --scenario, a trace CSV as --workload; a hardware preset's memory_bytes = 24; a
+--workload, a workload as --scenario, a trace CSV as --workload; a model folder whose bits are in
+quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of fp8 and int8 alone; a
 Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never downloaded.
 
 Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a
@@ -16,7 +17,8 @@ no flag was sized as 8-bit (transformers cannot load it), "fp5" as int4; weights
 at line 1, column 1" (the 20 GiB one "more than the 16,777,216 bytes a config.json may have"), params.json
 "missing field(s) num_hidden_layers, ...", the hardware preset "malformed JSON"; a scenario as a workload
 was eleven "unknown field(s)", a workload as a scenario six; the CSV was "a path, and a workload file's
-name ends in .toml", --trace not named; memory_bytes = 24 ran to "does not fit" on "24 B"; `kvscope
+name ends in .toml", --trace not named; the GPTQ folder's 4-bit weights were sized as 16-bit; memory_bytes
+= 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16 math at the fp8 rate; `kvscope
 models` listed the pinned older revision downloaded last in place of main's, and the half-downloaded
 sharded model as loadable. Every case's expect is the correct behaviour.
 """
@@ -119,11 +121,15 @@ def _weights_cases(f: Path, Case, write) -> list:
                                   "a params.json of Meta's or Mistral's own format"),
         "a hardware preset": (PRESETS / "hardware" / "l4-24gb.toml", "a kvscope hardware preset file (TOML)"),
     }
+    gptq = write(w / "gptq" / "config.json", json.dumps(_BASE)).parent
+    write(gptq / "quantize_config.json", json.dumps({"bits": 4, "group_size": 128}))
+    files["a folder whose bits are in quantize_config.json alone"] = (gptq, "quantize_config.json says its weights "
+                                                                            "are quantised")
     # was: "malformed JSON at line 1, column 1" (the 20 GiB one: "more than the 16,777,216 bytes"), params.json
-    # "missing field(s) num_hidden_layers, ..."
+    # "missing field(s) num_hidden_layers, ...", the GPTQ folder sized at 16 bits a weight
     return [Case(f"{NAME}math --config given {what}", "files", ["math", "--config", str(path)],
-                 must_say=(str(path), said), must_not_say=PYTHON_WORDS, protected=[str(path)] if path.stat().st_size
-                 < 1024**2 else []) for what, (path, said) in files.items()]
+                 must_say=(str(path), said), must_not_say=PYTHON_WORDS, protected=[str(path)] if path.is_file()
+                 and path.stat().st_size < 1024**2 else []) for what, (path, said) in files.items()]
 
 
 # -- kvscope's own files given as one another ----------------------------------------------------------------------
@@ -163,13 +169,19 @@ _L4 = (PRESETS / "hardware" / "l4-24gb.toml").read_text().split("\n", 1)[1]
 
 def _hardware_cases(f: Path, Case, write) -> list:
     config = f / "config"
+    fp8_only = _L4.split("[peak_flops]")[0] + "[peak_flops]\nfp8 = 242.5e12\nint8 = 242.5e12\n"
+    presets = (  # (file name, what it gives, its text, what the refusal must say)
+        ("gib-as-bytes", "memory_bytes = 24", _L4.replace("memory_bytes = 23675797504", "memory_bytes = 24"),
+         ("memory_bytes is 24 bytes", "it counts bytes")),
+        ("gb", "memory_bytes = 24e9", _L4.replace("memory_bytes = 23675797504", "memory_bytes = 24e9"), None),
+        ("fp8-only", "peak_flops of fp8 and int8 alone", fp8_only, ("peak_flops gives no 16- or 32-bit rate",)),
+    )
     cases = []
-    for name, memory, said in (("gib-as-bytes", "24", ("memory_bytes is 24 bytes", "it counts bytes")),
-                               ("gb", "24e9", None)):
-        write(config / "presets" / "hardware" / f"fourteenth-{name}.toml",
-              _L4.replace("memory_bytes = 23675797504", f"memory_bytes = {memory}"))
-        # was: run to "does not fit ... of the 0.00 GiB usable", the device "24 B"
-        cases.append(Case(f"{NAME}math --hardware whose memory_bytes is {memory}", "structure",
+    for name, what, text, said in presets:
+        write(config / "presets" / "hardware" / f"fourteenth-{name}.toml", text)
+        # was: run to "does not fit ... of the 0.00 GiB usable", the device "24 B"; the fp8 rate taken for the
+        # bf16 model's math, twice the true one
+        cases.append(Case(f"{NAME}math --hardware whose {what}", "structure",
                           ["math", "--hardware", f"fourteenth-{name}", "--model", "tiny-llama"],
                           env={"KVSCOPE_CONFIG_DIR": str(config)}, expect="refuse" if said else "ok",
                           must_say=said or (), must_not_say=PYTHON_WORDS))

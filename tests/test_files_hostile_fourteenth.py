@@ -3,7 +3,8 @@
 Qwen's use_sliding_window with max_window_layers, a rope factor below 1, bitsandbytes tables that say no
 bit width or an unknown 4-bit type; a hardware preset's memory given in GiB as if bytes; weights files,
 Meta's params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is
-read, a trace CSV given as a workload; the Hugging Face cache's listing (refs/main, shards never
+read, a trace CSV given as a workload; a model folder whose bits are in quantize_config.json alone; a
+hardware preset with no 16- or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never
 downloaded). Each refusal test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_fourteenth_files.py runs them through the command line."""
 
@@ -141,6 +142,19 @@ def test_a_config_json_indented_before_its_brace_is_still_json(tmp_path):
     assert load_hf_config(path).num_hidden_layers == 4
 
 
+def test_a_quantize_config_json_beside_a_config_json_without_quantization_config_is_refused(tmp_path):
+    """AutoGPTQ's older folders keep the bits in quantize_config.json: math sized the 4-bit weights as 16-bit."""
+    (tmp_path / "config.json").write_text(json.dumps(BASE))
+    (tmp_path / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 128}))
+    with pytest.raises(ConfigError, match="quantize_config.json says its weights are quantised, but config.json has "
+                                          "no quantization_config"):
+        load_hf_config(tmp_path)
+    # the neighbour: the same table copied into config.json, as the message asks
+    (tmp_path / "config.json").write_text(json.dumps({**BASE, "quantization_config": {"quant_method": "gptq",
+                                                                                      "bits": 4}}))
+    assert load_hf_config(tmp_path).weight_dtype == "int4"
+
+
 # -- kvscope's own TOML files given as one another -----------------------------------------------------------------
 
 def test_a_kvscope_file_given_as_another_kind_is_named(tmp_path):
@@ -182,6 +196,20 @@ def test_a_hardware_memory_given_in_gib_as_bytes_is_refused_naming_the_unit():
                                           r"counts bytes"):
         hardware_from_dict({**base, "memory_bytes": 24}, "hw", default_name="h")
     assert hardware_from_dict({**base, "memory_bytes": 24e9}, "hw", default_name="h").memory_bytes == 24 * 10**9
+
+
+def test_a_hardware_preset_with_no_16_or_32_bit_rate_is_refused():
+    """peak_flops = { fp8 = ... } alone: a bf16 model's math ran at the fp8 rate (flops_for's fallback), twice
+    the true one, without a word."""
+    from kvscope.app.lab.presets import hardware_from_dict
+
+    base = {"memory_bytes": 24e9, "memory_bandwidth_bytes_per_s": 3e11}
+    with pytest.raises(ConfigError, match=r"^hw: peak_flops gives no 16- or 32-bit rate \(only fp8, int8\)"):
+        hardware_from_dict({**base, "peak_flops": {"fp8": 2.4e14, "int8": 2.4e14}}, "hw", default_name="h")
+    # the neighbours: a CPU's fp32 alone, and the types named the long way
+    assert hardware_from_dict({**base, "peak_flops": {"fp32": 3e12}}, "hw", "h").flops_for("bf16") == 3e12
+    assert hardware_from_dict({**base, "peak_flops": {"bfloat16": 1e14, "fp8": 2e14}}, "hw", "h").flops_for("bf16") \
+        == 1e14
 
 
 # -- the Hugging Face cache -----------------------------------------------------------------------------------------

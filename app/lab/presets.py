@@ -370,6 +370,9 @@ def _check_peak_flops_names(table, label: str) -> None:
         if kind in _COMPUTED_WIDER:
             raise ConfigError(f"{label}: peak_flops.{kind} is never read: {kind} weights compute at the rate of "
                               f"{_COMPUTED_WIDER[kind]}; leave it out and give those")
+    if seen and not seen.keys() & {"bf16", "fp16", "fp32"}:  # a bf16 model's math ran at the fp8 rate, 2x the true one
+        raise ConfigError(f"{label}: peak_flops gives no 16- or 32-bit rate (only {', '.join(seen.values())[:60]}), "
+                          "so a bf16 model's math would run at a narrower type's rate; give bf16 (or fp16, fp32)")
 
 
 def _named(data: dict, default_name: str | None) -> dict:

@@ -191,6 +191,13 @@ def check_quantised_storage(path: Path, cfg: dict) -> None:
     """For `math --model-path`, which reads config.json alone: a folder whose config.json says its weights
     are stored quantised (fp8, gptq, awq, mxfp4) holds tensors of that kind in its *.safetensors files."""
     quantization = cfg.get("quantization_config")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    aside = next((n for n in ("quantize_config.json", "quant_config.json") if (path / n).is_file()), None)
+    if aside and not quantization and not text.get("quantization_config"):  # AutoGPTQ's and AutoAWQ's older files
+        raise ConfigError(f"model directory {path}: {aside} says its weights are quantised, but config.json has no "
+                          "quantization_config, where transformers reads it (and vLLM, unless given --quantization); "
+                          "sized as 16-bit the weights would be 2 - 4x off: copy its fields into config.json as "
+                          "quantization_config, with quant_method")
     method = str(quantization.get("quant_method", "")).lower() if isinstance(quantization, dict) else ""
     files = sorted(path.glob("*.safetensors")) if method in _STORED_AS else []
     if not files:
