@@ -7,7 +7,8 @@ load_in flag, or a 4-bit type of "fp5"; weights (safetensors, a sparse 20 GiB on
 params.json and a hardware preset given as --config; a scenario, a model preset or a hardware preset given as
 --workload, a workload as --scenario, a trace CSV as --workload; a model folder whose bits are in
 quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of fp8 and int8 alone; a
-Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never downloaded.
+Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never downloaded; a
+tokenizer_config.json giving eos_token twice.
 
 Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a
 Jamba's 8x too big, its Mamba state left out; Gemma 3n's shared layers and DeepSeek's indexer cache
@@ -20,13 +21,15 @@ was eleven "unknown field(s)", a workload as a scenario six; the CSV was "a path
 name ends in .toml", --trace not named; the GPTQ folder's 4-bit weights were sized as 16-bit; memory_bytes
 = 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16 math at the fp8 rate; `kvscope
 models` listed the pinned older revision downloaded last in place of main's, and the half-downloaded
-sharded model as loadable. Every case's expect is the correct behaviour.
+sharded model as loadable; the second eos_token was taken without a word. Every case's expect is the
+correct behaviour.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -38,7 +41,7 @@ NAME = "files14: "  # every case's name starts so: `--only files14` runs this pa
 def fourteenth_file_cases(d: Path, Case, write) -> list:
     f = d / "fourteenth"
     f.mkdir(parents=True, exist_ok=True)
-    makers = (_config_cases, _weights_cases, _kind_cases, _hardware_cases, _cache_cases)
+    makers = (_config_cases, _weights_cases, _kind_cases, _hardware_cases, _cache_cases, _tokenizer_cases)
     return [case for make in makers for case in make(f, Case, write)]
 
 
@@ -212,3 +215,31 @@ def _cache_cases(f: Path, Case, write) -> list:
     return [Case(f"{NAME}models: a cache whose newest snapshot is not main's, and a model missing a shard",
                  "files", ["models"], env={"HF_HUB_CACHE": str(hub)}, expect="ok",
                  must_say=(str(main), f"{half}  (not supported"), must_not_say=(*PYTHON_WORDS, str(pinned)))]
+
+
+# -- tokenizer files ------------------------------------------------------------------------------------------
+
+def _tokenizer_cases(f: Path, Case, write) -> list:
+    """tokenizer_config.json giving eos_token twice: the last was taken without a word."""
+    from hostile_fixtures import hostile_model
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    good = hostile_model(f / "models" / "good")
+    vocab = {"<eos>": 0, **{f"w{i}": i for i in range(1, 99)}, "[UNK]": 99}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    head = '{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "eos_token": "<eos>"'
+    cases = []
+    for name, second, said in (("twice", "[UNK]", ("the key 'eos_token' is given twice in one object",)),
+                               ("alike", "<eos>", None)):
+        folder = f / "models" / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(good, folder)
+        write(folder / "tokenizer.json", tokenizer.to_str())
+        write(folder / "tokenizer_config.json", f'{head}, "eos_token": "{second}"}}')
+        cases.append(Case(f"{NAME}run --model-path whose tokenizer_config.json gives eos_token twice, {name}", "model",
+                          ["run", "--quiet", "--backend", "real", "--model-path", str(folder), "--requests", "2",
+                           "--kv-cache-memory-bytes", "1e6"], expect="refuse" if said else "ok",
+                          must_say=(str(folder), *said) if said else (), must_not_say=PYTHON_WORDS, slow=True))
+    return cases

@@ -5,7 +5,7 @@ bit width or an unknown 4-bit type; a hardware preset's memory given in GiB as i
 Meta's params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is
 read, a trace CSV given as a workload; a model folder whose bits are in quantize_config.json alone; a
 hardware preset with no 16- or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never
-downloaded). Each refusal test failed before its fix; the consistent neighbours beside them pass.
+downloaded); a tokenizer_config.json giving a key twice. Each refusal test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_fourteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config
 from kvscope.engine.config import ConfigError
 
+from test_files_hostile_fourth import PLAIN, _tokenizer_config, _tokenizer_json, _variant, good_model  # noqa: F401
 from test_files_hostile_thirteenth import BASE, refused
 
 # -- layouts kvscope does not size --------------------------------------------------------------------------------
@@ -252,3 +253,19 @@ def test_a_cached_model_missing_a_shard_its_index_names_is_not_listed_as_loadabl
               shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"), index=True)
     assert [(m.name, m.supported) for m in discover_cached_models(tmp_path)] == [("acme/half", False),
                                                                                  ("acme/whole", True)]
+
+
+# -- tokenizer files ---------------------------------------------------------------------------------------------
+
+def test_a_tokenizer_config_giving_a_key_twice_is_refused(tmp_path, good_model):
+    """"eos_token": "<eos>" then "[UNK]": the last was taken without a word (answers ended on another token)."""
+    from kvscope.app.lab.models.loader import load_model_directory
+
+    twice = _tokenizer_config(PLAIN)[:-1] + ', "eos_token": "[UNK]"}'
+    folder = _variant(good_model, tmp_path / "m", {"tokenizer.json": _tokenizer_json(100), "tokenizer_config.json": twice})
+    with pytest.raises(ConfigError, match=r"tokenizer_config.json: the key 'eos_token' is given twice in one object"):
+        load_model_directory(folder)
+    # the neighbour: the same value twice, as some saved files have it
+    same = _tokenizer_config(PLAIN)[:-1] + ', "eos_token": "<eos>"}'
+    folder = _variant(good_model, tmp_path / "n", {"tokenizer.json": _tokenizer_json(100), "tokenizer_config.json": same})
+    assert load_model_directory(folder).tokenizer is not None

@@ -465,7 +465,10 @@ def _tokenizer(path: Path):
     present = [f for f in _TOKENIZER_FILES if (path / f).exists()]
     for name in present:
         label = f"model directory {path}: {name}"
-        data = load_json(read_capped(path / name, label, MAX_TOKENIZER_BYTES, name), label)
+        # a key twice with two values (eos_token, chat_template): the last was taken without a word; tokenizer.json's
+        # vocabulary is left as the tokenizers library reads it
+        data = load_json(read_capped(path / name, label, MAX_TOKENIZER_BYTES, name), label,
+                         unique_keys=name != "tokenizer.json")
         if not isinstance(data, dict):
             raise ConfigError(f"{label}: expected a JSON object of the tokenizer's fields, got {shown(data)}")
     try:
