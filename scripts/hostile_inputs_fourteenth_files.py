@@ -1,28 +1,27 @@
 """The fourteenth hostile pass's cases (2026-11-29): the FILES kvscope reads, for scripts/hostile_inputs.py. A
 config.json laying out layers kvscope does not size (Jamba's attn_layer_period, Nemotron-H's
 hybrid_override_pattern, Zamba's layers_block_type, Falcon-H1's Mamba state, MiniMax's attn_type_list, Kimi's
-linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek V3.2's index_topk); Qwen's
-use_sliding_window true with or without max_window_layers; a rope factor below 1; bitsandbytes with neither
-load_in flag, or a 4-bit type of "fp5"; weights (safetensors, a sparse 20 GiB one, GGUF, pickle), Meta's
-params.json and a hardware preset given as --config; a scenario, a model preset or a hardware preset given as
---workload, a workload as --scenario, a trace CSV as --workload; a model folder whose bits are in
-quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of fp8 and int8 alone; a
-Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never downloaded; a
-tokenizer_config.json giving eos_token twice.
+linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek V3.2's index_topk) or an
+encoder's (BERT, BART); Qwen's use_sliding_window true with or without max_window_layers; a rope factor below 1;
+bitsandbytes with neither load_in flag, or a 4-bit type of "fp5"; weights (safetensors, a sparse 20 GiB one,
+GGUF, pickle), Meta's params.json and a hardware preset given as --config; a scenario, a model preset or a
+hardware preset given as --workload, a workload as --scenario, a trace CSV as --workload; a model folder whose
+bits are in quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of fp8 and int8
+alone; a Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never
+downloaded; a tokenizer_config.json giving eos_token twice.
 
-Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a
-Jamba's 8x too big, its Mamba state left out; Gemma 3n's shared layers and DeepSeek's indexer cache
-likewise) without a word; use_sliding_window true was dropped (every layer full) and without
-max_window_layers too; a factor of 0.5 was read as no stretch (vLLM halves the length); bitsandbytes with
-no flag was sized as 8-bit (transformers cannot load it), "fp5" as int4; weights files were "malformed JSON
-at line 1, column 1" (the 20 GiB one "more than the 16,777,216 bytes a config.json may have"), params.json
-"missing field(s) num_hidden_layers, ...", the hardware preset "malformed JSON"; a scenario as a workload
-was eleven "unknown field(s)", a workload as a scenario six; the CSV was "a path, and a workload file's
-name ends in .toml", --trace not named; the GPTQ folder's 4-bit weights were sized as 16-bit; memory_bytes
-= 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16 math at the fp8 rate; `kvscope
-models` listed the pinned older revision downloaded last in place of main's, and the half-downloaded
-sharded model as loadable; the second eos_token was taken without a word. Every case's expect is the
-correct behaviour.
+Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a Jamba's 8x
+too big, its Mamba state left out; Gemma 3n's shared layers and DeepSeek's indexer cache likewise) without a
+word, BERT's a KV cache it never keeps (BART's said as missing fields); use_sliding_window true was dropped
+(every layer full) and without max_window_layers too; a factor of 0.5 was read as no stretch (vLLM halves the
+length); bitsandbytes with no flag was sized as 8-bit (transformers cannot load it), "fp5" as int4; weights files
+were "malformed JSON at line 1, column 1" (the 20 GiB one "more than the 16,777,216 bytes a config.json may
+have"), params.json "missing field(s) num_hidden_layers, ...", the hardware preset "malformed JSON"; a scenario
+as a workload was eleven "unknown field(s)", a workload as a scenario six; the CSV was "a path, and a workload
+file's name ends in .toml", --trace not named; the GPTQ folder's 4-bit weights were sized as 16-bit; memory_bytes
+= 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16 math at the fp8 rate; `kvscope models` listed
+the pinned older revision downloaded last in place of main's, and the half-downloaded sharded model as loadable;
+the second eos_token was taken without a word. Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -70,6 +69,10 @@ _CONFIGS = [
     ("Hunyuan's use_cla", {"use_cla": True, "cla_share_factor": 2}, ("use_cla (True)", _UNSIZED)),
     ("DeepSeek V3.2's index_topk", {"index_topk": 2048}, ("index_topk (2,048) keeps an indexer's key cache",)),
     ("use_cla false (Hunyuan's own)", {"use_cla": False, "cla_share_factor": 2}, None),
+    ("BERT's fields (an encoder)", {"model_type": "bert", "architectures": ["BertModel"]},
+     ("an encoder-only model (model_type 'bert')",)),
+    ("BART's fields (an encoder-decoder)", {"model_type": "bart", "is_encoder_decoder": True, "encoder_layers": 12},
+     ("an encoder-decoder model (model_type 'bart')",)),
     ("use_sliding_window true without max_window_layers", _QWEN,
      ("use_sliding_window is true, but max_window_layers",)),
     ("use_sliding_window true, layer_types against max_window_layers 1",

@@ -1,11 +1,11 @@
-"""The fourteenth hostile pass over the files kvscope reads: config.json layouts kvscope does not size
-(Mamba hybrids, lightning and delta attention, KV caches shared across layers, DeepSeek's indexer cache),
-Qwen's use_sliding_window with max_window_layers, a rope factor below 1, bitsandbytes tables that say no
-bit width or an unknown 4-bit type; a hardware preset's memory given in GiB as if bytes; weights files,
-Meta's params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is
-read, a trace CSV given as a workload; a model folder whose bits are in quantize_config.json alone; a
-hardware preset with no 16- or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never
-downloaded); a tokenizer_config.json giving a key twice. Each refusal test failed before its fix; the consistent neighbours beside them pass.
+"""The fourteenth hostile pass over the files kvscope reads: config.json layouts kvscope does not size (Mamba
+hybrids, lightning and delta attention, KV caches shared across layers, DeepSeek's indexer cache, encoders),
+Qwen's use_sliding_window with max_window_layers, a rope factor below 1, bitsandbytes tables that say no bit
+width or an unknown 4-bit type; a hardware preset's memory given in GiB as if bytes; weights files, Meta's
+params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is read, a trace CSV
+given as a workload; a model folder whose bits are in quantize_config.json alone; a hardware preset with no 16-
+or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never downloaded); a tokenizer_config.json
+giving a key twice. Each refusal test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_fourteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
@@ -50,6 +50,18 @@ def test_the_same_fields_off_stay_accepted():
     config sharing no layer."""
     for fields in ({"use_cla": False}, {"num_kv_shared_layers": 0}, {"hybrid_override_pattern": None}):
         assert model_from_hf_config({**BASE, **fields}, "m").num_hidden_layers == 4
+
+
+@pytest.mark.parametrize("fields, said", [
+    # BERT's config.json has every field a decoder's has: a KV cache was sized for a model that keeps none
+    ({"model_type": "bert", "architectures": ["BertModel"], "type_vocab_size": 2},
+     "an encoder-only model (model_type 'bert')"),
+    # said as "missing field(s) num_hidden_layers, num_attention_heads, hidden_size"
+    ({"model_type": "bart", "is_encoder_decoder": True, "encoder_layers": 12}, "an encoder-decoder model"),
+])
+def test_a_model_that_is_no_decoder_is_refused_as_such(fields, said):
+    assert said in refused(fields)
+    assert model_from_hf_config({**BASE, "is_encoder_decoder": False}, "m").num_hidden_layers == 4  # GPT-2's false
 
 
 QWEN_WINDOW = {"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True}
@@ -262,10 +274,12 @@ def test_a_tokenizer_config_giving_a_key_twice_is_refused(tmp_path, good_model):
     from kvscope.app.lab.models.loader import load_model_directory
 
     twice = _tokenizer_config(PLAIN)[:-1] + ', "eos_token": "[UNK]"}'
-    folder = _variant(good_model, tmp_path / "m", {"tokenizer.json": _tokenizer_json(100), "tokenizer_config.json": twice})
+    folder = _variant(good_model, tmp_path / "m", {"tokenizer.json": _tokenizer_json(100),
+                                                   "tokenizer_config.json": twice})
     with pytest.raises(ConfigError, match=r"tokenizer_config.json: the key 'eos_token' is given twice in one object"):
         load_model_directory(folder)
     # the neighbour: the same value twice, as some saved files have it
     same = _tokenizer_config(PLAIN)[:-1] + ', "eos_token": "<eos>"}'
-    folder = _variant(good_model, tmp_path / "n", {"tokenizer.json": _tokenizer_json(100), "tokenizer_config.json": same})
+    folder = _variant(good_model, tmp_path / "n", {"tokenizer.json": _tokenizer_json(100),
+                                                   "tokenizer_config.json": same})
     assert load_model_directory(folder).tokenizer is not None

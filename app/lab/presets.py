@@ -338,7 +338,8 @@ def hardware_from_dict(data: dict, label: str, default_name: str | None = None) 
     spec = build_config(HardwareSpec, _named(data, default_name), label)
     if spec.memory_bytes < MIN_DEVICE_MEMORY:  # 24 (GiB meant) ran as 24 bytes: "does not fit", the unit not said
         raise ConfigError(f"{label}: memory_bytes is {spec.memory_bytes:,} bytes, less than any device's "
-                          f"({MIN_DEVICE_MEMORY // 1024**2} MiB); it counts bytes: 24 GiB is 25769803776 (24 * 1024**3)")
+                          f"({MIN_DEVICE_MEMORY // 1024**2} MiB); it counts bytes: 24 GiB is 25769803776 "
+                          "(24 * 1024**3)")
     if isinstance(data.get("calibration"), dict) and data["calibration"].keys() <= {"label", "source"} \
             and data["calibration"]:  # the datasheet peaks ran under the label, said as if they had been fitted
         raise ConfigError(f"{label}: calibration gives a label but no figure, so nothing is calibrated; give the "
@@ -488,7 +489,8 @@ def load_workload(name: str) -> WorkloadSpec:
             raise ConfigError(f"{label}: its name field is {spec.name!r:.60}, not {name!r}, the name of its file; "
                               "make them the same")
         return _refuse_requests_past_rows(data, spec, label)
-    return workload_from_dict(read_toml(path, label, "workload"), label, trace_dir=builtin)  # ours: num_requests is its rows
+    # ours: num_requests is its rows
+    return workload_from_dict(read_toml(path, label, "workload"), label, trace_dir=builtin)
 
 
 def load_workload_file(path: str | Path) -> WorkloadSpec:

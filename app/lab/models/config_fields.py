@@ -37,7 +37,7 @@ HF_FIELDS = {
     "layer_types": LIST, "sliding_window": WHOLE, "use_sliding_window": FLAG, "sliding_window_pattern": WHOLE,
     "full_attention_interval": WHOLE, "linear_num_key_heads": WHOLE, "linear_num_value_heads": WHOLE,
     "linear_key_head_dim": WHOLE, "linear_value_head_dim": WHOLE, "linear_conv_kernel_dim": WHOLE,
-    "mamba_ssm_dtype": TEXT, "max_window_layers": WHOLE,
+    "mamba_ssm_dtype": TEXT, "max_window_layers": WHOLE, "is_encoder_decoder": FLAG,
     # multi-head latent attention
     "kv_lora_rank": WHOLE, "qk_rope_head_dim": WHOLE, "q_lora_rank": WHOLE, "v_head_dim": WHOLE,
     "qk_nope_head_dim": WHOLE,
@@ -62,6 +62,10 @@ UNSIZED_LAYOUTS = {
     "use_cla": "has layers share one KV cache (cross-layer attention)",
     "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
 }
+# encoders: their config.json has a decoder's fields (BERT's num_hidden_layers, num_attention_heads, ...), and a
+# KV cache was sized for a model that keeps none (vLLM serves them for embeddings, one forward a request)
+ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "distilbert", "deberta",
+                "deberta-v2", "mpnet", "modernbert", "nomic_bert", "ernie", "xlm", "esm"}
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
                        "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}

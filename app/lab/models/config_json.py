@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
-from kvscope.app.lab.models.config_fields import checked_hf_fields, per_layer_type
+from kvscope.app.lab.models.config_fields import ENCODER_ONLY, checked_hf_fields, per_layer_type
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -281,6 +281,10 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
+    if cfg.get("is_encoder_decoder") or cfg.get("model_type") in ENCODER_ONLY:  # said as missing fields, or sized
+        kind = "an encoder-decoder" if cfg.get("is_encoder_decoder") else "an encoder-only"
+        raise ConfigError(f"{label}: {kind} model (model_type {shown(cfg.get('model_type', '?'))}); kvscope sizes the "
+                          "KV cache of decoder-only models (Llama, Qwen, Mistral, DeepSeek, ...)")
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
     if missing and {"n_layers", "dim", "n_heads"} <= set(cfg):  # said as missing fields, the file's kind not named
         raise ConfigError(f"{label}: a params.json of Meta's or Mistral's own format (n_layers, dim, n_heads), not a "
