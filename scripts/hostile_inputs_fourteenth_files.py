@@ -3,25 +3,26 @@ config.json laying out layers kvscope does not size (Jamba's attn_layer_period, 
 hybrid_override_pattern, Zamba's layers_block_type, Falcon-H1's Mamba state, MiniMax's attn_type_list, Kimi's
 linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek V3.2's index_topk) or an
 encoder's (BERT, BART); Qwen's use_sliding_window true with or without max_window_layers; a rope factor below 1;
-bitsandbytes with neither load_in flag, or a 4-bit type of "fp5"; weights (safetensors, a sparse 20 GiB one,
-GGUF, pickle), Meta's params.json and a hardware preset given as --config; a scenario, a model preset or a
-hardware preset given as --workload, a workload as --scenario, a trace CSV as --workload; a model folder whose
-bits are in quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of fp8 and int8
-alone; a Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard never
-downloaded; a tokenizer_config.json giving eos_token twice.
+bitsandbytes with neither load_in flag, or a 4-bit type of "fp5"; MLX's quantization; weights (safetensors, a
+sparse 20 GiB one, GGUF, pickle), Meta's params.json and a hardware preset given as --config; a scenario, a model
+preset or a hardware preset given as --workload, a workload as --scenario, a trace CSV as --workload; a model
+folder whose bits are in quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of
+fp8 and int8 alone; a Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard
+never downloaded; a tokenizer_config.json giving eos_token twice.
 
 Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a Jamba's 8x
 too big, its Mamba state left out; Gemma 3n's shared layers and DeepSeek's indexer cache likewise) without a
 word, BERT's a KV cache it never keeps (BART's said as missing fields); use_sliding_window true was dropped
 (every layer full) and without max_window_layers too; a factor of 0.5 was read as no stretch (vLLM halves the
-length); bitsandbytes with no flag was sized as 8-bit (transformers cannot load it), "fp5" as int4; weights files
-were "malformed JSON at line 1, column 1" (the 20 GiB one "more than the 16,777,216 bytes a config.json may
-have"), params.json "missing field(s) num_hidden_layers, ...", the hardware preset "malformed JSON"; a scenario
-as a workload was eleven "unknown field(s)", a workload as a scenario six; the CSV was "a path, and a workload
-file's name ends in .toml", --trace not named; the GPTQ folder's 4-bit weights were sized as 16-bit; memory_bytes
-= 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16 math at the fp8 rate; `kvscope models` listed
-the pinned older revision downloaded last in place of main's, and the half-downloaded sharded model as loadable;
-the second eos_token was taken without a word. Every case's expect is the correct behaviour.
+length); bitsandbytes with no flag was sized as 8-bit (transformers cannot load it), "fp5" as int4, MLX's 4-bit
+weights as bf16; weights files were "malformed JSON at line 1, column 1" (the 20 GiB one "more than the
+16,777,216 bytes a config.json may have"), params.json "missing field(s) num_hidden_layers, ...", the hardware
+preset "malformed JSON"; a scenario as a workload was eleven "unknown field(s)", a workload as a scenario six;
+the CSV was "a path, and a workload file's name ends in .toml", --trace not named; the GPTQ folder's 4-bit
+weights were sized as 16-bit; memory_bytes = 24 ran to "does not fit" on "24 B", the fp8-only preset ran bf16
+math at the fp8 rate; `kvscope models` listed the pinned older revision downloaded last in place of main's, and
+the half-downloaded sharded model as loadable; the second eos_token was taken without a word. Every case's expect
+is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ _CONFIGS = [
     ("bitsandbytes 4-bit of type fp5", {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
                                                                 "bnb_4bit_quant_type": "fp5"}},
      ("bnb_4bit_quant_type is 'fp5'; bitsandbytes' 4-bit types are nf4 and fp4",)),
+    ("MLX's quantization (4 bits)", {"quantization": {"group_size": 64, "bits": 4}},
+     ("quantization gives 4-bit weights in MLX's own form",)),
     ("bitsandbytes 4-bit of type fp4", {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
                                                                 "bnb_4bit_quant_type": "fp4"}}, None),
 ]

@@ -1,11 +1,12 @@
 """The fourteenth hostile pass over the files kvscope reads: config.json layouts kvscope does not size (Mamba
 hybrids, lightning and delta attention, KV caches shared across layers, DeepSeek's indexer cache, encoders),
 Qwen's use_sliding_window with max_window_layers, a rope factor below 1, bitsandbytes tables that say no bit
-width or an unknown 4-bit type; a hardware preset's memory given in GiB as if bytes; weights files, Meta's
-params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is read, a trace CSV
-given as a workload; a model folder whose bits are in quantize_config.json alone; a hardware preset with no 16-
-or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never downloaded); a tokenizer_config.json
-giving a key twice. Each refusal test failed before its fix; the consistent neighbours beside them pass.
+width or an unknown 4-bit type, MLX's quantization; a hardware preset's memory given in GiB as if bytes; weights
+files, Meta's params.json and kvscope's own TOML files given where a config.json, a workload or a scenario is
+read, a trace CSV given as a workload; a model folder whose bits are in quantize_config.json alone; a hardware
+preset with no 16- or 32-bit rate; the Hugging Face cache's listing (refs/main, shards never downloaded); a
+tokenizer_config.json giving a key twice. Each refusal test failed before its fix; the consistent neighbours
+beside them pass.
 scripts/hostile_inputs_fourteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
@@ -114,6 +115,13 @@ def test_bitsandbytes_tables_as_saved_stay_accepted():
                          ({"load_in_8bit": True, "bnb_4bit_quant_type": "fp4"}, "int8")):
         cfg = {**BASE, "quantization_config": {"quant_method": "bitsandbytes", **quant}}
         assert model_from_hf_config(cfg, "m").weight_dtype == dtype
+
+
+def test_an_mlx_checkpoints_quantization_is_refused_not_sized_as_16_bit():
+    """mlx-lm writes its bits as "quantization": {"bits": 4, "group_size": 64}: the weights were sized as bf16."""
+    assert "quantization gives 4-bit weights in MLX's own form" in refused({"quantization": {"bits": 4,
+                                                                                            "group_size": 64}})
+    assert model_from_hf_config({**BASE, "quantization": None}, "m").weight_dtype == "bf16"  # the neighbour
 
 
 # -- files of another kind where a config.json is read ------------------------------------------------------------

@@ -26,6 +26,11 @@ _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when se
 
 
 def _weight_dtype_from_hf(cfg: dict) -> str:
+    mlx = cfg.get("quantization")
+    if isinstance(mlx, dict) and "bits" in mlx and not cfg.get("quantization_config"):  # sized as 16-bit weights
+        raise ConfigError(f"quantization gives {shown(mlx.get('bits'))}-bit weights in MLX's own form (mlx-lm's "
+                          "checkpoints), which vLLM and transformers do not load; give the config.json of the "
+                          "model's Hugging Face release")
     quant = cfg.get("quantization_config") or {}
     if not isinstance(quant, dict):
         raise ConfigError(f"quantization_config must be an object, got {quant!r}")
