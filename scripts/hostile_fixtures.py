@@ -92,3 +92,48 @@ def fake_http_server(routes: dict) -> str:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+# A 4-layer Llama-shaped config.json, the one the config.json cases of several passes change a field or two of
+SMALL_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128, "intermediate_size": 256,
+               "vocab_size": 1000, "max_position_embeddings": 512}
+
+
+def config_json_cases(folder: Path, Case, write, base: dict, configs: list, prefix: str = "", extra=None) -> list:
+    """`math --config` on each (what, fields over base, what the refusal must say; None: accepted) of configs,
+    written as folder/configs/c<i>/config.json; extra(fields): more arguments for that one."""
+    import json
+
+    cases = []
+    for i, (what, fields, said) in enumerate(configs):
+        path = write(folder / "configs" / f"c{i}" / "config.json", json.dumps({**base, **fields}))
+        more = extra(fields) if extra else []
+        cases.append(Case(f"{prefix}math --config with {what}", "structure", ["math", "--config", str(path), *more],
+                          expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
+                          must_not_say=PYTHON_WORDS))
+    return cases
+
+
+def model_variant(good: Path, folder: Path, write, files: dict) -> Path:
+    """A copy of the good model folder (hostile_model) with these files (name -> text) written into it, and a
+    word-level tokenizer of 100 ids (<eos> 0, w1 to w98, [UNK] 99) as its tokenizer.json."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(good, folder)
+    vocab = {"<eos>": 0, **{f"w{i}": i for i in range(1, 99)}, "[UNK]": 99}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    for name, text in {"tokenizer.json": tokenizer.to_str(), **files}.items():
+        write(folder / name, text)
+    return folder
+
+
+def pass_cases(folder: Path, makers: tuple, Case, write) -> list:
+    """The cases of a pass's makers (each make(folder, Case, write) -> cases), their fixtures under folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [case for make in makers for case in make(folder, Case, write)]

@@ -29,30 +29,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 from pathlib import Path
 
-from hostile_fixtures import PRESETS, PYTHON_WORDS
+from hostile_fixtures import PRESETS, PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
 
 NAME = "files14: "  # every case's name starts so: `--only files14` runs this pass's
 
 
 def fourteenth_file_cases(d: Path, Case, write) -> list:
-    f = d / "fourteenth"
-    f.mkdir(parents=True, exist_ok=True)
     makers = (_config_cases, _weights_cases, _kind_cases, _hardware_cases, _cache_cases, _tokenizer_cases)
-    return [case for make in makers for case in make(f, Case, write)]
+    return pass_cases(d / "fourteenth", makers, Case, write)
 
 
 # -- config.json ----------------------------------------------------------------------------------------------
 
-_BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128, "intermediate_size": 256,
-         "vocab_size": 1000, "max_position_embeddings": 512}
 _UNSIZED = "which kvscope does not size"
 _QWEN = {"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True}
-# (what, fields over _BASE, what the refusal must say); None: accepted
+# (what, fields over SMALL_LLAMA, what the refusal must say); None: accepted
 _CONFIGS = [
     ("Jamba's attn_layer_period", {"model_type": "jamba", "attn_layer_period": 4, "attn_layer_offset": 2},
      ("attn_layer_period (4) lays out Mamba layers (Jamba)", _UNSIZED)),
@@ -96,14 +90,8 @@ _CONFIGS = [
 
 
 def _config_cases(f: Path, Case, write) -> list:
-    cases = []
-    for i, (what, fields, said) in enumerate(_CONFIGS):
-        path = write(f / "configs" / f"c{i}" / "config.json", json.dumps({**_BASE, **fields}))
-        # was: accepted, sized as full attention on every layer / the flag dropped / the factor read as 1
-        cases.append(Case(f"{NAME}math --config with {what}", "structure", ["math", "--config", str(path)],
-                          expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
-                          must_not_say=PYTHON_WORDS))
-    return cases
+    # was: accepted, sized as full attention on every layer / the flag dropped / the factor read as 1
+    return config_json_cases(f, Case, write, SMALL_LLAMA, _CONFIGS, prefix=NAME)
 
 
 # -- weights and other files given as a config.json --------------------------------------------------------------
@@ -130,7 +118,7 @@ def _weights_cases(f: Path, Case, write) -> list:
                                   "a params.json of Meta's or Mistral's own format"),
         "a hardware preset": (PRESETS / "hardware" / "l4-24gb.toml", "a kvscope hardware preset file (TOML)"),
     }
-    gptq = write(w / "gptq" / "config.json", json.dumps(_BASE)).parent
+    gptq = write(w / "gptq" / "config.json", json.dumps(SMALL_LLAMA)).parent
     write(gptq / "quantize_config.json", json.dumps({"bits": 4, "group_size": 128}))
     files["a folder whose bits are in quantize_config.json alone"] = (gptq, "quantize_config.json says its weights "
                                                                             "are quantised")
@@ -201,7 +189,7 @@ def _hardware_cases(f: Path, Case, write) -> list:
 
 def _snapshot(repo: Path, revision: str, layers: int, shards: tuple, write) -> Path:
     folder = repo / "snapshots" / revision
-    write(folder / "config.json", json.dumps({**_BASE, "num_hidden_layers": layers}))
+    write(folder / "config.json", json.dumps({**SMALL_LLAMA, "num_hidden_layers": layers}))
     for shard in shards:
         _safetensors(folder / shard)
     return folder
@@ -227,23 +215,15 @@ def _cache_cases(f: Path, Case, write) -> list:
 
 def _tokenizer_cases(f: Path, Case, write) -> list:
     """tokenizer_config.json giving eos_token twice: the last was taken without a word."""
-    from hostile_fixtures import hostile_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from hostile_fixtures import hostile_model, model_variant
 
     good = hostile_model(f / "models" / "good")
-    vocab = {"<eos>": 0, **{f"w{i}": i for i in range(1, 99)}, "[UNK]": 99}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     head = '{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "eos_token": "<eos>"'
     cases = []
     for name, second, said in (("twice", "[UNK]", ("the key 'eos_token' is given twice in one object",)),
                                ("alike", "<eos>", None)):
-        folder = f / "models" / name
-        if folder.exists():
-            shutil.rmtree(folder)
-        shutil.copytree(good, folder)
-        write(folder / "tokenizer.json", tokenizer.to_str())
-        write(folder / "tokenizer_config.json", f'{head}, "eos_token": "{second}"}}')
+        folder = model_variant(good, f / "models" / name, write,
+                               {"tokenizer_config.json": f'{head}, "eos_token": "{second}"}}'})
         cases.append(Case(f"{NAME}run --model-path whose tokenizer_config.json gives eos_token twice, {name}", "model",
                           ["run", "--quiet", "--backend", "real", "--model-path", str(folder), "--requests", "2",
                            "--kv-cache-memory-bytes", "1e6"], expect="refuse" if said else "ok",

@@ -29,24 +29,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
-from hostile_fixtures import PRESETS, PYTHON_WORDS
+from hostile_fixtures import PRESETS, PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
 
 
 def thirteenth_file_cases(d: Path, Case, write) -> list:
-    f = d / "thirteenth"
-    f.mkdir(parents=True, exist_ok=True)
     makers = (_config_cases, _calibration_cases, _scenario_cases, _workload_cases, _hardware_cases, _template_cases)
-    return [case for make in makers for case in make(f, Case, write)]
+    return pass_cases(d / "thirteenth", makers, Case, write)
 
 
 # -- config.json ----------------------------------------------------------------------------------------------
 
-_BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128, "intermediate_size": 256,
-         "vocab_size": 1000, "max_position_embeddings": 512}
+_BASE = SMALL_LLAMA
 _YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
 _LINEAR = {"linear_num_key_heads": 2, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
            "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
@@ -116,13 +111,8 @@ _GEMMA = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "ge
 
 
 def _config_cases(f: Path, Case, write) -> list:
-    cases = []
-    for i, (what, fields, said) in enumerate(_CONFIGS):
-        path = write(f / "configs" / f"c{i}" / "config.json", json.dumps({**_BASE, **fields}))
-        stretch = ["--max-model-len", "2048"] if {"rope_scaling", "rope_parameters"} & set(fields) else []
-        cases.append(Case(f"math --config with {what}", "structure", ["math", "--config", str(path), *stretch],
-                          expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
-                          must_not_say=PYTHON_WORDS))
+    cases = config_json_cases(f, Case, write, _BASE, _CONFIGS, extra=lambda fields: ["--max-model-len", "2048"]
+                              if {"rope_scaling", "rope_parameters"} & set(fields) else [])
     gemma = write(f / "configs" / "gemma3" / "config.json", json.dumps(_GEMMA))
     cases += [
         # was: accepted, 200,000 tokens sized on the 1,048,576 positions the factor of 8 made of 131,072
@@ -223,25 +213,16 @@ def _hardware_cases(f: Path, Case, write) -> list:
 def _template_cases(f: Path, Case, write) -> list:
     """tokenizer_config.json's chat_template as named templates (transformers reads the list as {name: text}):
     none named default was said as "must be the template's text, got NoneType"."""
-    from hostile_fixtures import hostile_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from hostile_fixtures import hostile_model, model_variant
 
     good = hostile_model(f / "models" / "good")
-    vocab = {"<eos>": 0, **{f"w{i}": i for i in range(1, 99)}, "[UNK]": 99}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     cases = []
     for names, said in ((("tool_use", "rag"), ("names its templates ('tool_use', 'rag') but none 'default'",)),
                         (("default", "tool_use"), None)):
-        folder = f / "models" / "-".join(names)
-        if folder.exists():
-            shutil.rmtree(folder)
-        shutil.copytree(good, folder)
-        write(folder / "tokenizer.json", tokenizer.to_str())
-        write(folder / "tokenizer_config.json", json.dumps({
+        folder = model_variant(good, f / "models" / "-".join(names), write, {"tokenizer_config.json": json.dumps({
             "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "unk_token": "[UNK]",
-            "chat_template": [{"name": name, "template": plain} for name in names]}))
+            "chat_template": [{"name": name, "template": plain} for name in names]})})
         cases.append(Case(f"run --model-path chat-text: chat templates named {' and '.join(names)}", "model",
                           ["run", "--quiet", "--backend", "real", "--model-path", str(folder), "--requests", "2",
                            "--kv-cache-memory-bytes", "1e6", "--workload", "chat-text"],

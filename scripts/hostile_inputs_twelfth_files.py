@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hostile_fixtures import PRESETS, PYTHON_WORDS
+from hostile_fixtures import PRESETS, PYTHON_WORDS, config_json_cases
 
 
 def twelfth_file_cases(d: Path, Case, write) -> list:
@@ -76,12 +76,7 @@ _YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings":
 
 
 def _config_cases(f: Path, Case, write) -> list:
-    cases = []
-    for i, (what, fields, said) in enumerate(_CONFIGS):
-        path = write(f / "configs" / f"c{i}" / "config.json", json.dumps({**_BASE, **fields}))
-        cases.append(Case(f"math --config with {what}", "structure", ["math", "--config", str(path)],
-                          expect="refuse" if said else "ok", must_say=(str(path), *said) if said else (),
-                          must_not_say=PYTHON_WORDS))
+    cases = config_json_cases(f, Case, write, _BASE, _CONFIGS)
     # transformers 5 writes rope_scaling as rope_parameters: its yarn factor of 4 was read as none, and
     # --max-model-len 2048 refused as past the 512 positions
     for field in ("rope_parameters", "rope_scaling"):
