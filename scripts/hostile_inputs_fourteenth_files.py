@@ -1,14 +1,14 @@
 """The fourteenth hostile pass's cases (2026-11-29): the FILES kvscope reads, for scripts/hostile_inputs.py. A
 config.json laying out layers kvscope does not size (Jamba's attn_layer_period, Nemotron-H's
-hybrid_override_pattern, Zamba's layers_block_type, Falcon-H1's Mamba state, MiniMax's attn_type_list, Kimi's
-linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek V3.2's index_topk) or an
-encoder's (BERT, BART); Qwen's use_sliding_window true with or without max_window_layers; a rope factor below 1;
-bitsandbytes with neither load_in flag, or a 4-bit type of "fp5"; MLX's quantization; weights (safetensors, a
-sparse 20 GiB one, GGUF, pickle), Meta's params.json and a hardware preset given as --config; a scenario, a model
-preset or a hardware preset given as --workload, a workload as --scenario, a trace CSV as --workload; a model
-folder whose bits are in quantize_config.json alone; a hardware preset's memory_bytes = 24, or its peak_flops of
-fp8 and int8 alone; a Hugging Face cache whose newest snapshot is not refs/main's, or whose index names a shard
-never downloaded; a tokenizer_config.json giving eos_token twice.
+hybrid_override_pattern, Zamba's layers_block_type, Bamba's attn_layer_indices, Falcon-H1's Mamba state,
+MiniMax's attn_type_list, Kimi's linear_attn_config, Gemma 3n's num_kv_shared_layers, Hunyuan's use_cla, DeepSeek
+V3.2's index_topk) or an encoder's (BERT, BART); Qwen's use_sliding_window true with or without
+max_window_layers; a rope factor below 1; bitsandbytes with neither load_in flag, or a 4-bit type of "fp5"; MLX's
+quantization; weights (safetensors, a sparse 20 GiB one, GGUF, pickle), Meta's params.json and a hardware preset
+given as --config; a scenario, a model preset or a hardware preset given as --workload, a workload as --scenario,
+a trace CSV as --workload; a model folder whose bits are in quantize_config.json alone; a hardware preset's
+memory_bytes = 24, or its peak_flops of fp8 and int8 alone; a Hugging Face cache whose newest snapshot is not
+refs/main's, or whose index names a shard never downloaded; a tokenizer_config.json giving eos_token twice.
 
 Before the fixes: every layer of each hybrid was sized as full attention with a KV cache of its own (a Jamba's 8x
 too big, its Mamba state left out; Gemma 3n's shared layers and DeepSeek's indexer cache likewise) without a
@@ -58,6 +58,9 @@ _CONFIGS = [
      ("sizes Mamba state-space layers", _UNSIZED)),
     ("MiniMax's attn_type_list", {"model_type": "minimax", "attn_type_list": [0, 1, 0, 1]},
      ("attn_type_list", "lightning-attention layers", _UNSIZED)),
+    ("MiniMax-M2's attn_type_list of 1s (all softmax attention)", {"attn_type_list": [1] * 4}, None),
+    ("Bamba's attn_layer_indices", {"model_type": "bamba", "attn_layer_indices": [1], "mamba_d_state": 16},
+     ("attn_layer_indices ([1]) lays out Mamba layers (Bamba)",)),
     ("Kimi's linear_attn_config", {"linear_attn_config": {"kda_layers": [1, 2, 3]}}, ("linear_attn_config", _UNSIZED)),
     ("Gemma 3n's num_kv_shared_layers", {"model_type": "gemma3n_text", "num_kv_shared_layers": 2},
      ("num_kv_shared_layers (2) has layers reuse an earlier layer's KV cache", _UNSIZED)),

@@ -34,6 +34,8 @@ from test_files_hostile_thirteenth import BASE, refused
                                                                       "Mamba layers (Nemotron-H)"),
     ({"model_type": "zamba2", "layers_block_type": ["mamba", "hybrid"] * 2}, "layers_block_type"),
     ({"model_type": "falcon_h1", "mamba_d_ssm": 64}, "mamba_d_ssm (64) sizes Mamba state-space layers"),
+    ({"model_type": "bamba", "attn_layer_indices": [1], "mamba_d_state": 16}, "attn_layer_indices ([1]) lays out "
+                                                                              "Mamba layers (Bamba)"),
     ({"model_type": "minimax", "attn_type_list": [0, 1, 0, 1]}, "attn_type_list"),
     ({"model_type": "kimi_linear", "linear_attn_config": {"kda_layers": [1, 2]}}, "linear_attn_config"),
     ({"model_type": "gemma3n_text", "num_kv_shared_layers": 2}, "num_kv_shared_layers (2) has layers reuse an "
@@ -47,9 +49,11 @@ def test_a_config_json_laying_out_layers_kvscope_does_not_size_is_refused(fields
 
 
 def test_the_same_fields_off_stay_accepted():
-    """0, false and null say the layout is not there: Hunyuan's use_cla false, a Gemma 3n-like
-    config sharing no layer."""
-    for fields in ({"use_cla": False}, {"num_kv_shared_layers": 0}, {"hybrid_override_pattern": None}):
+    """0, false and null say the layout is not there (Hunyuan's use_cla false, a Gemma 3n-like config sharing
+    no layer), and a layout of attention alone is sized as it is (MiniMax-M2's attn_type_list of 1s)."""
+    for fields in ({"use_cla": False}, {"num_kv_shared_layers": 0}, {"hybrid_override_pattern": None},
+                   {"attn_type_list": [1] * 4}, {"hybrid_override_pattern": "****"},
+                   {"layers_block_type": ["attention"] * 4}, {"attn_layer_period": 1}, {"mamba_d_state": 256}):
         assert model_from_hf_config({**BASE, **fields}, "m").num_hidden_layers == 4
 
 

@@ -52,16 +52,20 @@ HF_FIELDS = {
 UNSIZED_LAYOUTS = {
     "hybrid_override_pattern": "lays out Mamba layers (Nemotron-H)",
     "attn_layer_period": "lays out Mamba layers (Jamba)",
+    "attn_layer_indices": "lays out Mamba layers (Bamba)",
     "layers_block_type": "lays out Mamba layers (Zamba)",
-    "mamba_d_state": "sizes Mamba state-space layers",
     "mamba_d_ssm": "sizes Mamba state-space layers (Falcon-H1)",
-    "ssm_state_size": "sizes Mamba state-space layers",
     "attn_type_list": "lays out lightning-attention layers (MiniMax)",
     "linear_attn_config": "lays out delta-attention layers (Kimi)",
     "num_kv_shared_layers": "has layers reuse an earlier layer's KV cache (Gemma 3n)",
     "use_cla": "has layers share one KV cache (cross-layer attention)",
     "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
 }
+# ... unless they say every layer is attention (MiniMax-M2's attn_type_list of 1s)
+_ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
+                  "layers_block_type": lambda v: isinstance(v, list) and all(x == "attention" for x in v),
+                  "hybrid_override_pattern": lambda v: isinstance(v, str) and set(v) <= {"*"},
+                  "attn_layer_period": lambda v: v == 1}
 # encoders: their config.json has a decoder's fields (BERT's num_hidden_layers, num_attention_heads, ...), and a
 # KV cache was sized for a model that keeps none (vLLM serves them for embeddings, one forward a request)
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "distilbert", "deberta",
@@ -113,7 +117,8 @@ def checked_hf_fields(cfg, label: str) -> dict:
     """cfg with each field kvscope reads checked for its type (whole numbers within their
     ceilings, as ints), nulls dropped; a ConfigError naming the field otherwise."""
     cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
-    unsized = next((key for key in UNSIZED_LAYOUTS if cfg.get(key)), None)
+    unsized = next((key for key in UNSIZED_LAYOUTS
+                    if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
     if unsized:
         raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, which kvscope does "
                           "not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a KV "
