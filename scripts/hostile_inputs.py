@@ -147,8 +147,7 @@ def main() -> int:
                  + eleventh_cli_cases(d, Case, write) + eleventh_file_cases(d, Case, write)
                  + twelfth_cli_cases(d, Case, write) + twelfth_file_cases(d, Case, write)
                  + thirteenth_cli_cases(d, Case, write) + thirteenth_file_cases(d, Case, write)
-                 + fourteenth_cli_cases(d, Case, write))
-                 + fourteenth_file_cases(d, Case, write))
+                 + fourteenth_cli_cases(d, Case, write) + fourteenth_file_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []
