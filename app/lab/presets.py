@@ -27,7 +27,7 @@ from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_at
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
 from kvscope.app.lab.table_checks import build_config, unknown_fields
-from kvscope.engine.config import WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig, normalize_dtype
+from kvscope.engine.config import COMPUTE_DTYPES, WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig, normalize_dtype
 
 KINDS = ("models", "hardware", "workloads")
 THIS_MACHINE = "this-machine"
@@ -371,7 +371,7 @@ def _check_peak_flops_names(table, label: str) -> None:
         if kind in _COMPUTED_WIDER:
             raise ConfigError(f"{label}: peak_flops.{kind} is never read: {kind} weights compute at the rate of "
                               f"{_COMPUTED_WIDER[kind]}; leave it out and give those")
-    if seen and not seen.keys() & {"bf16", "fp16", "fp32"}:  # a bf16 model's math ran at the fp8 rate, 2x the true one
+    if seen and not seen.keys() & set(COMPUTE_DTYPES):  # a bf16 model's math ran at the fp8 rate, 2x the true one
         raise ConfigError(f"{label}: peak_flops gives no 16- or 32-bit rate (only {', '.join(seen.values())[:60]}), "
                           "so a bf16 model's math would run at a narrower type's rate; give bf16 (or fp16, fp32)")
 
