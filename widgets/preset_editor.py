@@ -25,6 +25,7 @@ from kvscope.widgets.settings_panel import (
     count_suffix,
     let_combos_shrink,
     refresh_count_suffixes,
+    show_unused,
     wheel_scrolls_panel,
 )
 
@@ -170,6 +171,11 @@ class PresetEditor(QScrollArea):
             box.blockSignals(False)
             self._exact_hardware[key] = (box.value(), values[key])
         refresh_count_suffixes(self)
+
+    def show_hardware_unused(self, reason: str | None) -> None:
+        """Grey out the hardware's boxes while the run never reads them (reason: why); None undoes it."""
+        for box, _scale in self._hardware_boxes().values():
+            show_unused(box, reason)
 
     def _show_kept_value(self, _box, reason: str) -> None:
         self.show_notice(reason)

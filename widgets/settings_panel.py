@@ -120,6 +120,16 @@ def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:
         combo.setMinimumContentsLength(min_chars)
 
 
+def show_unused(field: QWidget, reason: str | None) -> None:
+    """Grey out field where the run never reads it (reason: why, in its tooltip); None undoes it."""
+    usual = field.property("usual_tooltip")
+    if usual is None:
+        usual = field.toolTip()
+        field.setProperty("usual_tooltip", usual)
+    field.setEnabled(reason is None)
+    field.setToolTip(usual if reason is None else f"{usual}\nnot used now: {reason}")
+
+
 SHOWN_ONLY = Qt.ItemDataRole.UserRole + 1  # an item added to show a value the list does not offer
 
 
@@ -446,13 +456,7 @@ class SettingsPanel(QScrollArea):
 
     def show_unused(self, key: str, reason: str | None) -> None:
         """Grey out field key where the target never reads it (reason: why, in its tooltip); None undoes it."""
-        field = self.fields[key]
-        usual = field.property("usual_tooltip")
-        if usual is None:
-            usual = field.toolTip()
-            field.setProperty("usual_tooltip", usual)
-        field.setEnabled(reason is None)
-        field.setToolTip(usual if reason is None else f"{usual}\nnot used now: {reason}")
+        show_unused(self.fields[key], reason)
 
     def show_errors(self, errors: dict[str, str]) -> None:
         """field -> reason; every other field is cleared. Apply is refused while any remain."""

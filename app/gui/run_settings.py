@@ -23,6 +23,7 @@ from kvscope.engine.config import (
 )
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.models.loader import check_random_weights_fit
+from kvscope.app.lab.preset_edits import refused_edit
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.lab.said_paths import os_error_text, said_path
 from kvscope.app.lab.trained_model import TRAINED_MODEL
@@ -107,8 +108,9 @@ def _base_model(values: dict):
     return load_hf_config(path) if path else load_model(values["model"])
 
 
-# (path, size, mtime) -> (rows asked for, the reason it was refused or None, the whole file was read)
-_traces_checked: dict[tuple, tuple[int, str | None, bool]] = {}
+# (path, size, mtime) -> (rows asked for, the reason it was refused or None, the rows read: fewer than
+# asked when the whole file was read)
+_traces_checked: dict[tuple, tuple[int, str | None, int]] = {}
 
 
 def trace_reason(path: str, num_requests: int | None = None) -> str | None:
@@ -116,30 +118,79 @@ def trace_reason(path: str, num_requests: int | None = None) -> str | None:
     can), read by the reader the engine build uses, so a file is refused when it is picked, not at
     Apply. A device, pipe or folder is refused from its type before it is opened: a FIFO blocks a
     reader until something writes to it. A file unchanged since it was checked is not read again."""
+    return _trace_check(path, num_requests)[0]
+
+
+def _trace_check(path: str, num_requests: int | None = None) -> tuple[str | None, int]:
+    """(trace_reason's answer, how many of the first num_requests rows the file holds)."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        return f"trace {said_path(path)}: cannot read: no such file"
+        return f"trace {said_path(path)}: cannot read: no such file", 0
     except (OSError, ValueError) as exc:
-        return f"trace {os_error_text(path, exc)}"
+        return f"trace {os_error_text(path, exc)}", 0
     if stat.S_ISDIR(info.st_mode):
-        return f"trace {said_path(path)}: is a folder, not a trace CSV file"
+        return f"trace {said_path(path)}: is a folder, not a trace CSV file", 0
     if not stat.S_ISREG(info.st_mode):
-        return f"trace {said_path(path)}: not a regular file (a device or a pipe); give a trace CSV file"
+        return f"trace {said_path(path)}: not a regular file (a device or a pipe); give a trace CSV file", 0
     limit = num_requests or ALL_ROWS
     key = (str(path), info.st_size, info.st_mtime_ns)
-    asked, reason, whole = _traces_checked.get(key, (0, None, False))
+    asked, reason, rows = _traces_checked.get(key, (0, None, 0))
     # rows are read in order: a refusal within fewer rows is one within more, a pass over more
     # rows (or the whole file) is one over fewer
-    if asked and (reason is not None and limit >= asked or reason is None and (whole or limit <= asked)):
-        return reason
+    if asked and (reason is not None and limit >= asked or reason is None and (rows < asked or limit <= asked)):
+        return reason, min(rows, limit)
     try:
-        whole, reason = len(read_trace(path, limit=limit)) < limit, None
+        rows, reason = len(read_trace(path, limit=limit)), None
     except ConfigError as exc:
-        whole, reason = False, str(exc)
+        rows, reason = 0, str(exc)
     _traces_checked.clear()  # one trace is chosen at a time
-    _traces_checked[key] = (limit, reason, whole)
-    return reason
+    _traces_checked[key] = (limit, reason, rows)
+    return reason, rows
+
+
+def _requests_past_trace(values: dict, workload: WorkloadSpec) -> dict[str, str]:
+    """The trace's reason under Workload, or more Requests than it has rows under Requests: a trace
+    picked, or the azure-conv preset, replayed its rows and no more without a word (Requests 50,000
+    ran azure-conv's 19,366), as `run --requests` refuses."""
+    picked = values.get("trace_path")
+    reason, rows = _trace_check(workload.trace_path, workload.num_requests)
+    if reason:
+        return {"workload": reason}
+    if rows >= workload.num_requests:
+        return {}
+    what = f"trace {said_path(picked)}" if picked else f"workload {workload.name}'s trace"
+    return {"num_requests": f"Requests {workload.num_requests:,}: {what} holds {rows:,} request{'s' * (rows != 1)} "
+                            f"(one a row); give at most {rows:,}"}
+
+
+_PRESETS = "set it back to preset's (the box's lowest value)"
+
+
+def _read_elsewhere(values: dict, spec: WorkloadSpec) -> dict[str, str]:
+    """Fields the workload's source sets itself, each with why, where the form gives them: a trace's
+    rows set arrivals and lengths, a chat's text its prompts and shared prefix, and only a trace has
+    a speed-up. Each was taken and read nowhere (`run --trace --arrival-rate` is refused so)."""
+    said, name = {}, f"workload {spec.name}"
+    given = {key: values.get(key) for key in ("arrival_rate_per_s", "prompt_median", "output_median",
+                                              "shared_prefix_fraction")}
+    if spec.trace_path is not None:
+        rows = f"{name} replays a trace, whose rows give each request's arrival time and token counts"
+        for key, shown in (("arrival_rate_per_s", "Arrival rate {:g} req/s"), ("prompt_median", "Prompt length {:,} tokens"),
+                           ("output_median", "Output length {:,} tokens")):
+            if given[key] is not None:
+                said[key] = f"{shown.format(given[key])} would be ignored: {rows}; {_PRESETS}"
+    elif (values.get("trace_speedup") or 1) != 1:
+        said["trace_speedup"] = (f"Trace speed-up {values['trace_speedup']:g}x would be ignored: {name} has no trace "
+                                 "(its requests arrive at its own rate); set it back to 1x, or pick a trace")
+    if spec.chat is not None:
+        text = f"{name} sends chat text, whose messages are the prompts and whose system prompt is the shared prefix"
+        for key, shown in (("prompt_median", "Prompt length {:,} tokens"),
+                           ("shared_prefix_fraction", "Shared prefix {:g} %")):
+            if given[key] is not None:
+                value = given[key] * 100 if key == "shared_prefix_fraction" else given[key]
+                said[key] = f"{shown.format(value)} would be ignored: {text}; {_PRESETS}"
+    return said
 
 
 def _workload(values: dict) -> WorkloadSpec:
@@ -163,6 +214,34 @@ def _workload(values: dict) -> WorkloadSpec:
         if fraction > 0 and spec.shared_prefix_tokens < 1:
             changes["shared_prefix_tokens"] = 512
     return spec.with_overrides(**changes)
+
+
+def _prefix_unusable(values: dict, spec: WorkloadSpec | None, max_model_len: int) -> dict[str, str]:
+    """A shared prefix no request can hold, or one longer than the prompts it starts: Shared prefix
+    50 % (a 512-token system prompt) with a context of 256 tokens ran with none shared, and with a
+    Prompt length of 10 tokens its prompts ran at 513. Said at the field typed, the share first."""
+    if spec is None or spec.chat is not None or spec.shared_prefix_fraction <= 0:
+        return {}
+    prefix, median = spec.shared_prefix_tokens, values.get("prompt_median")
+    typed = values.get("shared_prefix_fraction") is not None
+    share = f"Shared prefix {spec.shared_prefix_fraction * 100:g} %: its system prompt of {prefix:,} tokens"
+    own = f"workload {spec.name}'s shared prefix of {prefix:,} tokens"
+    if prefix >= max_model_len:
+        if typed:
+            return {"shared_prefix_fraction": f"{share} is not shorter than max_model_len {max_model_len:,} tokens, "
+                                              "so no request could hold it; give a longer context length, or set "
+                                              "Shared prefix back to preset's"}
+        return {"max_model_len": f"max_model_len {max_model_len:,} tokens: {own} is not shorter, so no request "
+                                 f"could hold it; give more than {prefix:,} tokens"}
+    if median and spec.trace_path is None and prefix >= median:
+        grown = f"at least half the prompts that start with it would grow to {prefix + 1:,} tokens"
+        if typed:
+            return {"shared_prefix_fraction": f"{share} is not shorter than the Prompt length, {median:,} tokens, "
+                                              f"which counts it: {grown}; give a Prompt length above {prefix:,} "
+                                              "tokens, or set Shared prefix back to preset's"}
+        return {"prompt_median": f"Prompt length {median:,} tokens: {own} is not shorter, and each prompt counts "
+                                 f"it: {grown}; give more than {prefix:,} tokens"}
+    return {}
 
 
 def build_run_config(values: dict, model_edits: dict | None = None, hardware_edits: dict | None = None,
@@ -196,6 +275,9 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         changes = {k: v for k, v in model_edits.items() if k in MODEL_EDIT_FIELDS and getattr(model, k) != v}
         if changes.get("weight_dtype") and model.weights_bytes is not None:
             changes["weights_bytes"] = None
+        refused = refused_edit(model, changes)
+        if refused:
+            errors["model"], changes = refused, {}
         if changes:
             edited = attempt("model", lambda: model.replace(**changes))
             model = edited.replace(name=f"{model.name} (edited)") if edited else None
@@ -218,11 +300,11 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
             hardware = attempt("hardware", lambda: hardware.replace(name=f"{hardware.name} (edited)", **changes))
     args = attempt("general", lambda: EngineArgs(**{name: values[name] for name in FORM_ENGINE_FIELDS}, seed=seed))
     workload = attempt("workload", lambda: _workload(values))
-    trace = workload.trace_path if workload is not None else None
-    if trace is not None and values.get("trace_path"):  # a picked file: the Requests box may now ask for more rows
-        reason = trace_reason(trace, workload.num_requests)
-        if reason:
-            errors["workload"] = reason
+    if workload is not None:
+        unread_here = _read_elsewhere(values, workload)
+        errors.update(unread_here)
+        if workload.trace_path is not None and not unread_here:  # the Requests box may now ask for more rows
+            errors.update(_requests_past_trace(values, workload))
     backend = values["backend"]
     if backend == "real":
         hardware = attempt("hardware", lambda: load_hardware(THIS_MACHINE))
@@ -252,6 +334,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                 raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens: every request of this workload is "
                                   f"longer (the shortest asks for {shortest:,} tokens, prompt and output), so all "
                                   f"would be rejected")
+            errors.update(_prefix_unusable(values, workload, plan.max_model_len))
         attempt("general", check)
     if errors:
         raise SettingsError(errors, frozenset(unread))
@@ -262,6 +345,9 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
 def memory_share_unused(values: dict, hardware_edits: dict | None) -> str | None:
     """Why the form's memory utilisation is read nowhere with these values (a CPU target's KV pool is
     a set budget unless its memory was typed), or None."""
+    if values.get("kv_cache_memory_bytes"):  # 0.5 or 0.9 built the same pool (`math` refuses the pair)
+        return "a KV pool size is given: the pool is that size, and no share of the memory is taken (as vLLM's " \
+               "kv_cache_memory_bytes); set KV pool size back to default to size it by this share"
     real = values.get("backend") == "real"
     try:
         hardware = load_hardware(THIS_MACHINE if real else values["hardware"])
@@ -274,12 +360,50 @@ def memory_share_unused(values: dict, hardware_edits: dict | None) -> str | None
             + ("" if real else "; or type its memory on the 'Model & hardware' tab to take a share of that"))
 
 
+def _kv_per_token_terms(plan, model) -> str:
+    """What KV per token multiplies, as the plan counts it: deepseek-v2-lite's 30.38 KiB (a latent of
+    512 + 64 numbers in each of 27 layers) stood beside "2 x 27 layers x 16 KV heads x 192", ten times
+    that, and gemma-2-9b's or qwen3-next's beside every layer, linear-attention ones too."""
+    if plan.accounting == "lesson":  # every layer, K and V heads
+        return f"2 x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x {model.head_dim}"
+    layers = model.count_layers("full_attention") + model.count_layers("sliding_attention")
+    counted = f"{layers} layers" + ("" if layers == model.num_hidden_layers else f" (of {model.num_hidden_layers})")
+    if model.uses_mla:
+        return f"{counted} x ({model.kv_lora_rank} + {model.qk_rope_head_dim}) latent"
+    return f"2 x {counted} x {model.num_key_value_heads} KV heads x {model.head_dim}"
+
+
+def hardware_unused(values: dict) -> str | None:
+    """Why the form's hardware (and the editor's memory, bandwidth, FLOP/s and devices) is read
+    nowhere, or None: the real backend runs on this machine, and h100-80gb's fields, edited or
+    not, stood in the form as if it ran there (`run --backend real --hardware h100-80gb` is refused)."""
+    if values.get("backend") != "real":
+        return None
+    return "the real backend runs on this machine; pick the simulated backend to price the run on this hardware"
+
+
+def seed_unused(config: RunConfig) -> str | None:
+    """Why the toolbar's seed changes nothing in this run, or None: a trace sharing no prefix, on the
+    simulated backend, ran the same whatever the seed (`run --trace --seed 5` is refused so)."""
+    workload = config.workload
+    if config.backend == "real" or workload.trace_path is None or workload.shared_prefix_fraction:
+        return None
+    return (f"workload {workload.name} replays a trace, whose rows give each request's arrival and lengths, and "
+            "shares no prefix: the seed draws only the prompts' token ids, which the simulated backend does not read")
+
+
+def prefix_caching_unused(values: dict) -> str | None:
+    """Why prefix caching is read nowhere, or None: a contiguous reservation shares no block, and a
+    run with it ticked reported 0 % prefix hits as if the cache had missed (`run` refuses the pair)."""
+    if values.get("allocation") != "contiguous":
+        return None
+    return "contiguous allocation reserves each request its own max_model_len region and shares no block"
+
+
 def memory_preview(config: RunConfig) -> str:
     model, hardware = config.model, config.hardware
     plan = plan_memory(model, hardware, resolve_engine_args(config.engine_args, model, hardware))
-    kv_line = (f"2 x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x {model.head_dim} x "
-               f"{KV_CACHE_DTYPE_BYTES[plan.kv_cache_dtype]}"
-               f" B ({plan.kv_cache_dtype})")
+    kv_line = f"{_kv_per_token_terms(plan, model)} x {KV_CACHE_DTYPE_BYTES[plan.kv_cache_dtype]} B ({plan.kv_cache_dtype})"
     rows = [
         ("KV per token", f"{format_bytes(plan.kv_bytes_per_token)}", kv_line),
         ("KV per request", f"{format_bytes(plan.kv_bytes_per_sequence)}", f"at {plan.max_model_len:,} tokens"),

@@ -21,7 +21,10 @@ from kvscope.app.gui.run_settings import (
     build_run_config,
     field_of,
     memory_preview,
+    hardware_unused,
     memory_share_unused,
+    prefix_caching_unused,
+    seed_unused,
     trace_reason,
     values_from_model,
 )
@@ -45,7 +48,7 @@ from kvscope.engine.memory_math import plan_memory, require_fit
 from kvscope.engine.units import GiB
 from kvscope.widgets.kept_value_notice import typed_refusal
 from kvscope.widgets.preset_editor import PresetEditor
-from kvscope.widgets.settings_panel import SettingsPanel
+from kvscope.widgets.settings_panel import SettingsPanel, show_unused
 
 
 MiB = 1024**2
@@ -131,8 +134,11 @@ class SettingsForm:
         """The RunConfig of the two forms; None (each refused value shown in its field) if there is none."""
         if self._presets_gone():
             return None
-        self.settings.show_unused("gpu_memory_utilization",
-                                  memory_share_unused(self.settings.values(), self.editor.hardware_fields()))
+        values = self.settings.values()
+        self.settings.show_unused("gpu_memory_utilization", memory_share_unused(values, self.editor.hardware_fields()))
+        self.settings.show_unused("enable_prefix_caching", prefix_caching_unused(values))
+        self.settings.show_unused("hardware", hardware_unused(values))
+        self.editor.show_hardware_unused(hardware_unused(values))
         try:
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
@@ -147,6 +153,7 @@ class SettingsForm:
             self.show_refused({field if field in self.settings.errors else "kv_cache_memory_bytes": str(exc)})
             return None
         self.show_refused({})
+        show_unused(self.window.seed, seed_unused(config))
         self.settings.show_preview(memory_preview(config))
         self.forget_refusal_said()
         return config

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model, save_user_preset
+from kvscope.engine.config import ConfigError
 
 
 def _base(kind: str, base_name: str, model_file: str | None):
@@ -18,6 +19,24 @@ def _base(kind: str, base_name: str, model_file: str | None):
         return load_hf_config(model_file), str(model_file)
     base = load_model(base_name) if kind == "models" else load_hardware(base_name)
     return base, base.name
+
+
+def refused_edit(model, changes: dict) -> str | None:
+    """Why an edit of the model's shape cannot be taken, said at its box: the KV heads of a model with
+    multi-head latent attention were taken and read nowhere (its KV is one latent a token, as `math
+    --kv-heads` refuses), and the layers of a model whose config lists each layer's kind were refused
+    as "give one of full_attention, ... per layer", a list this editor has no field for."""
+    if "num_key_value_heads" in changes and model.uses_mla:
+        return (f"num_key_value_heads {changes['num_key_value_heads']:,}: {model.name} uses multi-head latent "
+                f"attention, which caches one latent vector a token and layer ({model.kv_lora_rank} + "
+                f"{model.qk_rope_head_dim} numbers), not K/V heads; give {model.num_key_value_heads:,} back")
+    if "num_hidden_layers" in changes and model.layer_types:
+        kinds = ", ".join(f"{model.layer_types.count(kind):,} {kind}" for kind in dict.fromkeys(model.layer_types))
+        return (f"num_hidden_layers {changes['num_hidden_layers']:,}: {model.name} names each of its "
+                f"{model.num_hidden_layers:,} layers' attention ({kinds}), which this editor cannot lay out for "
+                f"another count; give {model.num_hidden_layers:,} back, or open a config.json whose layer_types "
+                "list that many")
+    return None
 
 
 def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str | None = None) -> dict:
@@ -32,6 +51,10 @@ def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str
     if kind == "hardware":
         scale = edits.pop("flops_16bit") / base.flops_for("fp16")
         fields["peak_flops"] = {k: v * scale for k, v in base.peak_flops.items()}
+    else:
+        refused = refused_edit(base, {k: v for k, v in edits.items() if getattr(base, k, v) != v})
+        if refused:  # saved, it was a preset whose KV heads nothing reads, or refused in the engine's words
+            raise ConfigError(refused)
     fields.update(edits)
     fields["source"] = f"edited from {origin} in kvscope"
     if kind == "models" and fields["weight_dtype"] != base.weight_dtype:
