@@ -114,7 +114,7 @@ def test_record_refuses_every_file_the_run_reads(window, qtbot, warned, tmp_path
     trace = tmp_path / "trace.csv"
     trace.write_text(TRACE)
     window.settings.trace_path = str(trace)
-    window.settings.changed.emit()
+    window.settings.num_requests.setValue(40)  # its rows: more is refused at Requests (fourteenth pass)
     running(window, qtbot)
     assert window.config.workload.trace_path == str(trace)
     window.settings.trace_path = None  # the form moved on; the running engine still reads the trace

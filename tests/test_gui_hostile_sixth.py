@@ -85,6 +85,7 @@ def test_a_year_long_trace_slowed_a_hundredfold_plays_with_its_plots_following_t
     trace = tmp_path / "year.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
         f"2023-{month:02d}-01 00:00:00.0,100,4\n" for month in range(1, 13)))
+    window.settings.num_requests.setValue(12)  # its rows: more is refused at Requests (fourteenth pass)
     pick(monkeypatch, window.settings.open_trace, trace)
     window.settings.trace_speedup.setValue(0.01)
     window.speed.setCurrentText("max")

@@ -189,6 +189,7 @@ def test_a_bad_trace_keeps_the_good_trace_picked_before(window, monkeypatch, tmp
     good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
     good.write_text(TRACE_HEADER + ROW * 3)
     bad.write_text(TRACE_HEADER + "2023-11-16 18:15:00.0,0,10\n")
+    window.settings.num_requests.setValue(3)  # more than its rows is refused at Requests (fourteenth pass)
     pick(monkeypatch, window.settings.open_trace, good)
     assert window.settings.trace_path == str(good) and window.settings_form.current_config() is not None
     pick(monkeypatch, window.settings.open_trace, bad)
