@@ -250,3 +250,27 @@ def test_memory_utilisation_is_greyed_while_a_kv_pool_size_is_given(window, qtbo
     assert not box.isEnabled() and "not used now: a KV pool size is given" in box.toolTip()
     enter(qtbot, settings.kv_budget, "0")  # default: the pool is the share again
     assert box.isEnabled() and "not used now" not in box.toolTip() and taken(window)
+
+
+def weights_row(settings) -> tuple[str, str]:
+    return re.search(r"weights</td><td align='right'><b>(.*?)</b></td><td><small>(.*?)</small>",
+                     settings.preview.text()).groups()
+
+
+def test_a_shape_edit_scales_a_stated_checkpoint_size_and_a_saved_preset_keeps_the_scaled_size(
+        window, qtbot, monkeypatch):
+    from kvscope.app.lab.presets import load_model
+
+    settings, editor = window.settings, window.editor
+    choose(settings, settings.model, "qwen3.6-27b-fp8")
+    assert weights_row(settings)[0].startswith("27.00 GiB")
+    enter(qtbot, editor.model_boxes["hidden_size"], "4096")  # it still weighed the stated ~27 GiB
+    size, source = weights_row(settings)
+    assert size.startswith("21.60 GiB") and source.endswith("scaled to the edited shape's parameters "
+                                                            "(24.35 B to 19.48 B parameters)")
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("narrow", True))
+    editor.save_model.click()
+    assert load_model("narrow").weights_bytes == window.settings_form.current_config().model.weights_bytes
+    choose(settings, settings.model, "llama-3-8b")  # a size computed from the shape follows it as before
+    enter(qtbot, editor.model_boxes["hidden_size"], "8192")
+    assert weights_row(settings)[1] == "16.06 B parameters x 2 B (bf16)"

@@ -23,7 +23,7 @@ from kvscope.engine.config import (
 )
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.models.loader import check_random_weights_fit
-from kvscope.app.lab.preset_edits import refused_edit
+from kvscope.app.lab.preset_edits import refused_edit, stated_weights_after
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.lab.said_paths import os_error_text, said_path
 from kvscope.app.lab.trained_model import TRAINED_MODEL
@@ -273,11 +273,10 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
     model = read("model", lambda: _base_model(values))
     if model is not None and model_edits:
         changes = {k: v for k, v in model_edits.items() if k in MODEL_EDIT_FIELDS and getattr(model, k) != v}
-        if changes.get("weight_dtype") and model.weights_bytes is not None:
-            changes["weights_bytes"] = None
         refused = refused_edit(model, changes)
         if refused:
             errors["model"], changes = refused, {}
+        changes.update(stated_weights_after(model, changes))
         if changes:
             edited = attempt("model", lambda: model.replace(**changes))
             model = edited.replace(name=f"{model.name} (edited)") if edited else None

@@ -9,6 +9,7 @@ from pathlib import Path
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model, save_user_preset
 from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import num_parameters
 
 
 def _base(kind: str, base_name: str, model_file: str | None):
@@ -39,6 +40,31 @@ def refused_edit(model, changes: dict) -> str | None:
     return None
 
 
+SHAPE_FIELDS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+                "intermediate_size", "vocab_size")
+
+
+def stated_weights_after(model, changes: dict) -> dict:
+    """What an edit does to a checkpoint size the model states (gpt-oss-20b's 14.02 GiB as vLLM
+    loads it): at another precision it is computed again; a shape edit scales it by the parameters
+    the edit adds or takes away. qwen3.6-27b-fp8 edited to hidden_size 4096 still weighed its
+    stated ~27 GiB, the checkpoint of the shape it no longer had."""
+    if model.weights_bytes is None or not changes:
+        return {}
+    if "weight_dtype" in changes:
+        return {"weights_bytes": None}
+    shape = {k: v for k, v in changes.items() if k in SHAPE_FIELDS}
+    try:
+        before, after = num_parameters(model), num_parameters(model.replace(**shape))
+    except (ConfigError, ArithmeticError, TypeError, ValueError):  # refused with its reason where it is built
+        return {}
+    if not shape or after == before or before <= 0:
+        return {}
+    return {"weights_bytes": max(1, round(model.weights_bytes * after / before)),
+            "weights_source": f"{model.weights_source}; scaled to the edited shape's parameters "
+                              f"({before / 1e9:.2f} B to {after / 1e9:.2f} B parameters)"}
+
+
 def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str | None = None) -> dict:
     """The fields of preset ``base_name`` ("models" or "hardware") -- or, for a model, of the
     config.json or model folder ``model_file`` when given -- with the editor's ``edits``.
@@ -57,8 +83,8 @@ def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str
             raise ConfigError(refused)
     fields.update(edits)
     fields["source"] = f"edited from {origin} in kvscope"
-    if kind == "models" and fields["weight_dtype"] != base.weight_dtype:
-        fields["weights_bytes"] = None
+    if kind == "models":
+        fields.update(stated_weights_after(base, {k: v for k, v in edits.items() if getattr(base, k, v) != v}))
     return fields
 
 
