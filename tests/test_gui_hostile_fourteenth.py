@@ -274,3 +274,15 @@ def test_a_shape_edit_scales_a_stated_checkpoint_size_and_a_saved_preset_keeps_t
     choose(settings, settings.model, "llama-3-8b")  # a size computed from the shape follows it as before
     enter(qtbot, editor.model_boxes["hidden_size"], "8192")
     assert weights_row(settings)[1] == "16.06 B parameters x 2 B (bf16)"
+
+
+def test_a_kv_pool_size_past_the_devices_memory_is_refused_and_the_most_it_holds_is_taken(window, qtbot):
+    settings = window.settings
+    enter(qtbot, settings.kv_budget, "307200")  # 300 GiB on an 80 GB H100 was drawn and run as 300 GiB of blocks
+    assert refused(settings, "kv_cache_memory_bytes") == (
+        "KV pool size 300.00 GiB (322.1 GB): beside 14.96 GiB (16.1 GB) of llama-3-8b weights it is more than the "
+        "79.19 GiB (85.0 GB) of h100-80gb; give at most 65,773 MiB, or more memory")
+    enter(qtbot, settings.kv_budget, "65774")
+    assert "give at most 65,773 MiB" in refused(settings, "kv_cache_memory_bytes") and not taken(window)
+    enter(qtbot, settings.kv_budget, "65773")
+    assert refused(settings, "kv_cache_memory_bytes") == "" and taken(window)

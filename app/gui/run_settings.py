@@ -216,6 +216,20 @@ def _workload(values: dict) -> WorkloadSpec:
     return spec.with_overrides(**changes)
 
 
+def _pool_past_memory(values: dict, plan) -> dict[str, str]:
+    """A KV pool size the device cannot hold beside the weights: the pool is set whatever the device
+    holds (vLLM then fails to allocate it), and 300 GiB on an 80 GB H100 was drawn and run as 300 GiB
+    of blocks (`math --kv-cache-memory-bytes` refuses it)."""
+    room = plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes
+    if not values.get("kv_cache_memory_bytes") or plan.kv_pool_bytes <= room:
+        return {}
+    held = f" and {format_bytes(plan.reserve_bytes)} held back" if plan.reserve_bytes else ""
+    most = f"give at most {room // 1024**2:,} MiB, or more memory" if room >= 1024**2 else "give more memory"
+    return {"kv_cache_memory_bytes": f"KV pool size {format_bytes(plan.kv_pool_bytes)}: beside "
+                                     f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} it is more "
+                                     f"than the {format_bytes(plan.memory_bytes)} of {plan.hardware}; {most}"}
+
+
 def _prefix_unusable(values: dict, spec: WorkloadSpec | None, max_model_len: int) -> dict[str, str]:
     """A shared prefix no request can hold, or one longer than the prompts it starts: Shared prefix
     50 % (a 512-token system prompt) with a context of 256 tokens ran with none shared, and with a
@@ -334,6 +348,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                                   f"longer (the shortest asks for {shortest:,} tokens, prompt and output), so all "
                                   f"would be rejected")
             errors.update(_prefix_unusable(values, workload, plan.max_model_len))
+            errors.update(_pool_past_memory(values, plan))
         attempt("general", check)
     if errors:
         raise SettingsError(errors, frozenset(unread))
