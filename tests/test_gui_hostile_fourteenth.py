@@ -286,3 +286,18 @@ def test_a_kv_pool_size_past_the_devices_memory_is_refused_and_the_most_it_holds
     assert "give at most 65,773 MiB" in refused(settings, "kv_cache_memory_bytes") and not taken(window)
     enter(qtbot, settings.kv_budget, "65773")
     assert refused(settings, "kv_cache_memory_bytes") == "" and taken(window)
+
+
+def test_a_model_the_devices_cannot_split_is_refused_at_devices_not_at_its_heads(window, qtbot):
+    settings, editor = window.settings, window.editor
+    choose(settings, settings.hardware, "8x-h100-80gb")
+    choose(settings, settings.model, "qwen2.5-7b")
+    # it said "tensor_parallel_size 8 cannot split num_attention_heads 28", a field this window has not,
+    # and marked the Attention heads box
+    assert editor.model_error.text() == (
+        "gpu_count 8 (Devices): the run splits qwen2.5-7b over every device, and 8 cannot split its 28 query heads "
+        "and 4 KV heads evenly; give 4 (the most that splits them), or other hardware")
+    assert editor.gpu_count.styleSheet() and not editor.model_boxes["num_attention_heads"].styleSheet()
+    assert window.settings_form.refusal[1] is editor.gpu_count and not taken(window)
+    enter(qtbot, editor.gpu_count, "4")
+    assert taken(window) and editor.model_error.isHidden()

@@ -216,6 +216,26 @@ def _workload(values: dict) -> WorkloadSpec:
     return spec.with_overrides(**changes)
 
 
+def _devices_refused(model, hardware, args) -> str | None:
+    """Why the model cannot be split over the hardware's devices, said at the editor's Devices box: the
+    engine's "tensor_parallel_size 8 cannot split num_attention_heads 28" named a field this window
+    has not, and marked the Attention heads box (8x-h100-80gb with qwen2.5-7b), though the devices
+    are what the form sets. None when it splits (or fails for another reason, said as before)."""
+    def refusal(devices: int) -> str | None:
+        try:
+            resolve_engine_args(args, model, hardware.replace(gpu_count=devices))
+        except ConfigError as exc:
+            return str(exc) if str(exc).startswith("tensor_parallel_size ") else None
+        return None
+
+    if hardware.gpu_count <= 1 or refusal(hardware.gpu_count) is None:
+        return None
+    best = next(n for n in range(hardware.gpu_count - 1, 0, -1) if refusal(n) is None)
+    return (f"gpu_count {hardware.gpu_count} (Devices): the run splits {model.name} over every device, and "
+            f"{hardware.gpu_count} cannot split its {model.num_attention_heads} query heads and "
+            f"{model.num_key_value_heads} KV heads evenly; give {best} (the most that splits them), or other hardware")
+
+
 def _pool_past_memory(values: dict, plan) -> dict[str, str]:
     """A KV pool size the device cannot hold beside the weights: the pool is set whatever the device
     holds (vLLM then fails to allocate it), and 300 GiB on an 80 GB H100 was drawn and run as 300 GiB
@@ -330,6 +350,10 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                 errors["model"] = str(exc)
     if model is not None and hardware is not None and args is not None:
         def check():
+            split = _devices_refused(model, hardware, args)
+            if split:
+                errors["hardware"] = split
+                return
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
             if not plan.fits:
                 # the engine's own reason, naming what took the memory: a KV budget below one block
