@@ -301,3 +301,26 @@ def test_a_model_the_devices_cannot_split_is_refused_at_devices_not_at_its_heads
     assert window.settings_form.refusal[1] is editor.gpu_count and not taken(window)
     enter(qtbot, editor.gpu_count, "4")
     assert taken(window) and editor.model_error.isHidden()
+
+
+def test_weights_are_greyed_on_the_real_backend_on_a_cpu_and_refused_past_16_bits_on_cuda(window, qtbot,
+                                                                                          monkeypatch):
+    from kvscope.app.gui import run_settings
+
+    settings, editor = window.settings, window.editor
+    choose(settings, settings.model, "tiny-llama")
+    settings.backend.setCurrentIndex(settings.backend.findData("real"))
+    monkeypatch.setattr(run_settings, "_real_runs_on_cuda", lambda: False)
+    editor.weight_dtype.setCurrentText("int4")  # ran fp32 weights: random ones, as an edit, even of a folder's
+    assert not editor.weight_dtype.isEnabled()
+    assert "not used now: the real backend on this machine's CPU loads weights in fp32" in editor.weight_dtype.toolTip()
+    config = window.settings_form.current_config()
+    assert config is not None and config.model.name == "tiny-llama"  # not "tiny-llama (edited)"
+    monkeypatch.setattr(run_settings, "_real_runs_on_cuda", lambda: True)
+    window.settings_form.changed()
+    assert editor.weight_dtype.isEnabled() and not taken(window)
+    assert editor.model_error.text().startswith("weight_dtype int4 (Weights): the real backend loads weights at "
+                                                "bf16 or fp16 on CUDA")
+    assert window.settings_form.refusal[1] is editor.weight_dtype
+    editor.weight_dtype.setCurrentText("fp16")
+    assert taken(window) and window.settings_form.current_config().model.weight_dtype == "fp16"

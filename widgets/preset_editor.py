@@ -193,7 +193,8 @@ class PresetEditor(QScrollArea):
     def show_error(self, field: str | None, message: str = "") -> QWidget | None:
         """Mark the box of field (a model or hardware field name) refused, with message under the
         model's fields; None clears. Returns the marked box."""
-        boxes = {**self.model_boxes, **{key: box for key, (box, _) in self._hardware_boxes().items()}}
+        boxes = {**self.model_boxes, "weight_dtype": self.weight_dtype,
+                 **{key: box for key, (box, _) in self._hardware_boxes().items()}}
         for key, box in boxes.items():
             box.setStyleSheet("border: 1px solid #e05252;" if key == field else "")
         self.model_error.setText(message if field in boxes else "")

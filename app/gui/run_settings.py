@@ -5,6 +5,7 @@ Errors come back as {field: reason} so the settings panel can refuse a value in 
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -216,6 +217,36 @@ def _workload(values: dict) -> WorkloadSpec:
     return spec.with_overrides(**changes)
 
 
+_REAL_DTYPES = ("bf16", "fp16")
+
+
+@functools.lru_cache(maxsize=1)
+def _real_runs_on_cuda() -> bool:
+    from kvscope.app.lab.cuda_device import cuda_device_visible
+
+    return cuda_device_visible()
+
+
+def weights_unused(values: dict) -> str | None:
+    """Why the editor's Weights is read nowhere, or None: the real backend on a CPU loads weights in
+    fp32 whatever it says (int4 ran fp32 weights, random ones even for a model folder: an edit)."""
+    if values.get("backend") != "real" or _real_runs_on_cuda():
+        return None
+    return "the real backend on this machine's CPU loads weights in fp32; Weights sizes a simulated model's weights"
+
+
+def _real_weights_edit(edits: dict, errors: dict) -> dict:
+    """The model edits the real backend reads: Weights only on CUDA, as bf16 or fp16 (what it loads
+    weights at there; int4 or fp8 loaded fp16), refused otherwise; on a CPU not at all (greyed)."""
+    dtype = edits.get("weight_dtype")
+    if not _real_runs_on_cuda():
+        return {k: v for k, v in edits.items() if k != "weight_dtype"}
+    if dtype is not None and dtype not in _REAL_DTYPES:
+        errors["model"] = (f"weight_dtype {dtype} (Weights): the real backend loads weights at bf16 or fp16 on CUDA, "
+                           f"{dtype} only sizes a simulated model's; give bf16 or fp16, or the simulated backend")
+    return edits
+
+
 def _devices_refused(model, hardware, args) -> str | None:
     """Why the model cannot be split over the hardware's devices, said at the editor's Devices box: the
     engine's "tensor_parallel_size 8 cannot split num_attention_heads 28" named a field this window
@@ -305,6 +336,8 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
             return None
 
     model = read("model", lambda: _base_model(values))
+    if model_edits and values["backend"] == "real":
+        model_edits = _real_weights_edit(model_edits, errors)
     if model is not None and model_edits:
         changes = {k: v for k, v in model_edits.items() if k in MODEL_EDIT_FIELDS and getattr(model, k) != v}
         refused = refused_edit(model, changes)

@@ -25,6 +25,7 @@ from kvscope.app.gui.run_settings import (
     memory_share_unused,
     prefix_caching_unused,
     seed_unused,
+    weights_unused,
     trace_reason,
     values_from_model,
 )
@@ -139,6 +140,7 @@ class SettingsForm:
         self.settings.show_unused("enable_prefix_caching", prefix_caching_unused(values))
         self.settings.show_unused("hardware", hardware_unused(values))
         self.editor.show_hardware_unused(hardware_unused(values))
+        show_unused(self.editor.weight_dtype, weights_unused(values))
         try:
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
