@@ -217,9 +217,6 @@ def _workload(values: dict) -> WorkloadSpec:
     return spec.with_overrides(**changes)
 
 
-_REAL_DTYPES = ("bf16", "fp16")
-
-
 @functools.lru_cache(maxsize=1)
 def _real_runs_on_cuda() -> bool:
     from kvscope.app.lab.cuda_device import cuda_device_visible
@@ -241,7 +238,7 @@ def _real_weights_edit(edits: dict, errors: dict) -> dict:
     dtype = edits.get("weight_dtype")
     if not _real_runs_on_cuda():
         return {k: v for k, v in edits.items() if k != "weight_dtype"}
-    if dtype is not None and dtype not in _REAL_DTYPES:
+    if dtype is not None and WEIGHT_DTYPE_BYTES[dtype] != 2:  # the 16-bit ones it loads at
         errors["model"] = (f"weight_dtype {dtype} (Weights): the real backend loads weights at bf16 or fp16 on CUDA, "
                            f"{dtype} only sizes a simulated model's; give bf16 or fp16, or the simulated backend")
     return edits
