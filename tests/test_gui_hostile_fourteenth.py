@@ -324,3 +324,13 @@ def test_weights_are_greyed_on_the_real_backend_on_a_cpu_and_refused_past_16_bit
     assert window.settings_form.refusal[1] is editor.weight_dtype
     editor.weight_dtype.setCurrentText("fp16")
     assert taken(window) and window.settings_form.current_config().model.weight_dtype == "fp16"
+
+
+def test_a_block_size_the_run_raises_says_so_beside_the_blocks(window):
+    settings = window.settings
+    choose(settings, settings.hardware, "8x-h100-80gb")
+    choose(settings, settings.model, "qwen3-next-80b-a3b")  # 16 chosen, 144 beside it, unexplained
+    assert "144 tokens, 13.50 MiB each (Block size 16 raised so that one block's page holds a linear-attention " \
+           "layer's state, as vLLM does)" in settings.preview.text()
+    choose(settings, settings.model, "llama-3-8b")
+    assert "16 tokens, 2.00 MiB each</small>" in settings.preview.text()
