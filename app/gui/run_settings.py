@@ -268,10 +268,10 @@ def _pool_past_memory(values: dict, plan) -> dict[str, str]:
     """A KV pool size the device cannot hold beside the weights: the pool is set whatever the device
     holds (vLLM then fails to allocate it), and 300 GiB on an 80 GB H100 was drawn and run as 300 GiB
     of blocks (`math --kv-cache-memory-bytes` refuses it)."""
-    room = plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes
+    room = plan.memory_bytes - plan.weights_bytes - plan.held_back_bytes
     if not values.get("kv_cache_memory_bytes") or plan.kv_pool_bytes <= room:
         return {}
-    held = f" and {format_bytes(plan.reserve_bytes)} held back" if plan.reserve_bytes else ""
+    held = f" and {format_bytes(plan.held_back_bytes)} held back" if plan.held_back_bytes else ""
     most = f"give at most {room // 1024**2:,} MiB, or more memory" if room >= 1024**2 else "give more memory"
     return {"kv_cache_memory_bytes": f"KV pool size {format_bytes(plan.kv_pool_bytes)}: beside "
                                      f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} it is more "
