@@ -456,6 +456,14 @@ def parse_vllm_version(version: str) -> tuple[int, int]:
     return parsed
 
 
+def as_served(model: ModelConfig, hardware: HardwareSpec) -> ModelConfig:
+    """The model as vLLM's --dtype auto serves it: a float32 checkpoint computes (and caches K/V) in
+    16 bits on a GPU, bf16 where the device has it, else fp16; on a CPU it stays float32."""
+    if model.weight_dtype != "fp32" or hardware.kind != "gpu" or model.weights_bytes is not None:
+        return model
+    return model.replace(weight_dtype="bf16" if "bf16" in hardware.peak_flops else "fp16")
+
+
 def resolve_kv_cache_dtype(kv_cache_dtype: str, model: ModelConfig) -> str:
     """vLLM's "auto": the KV cache takes the model's activation dtype (16-bit for quantised weights)."""
     if kv_cache_dtype != "auto":
@@ -495,6 +503,7 @@ def default_max_num_seqs(hardware: HardwareSpec) -> int:
 
 
 def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: HardwareSpec) -> ResolvedArgs:
+    model = as_served(model, hardware)
     max_model_len = args.max_model_len or model.longest_context
     if model.max_position_embeddings_given and max_model_len > model.longest_context:
         positions = "max_position_embeddings" + " x its rope_scaling" * bool(model.max_model_len_limit)

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, resolve_engine_args
+from kvscope.engine.config import EngineArgs, HardwareSpec, ModelConfig, as_served, resolve_engine_args
 from kvscope.engine.contiguous_allocator import ContiguousKVCacheManager
 from kvscope.engine.events import EventKind, EventSink
 from kvscope.engine.hybrid_kv_cache_manager import HybridKVCacheManager, is_hybrid
@@ -69,7 +69,7 @@ class Engine:
         """runner_factory(model, hardware, plan, args) builds the runner once the pool is sized;
         the simulated runner by default. record_outputs keeps finished requests' output token ids."""
         args = args or EngineArgs()
-        self.model = model
+        self.model = model = as_served(model, hardware)  # a float32 checkpoint on a GPU: as vLLM serves it
         self.hardware = hardware
         self.args = args
         self.resolved = resolve_engine_args(args, model, hardware)

@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig,
-                                   ResolvedArgs, parse_vllm_version)
+                                   ResolvedArgs, as_served, parse_vllm_version)
 from kvscope.engine.kv_layout import KVLayout, kv_bytes_per_token_of, lesson_layout, tokens_in_flight, vllm_layout
 from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.units import GiB, MiB, format_bytes
@@ -250,12 +250,16 @@ def _layout(model: ModelConfig, resolved: ResolvedArgs, version: tuple[int, int]
 
 
 def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedArgs) -> MemoryPlan:
+    served = as_served(model, hardware)
     args = resolved.args
     tp = resolved.tensor_parallel_size
     kv_dtype = resolved.kv_cache_dtype
     lesson = args.accounting == "lesson"
     version = parse_vllm_version(args.vllm_version)
-    weights, weights_source = weights_bytes(model)
+    weights, weights_source = weights_bytes(served)
+    if served is not model:
+        weights_source += f"; the float32 checkpoint served in {served.weight_dtype}, as vLLM's --dtype auto does"
+    model = served
     usable_per_device = hardware.memory_bytes * args.gpu_memory_utilization
     tokens = profiled_tokens(resolved, version)
     activation = non_torch = graphs = 0

@@ -218,5 +218,6 @@ def test_engine_is_the_serving_engine_only():
     # 3,666 since the checks of a table read from a file (its fields' types, build_config: about 75
     # lines) moved to app/lab/table_checks.py: the engine reads no files. 3,681 since the model and
     # hardware refuse fields that contradict each other (latent fields without a latent rank, a
-    # length limit below the positions, a near-zero interconnect: about 15).
-    assert count(files) <= 3_681, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"
+    # length limit below the positions, a near-zero interconnect: about 15). 3,695 since a float32
+    # checkpoint is served in 16 bits on a GPU, as vLLM's --dtype auto does (as_served: about 14).
+    assert count(files) <= 3_695, f"engine/ has {count(files):,} lines: what is not serving belongs in app/lab"

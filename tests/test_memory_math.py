@@ -369,3 +369,16 @@ def test_a_max_model_len_longer_than_the_pool_is_named_with_the_longest_that_fit
     # vLLM's estimate is exact: that length fits, one block more does not
     assert full_length_reason(at(longest)) is None
     assert full_length_reason(at(longest + too_long.block_size)) is not None
+
+
+def test_a_float32_checkpoint_is_sized_as_vllm_serves_it_on_a_gpu_and_kept_on_a_cpu():
+    """vLLM's --dtype auto serves a float32 checkpoint in bf16 on a GPU that has it (fp16 before
+    Ampere), K/V too: read as float32, Llama 3 8B took 29.92 GiB of weights and 256 KiB a token."""
+    model, h100 = load_model("llama-3-8b").replace(weight_dtype="fp32"), load_hardware("h100-80gb")
+    served, as_bf16 = plan(model, h100), plan(model.replace(weight_dtype="bf16"), h100)
+    assert served.kv_cache_dtype == "bf16" and served.kv_bytes_per_token == 128 * 1024
+    assert served.weights_bytes == as_bf16.weights_bytes and served.num_blocks == as_bf16.num_blocks
+    assert "float32 checkpoint served in bf16" in served.weights_source
+    assert plan(model, h100.replace(peak_flops={"fp16": 1e14, "fp32": 5e13})).kv_cache_dtype == "fp16"
+    on_cpu = plan(model, h100.replace(kind="cpu"))
+    assert on_cpu.kv_cache_dtype == "fp32" and on_cpu.weights_bytes == 2 * as_bf16.weights_bytes

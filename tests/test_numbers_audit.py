@@ -114,7 +114,8 @@ def test_attach_says_blocks_whole_and_one_chain_and_engine_in_the_singular(serve
     assert main(["attach", http.url, "--kv-events", pub.endpoint, "--replay", pub.replay_endpoint,
                  "--duration", "2", "--model", "tiny-llama"]) == 0
     rows = {line[:42].strip(): line[42:] for line in capsys.readouterr().out.splitlines() if len(line) > 42}
-    assert rows["num_gpu_blocks predicted / observed"].startswith("5,461 / 12 blocks  (")
+    # tiny-llama's float32 served in bf16 on the GPU the server is taken for: 10,922 blocks (5,461 in fp32)
+    assert rows["num_gpu_blocks predicted / observed"].startswith("10,922 / 12 blocks  (")
     assert rows["cache"] == "12 blocks x 32 tokens per engine, 1 engine"
     assert rows["blocks cached at the end"] == "5 in 1 chain"
     assert ", error +0.0 %  (" in rows["max_concurrency predicted / observed"]
