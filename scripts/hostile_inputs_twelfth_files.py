@@ -93,7 +93,9 @@ def _config_cases(f: Path, Case, write) -> list:
                       must_not_say=PYTHON_WORDS))
     # a multimodal config.json: the text model's fields in text_config, the whole model's dtype at the top
     text = {k: v for k, v in _BASE.items() if k != "architectures"}
-    for what, top, said in (("float32 at the top", {"torch_dtype": "float32", "text_config": text}, "4 B (fp32)"),
+    # (read as float32, it is served in bf16 on the default GPU, as vLLM's --dtype auto does)
+    for what, top, said in (("float32 at the top", {"torch_dtype": "float32", "text_config": text},
+                             "float32 checkpoint served in bf16"),
                             ("its own fp8 quantization_config", {"text_config": {
                                 **text, "quantization_config": {"quant_method": "fp8"}}}, "fp8 (1 B)")):
         path = write(f / "configs" / what.split()[0] / "config.json",

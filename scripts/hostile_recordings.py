@@ -18,7 +18,7 @@ def small_recording(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = Engine(load_model("tiny-llama"), load_hardware("h100-80gb"),
-                    EngineArgs(kv_cache_memory_bytes=4 * 1024**2, max_num_seqs=8))
+                    EngineArgs(kv_cache_memory_bytes=2 * 1024**2, max_num_seqs=8))  # 42 blocks: tiny-llama served in bf16
     spec = WorkloadSpec("small", num_requests=12, arrival_rate_per_s=20.0,
                         prompt_tokens=LengthDist("constant", value=100, max=100),
                         output_tokens=LengthDist("constant", value=20, max=20))
