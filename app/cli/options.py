@@ -33,7 +33,7 @@ from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
 from kvscope.engine.checks import shown as said_value
 
-from kvscope.engine.units import GiB
+from kvscope.engine.units import GiB, format_bytes
 
 # EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.
 ENGINE_FLAG_GROUPS = {"engine": "engine (vLLM's names)", "scheduler": "scheduler (vLLM's names)"}
@@ -371,16 +371,14 @@ def refuse_kv_budget_beyond_memory(plan, args) -> None:
     """--kv-cache-memory-bytes sets the pool whatever the device holds (as in vLLM, which then fails to
     allocate it): `math --kv-cache-memory-bytes 1e12` on a 24 GB L4 said a 931 GiB pool and 931 concurrent
     sequences, and `run` ran on it."""
-    from kvscope.engine.units import format_bytes
+    from kvscope.app.lab.pool_room import pool_past_memory
 
     budget = getattr(args, "kv_cache_memory_bytes", None)
-    room = plan.memory_bytes - plan.weights_bytes - plan.held_back_bytes
-    if budget is None or plan.kv_pool_bytes <= room:
+    past = pool_past_memory(plan) if budget is not None else None
+    if past is None:
         return
-    held = f" and {format_bytes(plan.held_back_bytes)} held back" if plan.held_back_bytes else ""
-    raise ConfigError(f"--kv-cache-memory-bytes {budget:g}: a {format_bytes(plan.kv_pool_bytes)} KV pool beside "
-                      f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} is more than the "
-                      f"{format_bytes(plan.memory_bytes)} of {plan.hardware}; "
+    why, room = past
+    raise ConfigError(f"--kv-cache-memory-bytes {budget:g}: a {format_bytes(plan.kv_pool_bytes)} KV pool: {why}; "
                       + (f"give at most {room:,} bytes, or more memory" if room >= 1 else "give more memory"))
 
 

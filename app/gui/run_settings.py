@@ -25,6 +25,7 @@ from kvscope.engine.config import (
 from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.models.loader import check_random_weights_fit
 from kvscope.app.lab.preset_edits import refused_edit, stated_weights_after
+from kvscope.app.lab.pool_room import pool_past_memory
 from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, load_workload
 from kvscope.app.lab.said_paths import os_error_text, said_path
 from kvscope.app.lab.trained_model import TRAINED_MODEL
@@ -265,17 +266,14 @@ def _devices_refused(model, hardware, args) -> str | None:
 
 
 def _pool_past_memory(values: dict, plan) -> dict[str, str]:
-    """A KV pool size the device cannot hold beside the weights: the pool is set whatever the device
-    holds (vLLM then fails to allocate it), and 300 GiB on an 80 GB H100 was drawn and run as 300 GiB
-    of blocks (`math --kv-cache-memory-bytes` refuses it)."""
-    room = plan.memory_bytes - plan.weights_bytes - plan.held_back_bytes
-    if not values.get("kv_cache_memory_bytes") or plan.kv_pool_bytes <= room:
+    """A KV pool size the device cannot hold beside the weights: 300 GiB on an 80 GB H100 was drawn
+    and run as 300 GiB of blocks (`math --kv-cache-memory-bytes` refuses it, in the same words)."""
+    past = pool_past_memory(plan) if values.get("kv_cache_memory_bytes") else None
+    if past is None:
         return {}
-    held = f" and {format_bytes(plan.held_back_bytes)} held back" if plan.held_back_bytes else ""
+    why, room = past
     most = f"give at most {room // 1024**2:,} MiB, or more memory" if room >= 1024**2 else "give more memory"
-    return {"kv_cache_memory_bytes": f"KV pool size {format_bytes(plan.kv_pool_bytes)}: beside "
-                                     f"{format_bytes(plan.weights_bytes)} of {plan.model} weights{held} it is more "
-                                     f"than the {format_bytes(plan.memory_bytes)} of {plan.hardware}; {most}"}
+    return {"kv_cache_memory_bytes": f"KV pool size {format_bytes(plan.kv_pool_bytes)}: {why}; {most}"}
 
 
 def _prefix_unusable(values: dict, spec: WorkloadSpec | None, max_model_len: int) -> dict[str, str]:
