@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvscope.app.lab.models.loader import discover_cached_models, load_model_directory
+from kvscope.app.lab.models.loader import discover_cached_models, load_model_directory, served_dtype
 from kvscope.app.lab.real_backend import create_real_engine, load_for_real_backend
 from kvscope.app.lab.verify.parity import run_parity
 from kvscope.app.lab.verify.tiny_model import build_random_model
@@ -185,6 +185,19 @@ def test_a_model_too_big_for_memory_is_refused_before_anything_is_built():
 
     with pytest.raises(ConfigError, match="needs about .* GiB"):
         load_for_real_backend(architecture=load_model("llama-3-70b"))
+
+
+def test_weights_load_in_the_dtype_vllm_serves_them_in_when_none_is_asked(monkeypatch):
+    """vLLM's --dtype auto: a float32 checkpoint computes in bf16 on an Ampere or later GPU (it had
+    loaded in fp16, and its K/V with it), in fp16 before; a float16 one stays float16; a CPU keeps fp32."""
+    cuda = torch.device("cuda")
+    capability = {"now": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability["now"])
+    assert served_dtype("fp32", cuda) == "bf16" and served_dtype("bf16", cuda) == "bf16"
+    assert served_dtype("fp16", cuda) == "fp16" and served_dtype("int4", cuda) == "fp16"
+    capability["now"] = (7, 5)  # a T4: no bf16
+    assert served_dtype("fp32", cuda) == "fp16" and served_dtype("bf16", cuda) == "fp16"
+    assert served_dtype("fp32", torch.device("cpu")) == "fp32" == served_dtype("bf16", torch.device("cpu"))
 
 
 def test_an_unknown_weight_quantisation_is_refused_by_name(model_dirs):

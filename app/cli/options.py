@@ -227,7 +227,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
                             f"this machine over the paged KV pool (default {DEFAULT_BACKEND})")
     group.add_argument("--device", help="real backend: cpu, cuda or cuda:N (default: cuda if present, else cpu)")
     group.add_argument("--dtype", choices=COMPUTE_DTYPES,
-                       help="real backend: weight dtype (default fp32 on CPU, the model's 16-bit type on CUDA)")
+                       help="real backend: weight dtype (default fp32 on CPU; on CUDA as vLLM's --dtype auto: a float16 "
+                            "checkpoint fp16, bf16 or float32 ones bf16 from compute capability 8.0, else fp16)")
     group.add_argument("--quantization", choices=QUANTIZATIONS, help="real backend: bitsandbytes weight quantisation")
     group.add_argument("--allow-pickle", action="store_true",
                        help="real backend: allow pickled *.bin weights (they can run code when loaded)")

@@ -292,6 +292,21 @@ def resolve_device(requested: str | None, label: str = "device"):
     return torch.device(requested)
 
 
+def served_dtype(checkpoint_dtype: str, device) -> str:
+    """The dtype the weights load in when none is asked for, as vLLM's --dtype auto picks it: float32 on
+    a CPU; on a GPU a float16 checkpoint stays float16, and bf16 or float32 ones compute in bf16 where the
+    GPU has it (compute capability 8.0 on), else in float16. Quantised checkpoints compute in float16."""
+    if device.type == "cpu":
+        return "fp32"
+    if checkpoint_dtype not in ("bf16", "fp32"):
+        return "fp16"
+    if device.type != "cuda":
+        return "bf16" if checkpoint_dtype == "bf16" else "fp16"
+    import torch
+
+    return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+
+
 def _available_bytes(device) -> int:
     if device.type == "cuda":
         import torch
@@ -345,7 +360,7 @@ def load_model_directory(path: str | Path, device: str | None = None, dtype: str
     dev = resolve_device(device)
     model_config = model_from_hf_config(cfg, name or path.name)
     if dtype is None:
-        dtype = "fp32" if dev.type == "cpu" else ("bf16" if model_config.weight_dtype == "bf16" else "fp16")
+        dtype = served_dtype(model_config.weight_dtype, dev)
     if dtype not in _TORCH_DTYPES:
         raise ConfigError(f"weights can load as {', '.join(_TORCH_DTYPES)}; got {dtype!r}")
     if quantization is not None and quantization not in QUANTIZATIONS:
