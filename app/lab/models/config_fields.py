@@ -19,6 +19,7 @@ from kvscope.engine.checks import (
     whole_number,
 )
 
+from kvscope.app.lab.models.config_names import NAME_FIELDS
 from kvscope.app.lab.table_checks import require_table
 
 WHOLE, TEXT, FLAG, TABLE, LIST, FACTOR = "whole", "text", "flag", "table", "list", "factor"
@@ -45,6 +46,8 @@ HF_FIELDS = {
     "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
+    # older names of the fields above (GPT-2's n_layer, MPT's d_model, ...) and the KV head counts vLLM reads
+    **NAME_FIELDS,
 }
 # fields that change which layers hold a KV cache, or add a cache, in ways kvscope does not size (given, not 0 or
 # false): read as attention with a cache of its own on every layer, a Jamba's KV cache was 8x too big, its Mamba

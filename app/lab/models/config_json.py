@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import ENCODER_ONLY, checked_hf_fields, per_layer_type
+from kvscope.app.lab.models.config_names import kv_heads, standard_names
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -290,6 +291,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         kind = "an encoder-decoder" if cfg.get("is_encoder_decoder") else "an encoder-only"
         raise ConfigError(f"{label}: {kind} model (model_type {shown(cfg.get('model_type', '?'))}); kvscope sizes the "
                           "KV cache of decoder-only models (Llama, Qwen, Mistral, DeepSeek, ...)")
+    cfg = standard_names(cfg, label)  # GPT-2's n_layer, MPT's d_model, ... as transformers' attribute_map reads them
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
     if missing and {"n_layers", "dim", "n_heads"} <= set(cfg):  # said as missing fields, the file's kind not named
         raise ConfigError(f"{label}: a params.json of Meta's or Mistral's own format (n_layers, dim, n_heads), not a "
@@ -317,8 +319,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
         "num_attention_heads": heads,
-        # absent (or null): as many as the attention heads; a 0 given is refused, not read as "absent"
-        "num_key_value_heads": _given_or(cfg, "num_key_value_heads", heads),
+        # as vLLM counts them (multi_query: 1); none given: as many as the attention heads
+        "num_key_value_heads": kv_heads(cfg, heads, label),
         "head_dim": head_dim,
         "hidden_size": hidden,
         # absent (or null): 4 x hidden_size; a 0 given is refused, not sized as an MLP the file does not have

@@ -1,0 +1,89 @@
+"""The older field names of a config.json read as the standard ones, and the KV head count as vLLM takes it.
+
+GPT-2, GPT-J and GPTBigCode (StarCoder 1) write n_layer, n_head, n_embd (n_inner for the MLP); Bloom n_layer,
+n_head (n_embed in its oldest files); MPT and DBRX n_layers, n_heads, d_model; the RefinedWeb Falcons n_layer,
+n_head; ChatGLM num_layers, padded_vocab_size, ffn_hidden_size, kv_channels. transformers reads them through
+each config class's attribute_map, and vLLM serves these models: they were refused as "missing field(s)".
+Each is read as its standard name when that is absent; both given and different is refused, naming both.
+
+The KV head count follows vLLM (ModelConfig.get_total_num_kv_heads): multi_query (GPTBigCode, Falcon without
+new_decoder_architecture) is one KV head; MPT and DBRX give theirs as attn_config.kv_n_heads; then the first
+of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num (ChatGLM); else one per attention head.
+A StarCoder's 48 heads were sized as 48 KV heads where vLLM keeps 1: its KV cache 48x too big.
+"""
+
+from __future__ import annotations
+
+from kvscope.engine.checks import ConfigError, ceiling, shown, whole_number
+
+# standard name -> the older names that say it, in the order they are looked at
+ALIASES = {
+    "num_hidden_layers": ("n_layer", "n_layers", "num_layers"),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "hidden_size": ("n_embd", "n_embed", "d_model"),
+    "intermediate_size": ("n_inner", "ffn_hidden_size"),
+    "vocab_size": ("padded_vocab_size",),
+    "head_dim": ("kv_channels",),
+}
+KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
+# the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
+_MULTI_QUERY_BY_DEFAULT = {"gpt_bigcode", "falcon", "RefinedWebModel", "RefinedWeb"}
+_FALCONS = {"falcon", "RefinedWebModel", "RefinedWeb"}
+# config.json fields this module reads, for config_fields' type checks
+NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
+               **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
+               "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table"}
+
+
+def standard_names(cfg: dict, label: str) -> dict:
+    """cfg with each standard field an older name gives filled in (MPT's expansion_ratio x d_model as the MLP,
+    DBRX's ffn_config as its experts); two names of one field giving different values are refused."""
+    out = dict(cfg)
+    for name, olds in ALIASES.items():
+        given = {key: cfg[key] for key in (name, *olds) if cfg.get(key) is not None}
+        if len(set(given.values())) > 1:  # the standard name was taken, the other dropped without a word
+            said = " and ".join(f"{key} ({shown(value)})" for key, value in given.items())
+            raise ConfigError(f"{label}: {said} are two names of one field ({name}) and give different values; "
+                              "keep the one the model has")
+        if given:
+            out[name] = next(iter(given.values()))
+    ratio, hidden = cfg.get("expansion_ratio"), out.get("hidden_size")
+    if ratio is not None and out.get("intermediate_size") is None and isinstance(hidden, int):
+        out["intermediate_size"] = ratio * hidden  # MPT: the MLP is expansion_ratio x d_model wide
+    if str(cfg.get("model_type")) == "dbrx":
+        out.update(_dbrx_experts(cfg, label))
+    return out
+
+
+def _dbrx_experts(cfg: dict, label: str) -> dict:
+    """DBRX's ffn_config (moe_num_experts, moe_top_k, ffn_hidden_size) as the expert fields config_json reads:
+    read as a dense model of 4 x d_model its 16 experts' weights were left out."""
+    ffn = cfg.get("ffn_config") or {}
+    fields = {"moe_num_experts": "num_local_experts", "moe_top_k": "num_experts_per_tok",
+              "ffn_hidden_size": "moe_intermediate_size"}
+    out = {}
+    for key, name in fields.items():
+        if ffn.get(key) is not None:
+            out[name] = whole_number(ffn[key], f"{label}: ffn_config.{key}", 1, ceiling(name))
+    if "num_local_experts" in out:
+        out.setdefault("intermediate_size", out.get("moe_intermediate_size"))
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def kv_heads(cfg: dict, heads, label: str):
+    """The KV head count vLLM keeps for cfg (read after standard_names); heads: the attention heads."""
+    model_type = str(cfg.get("model_type", ""))
+    new_falcon = model_type in _FALCONS and (cfg.get("new_decoder_architecture") is True
+                                             or model_type == "RefinedWeb")  # the 40B's own type: vLLM sets it
+    multi_query = cfg.get("multi_query", model_type in _MULTI_QUERY_BY_DEFAULT)
+    if multi_query is True and not new_falcon:
+        return 1  # multi-query attention: one KV head for all of them
+    if model_type in ("mpt", "dbrx"):
+        given = (cfg.get("attn_config") or {}).get("kv_n_heads")
+        return heads if given is None else whole_number(given, f"{label}: attn_config.kv_n_heads", 1,
+                                                        ceiling("num_key_value_heads"))
+    given = {key: cfg[key] for key in KV_HEAD_FIELDS if cfg.get(key) is not None}
+    if len(set(given.values())) > 1:  # vLLM takes the first; the others were never looked at
+        said = " and ".join(f"{key} ({shown(value)})" for key, value in given.items())
+        raise ConfigError(f"{label}: {said} give different numbers of KV heads; keep the one the model has")
+    return next(iter(given.values()), heads)
