@@ -63,16 +63,27 @@ UNSIZED_LAYOUTS = {
     "num_kv_shared_layers": "has layers reuse an earlier layer's KV cache (Gemma 3n)",
     "use_cla": "has layers share one KV cache (cross-layer attention)",
     "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
+    "block_types": "lays out recurrent layers (RecurrentGemma)",
 }
 # ... unless they say every layer is attention (MiniMax-M2's attn_type_list of 1s)
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
                   "layers_block_type": lambda v: isinstance(v, list) and all(x == "attention" for x in v),
                   "hybrid_override_pattern": lambda v: isinstance(v, str) and set(v) <= {"*"},
-                  "attn_layer_period": lambda v: v == 1}
+                  "attn_layer_period": lambda v: v == 1,
+                  "block_types": lambda v: isinstance(v, list) and all(x == "attention" for x in v)}
 # encoders: their config.json has a decoder's fields (BERT's num_hidden_layers, num_attention_heads, ...), and a
 # KV cache was sized for a model that keeps none (vLLM serves them for embeddings, one forward a request)
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "distilbert", "deberta",
-                "deberta-v2", "mpnet", "modernbert", "nomic_bert", "ernie", "xlm", "esm"}
+                "deberta-v2", "mpnet", "modernbert", "nomic_bert", "ernie", "xlm", "esm", "xlnet", "flaubert", "funnel"}
+# encoder-decoders whose config.json may leave is_encoder_decoder out (their class's default is true): said as
+# "missing field(s) num_attention_heads" once T5's num_layers and d_model were read
+ENCODER_DECODER = {"t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "marian", "pegasus",
+                   "pegasus_x", "m2m_100", "nllb-moe", "led", "plbart", "blenderbot", "blenderbot-small", "fsmt",
+                   "prophetnet", "bigbird_pegasus", "whisper", "speech_to_text", "seamless_m4t", "mvp"}
+# models of recurrent layers alone: no attention, no KV cache (said as "missing field(s) num_attention_heads")
+RECURRENT_ONLY = {"mamba": "a Mamba state-space model", "mamba2": "a Mamba-2 state-space model",
+                  "falcon_mamba": "a Mamba state-space model (Falcon Mamba)", "rwkv": "an RWKV recurrent model",
+                  "xlstm": "an xLSTM recurrent model"}
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
                        "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}

@@ -12,7 +12,13 @@ import math
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
-from kvscope.app.lab.models.config_fields import ENCODER_ONLY, checked_hf_fields, per_layer_type
+from kvscope.app.lab.models.config_fields import (
+    ENCODER_DECODER,
+    ENCODER_ONLY,
+    RECURRENT_ONLY,
+    checked_hf_fields,
+    per_layer_type,
+)
 from kvscope.app.lab.models.config_names import kv_heads, standard_names
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
@@ -287,8 +293,15 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
-    if cfg.get("is_encoder_decoder") or cfg.get("model_type") in ENCODER_ONLY:  # said as missing fields, or sized
-        kind = "an encoder-decoder" if cfg.get("is_encoder_decoder") else "an encoder-only"
+    model_type = cfg.get("model_type")
+    if model_type in RECURRENT_ONLY:  # said as "missing field(s) num_attention_heads"
+        raise ConfigError(f"{label}: {RECURRENT_ONLY[model_type]} (model_type {shown(model_type)}): it has no attention "
+                          "layers and keeps no KV cache; kvscope sizes the KV cache of attention models (Llama, "
+                          "Qwen, Mistral, DeepSeek, ...)")
+    if cfg.get("is_encoder_decoder") or model_type in ENCODER_ONLY or model_type in ENCODER_DECODER:
+        # said as missing fields, or sized
+        kind = "an encoder-only" if model_type in ENCODER_ONLY and not cfg.get("is_encoder_decoder") \
+            else "an encoder-decoder"
         raise ConfigError(f"{label}: {kind} model (model_type {shown(cfg.get('model_type', '?'))}); kvscope sizes the "
                           "KV cache of decoder-only models (Llama, Qwen, Mistral, DeepSeek, ...)")
     cfg = standard_names(cfg, label)  # GPT-2's n_layer, MPT's d_model, ... as transformers' attribute_map reads them

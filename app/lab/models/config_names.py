@@ -24,6 +24,10 @@ ALIASES = {
     "intermediate_size": ("n_inner", "ffn_hidden_size"),
     "vocab_size": ("padded_vocab_size",),
     "head_dim": ("kv_channels",),
+    # ERNIE 4.5's MoE (transformers' Ernie4_5_MoeConfig): read as a dense model, its 64 experts were left out
+    "num_experts": ("moe_num_experts",),
+    "num_experts_per_tok": ("moe_k",),
+    "n_shared_experts": ("moe_num_shared_experts",),
 }
 KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 # the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
@@ -32,7 +36,8 @@ _FALCONS = {"falcon", "RefinedWebModel", "RefinedWeb"}
 # config.json fields this module reads, for config_fields' type checks
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
-               "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table"}
+               "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
+               "moe_layer_start_index": "whole", "moe_layer_interval": "whole"}
 
 
 def standard_names(cfg: dict, label: str) -> dict:
@@ -52,7 +57,31 @@ def standard_names(cfg: dict, label: str) -> dict:
         out["intermediate_size"] = ratio * hidden  # MPT: the MLP is expansion_ratio x d_model wide
     if str(cfg.get("model_type")) == "dbrx":
         out.update(_dbrx_experts(cfg, label))
+    if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
+        out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
+    if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):
+        out["mlp_only_layers"] = _ernie_dense_layers(out, label)
     return out
+
+
+def _ernie_dense_layers(cfg: dict, label: str) -> list:
+    """The dense layers of ERNIE 4.5's MoE: a layer holds the experts when (i + 1) % moe_layer_interval is 0 and
+    moe_layer_start_index <= i <= moe_layer_end_index (-1: the last layer), as transformers builds it."""
+    layers = cfg.get("num_hidden_layers")
+    if not isinstance(layers, int) or cfg.get("mlp_only_layers") is not None:
+        return cfg.get("mlp_only_layers")  # the layer count's own check says it; both given: mlp_only_layers'
+    start, interval = cfg.get("moe_layer_start_index", 1), cfg.get("moe_layer_interval", 1)
+    end = cfg.get("moe_layer_end_index", -1)
+    end = whole_number(end, f"{label}: moe_layer_end_index (a layer number, or -1 for the last)", -1, layers - 1)
+    end = layers - 1 if end == -1 else end
+    if interval < 1:
+        raise ConfigError(f"{label}: moe_layer_interval must be at least 1 (every interval-th layer holds the "
+                          f"experts), got {interval}")
+    dense = [i for i in range(layers) if not (start <= i <= end and (i + 1) % interval == 0)]
+    if len(dense) == layers and cfg.get("num_experts"):  # else said as mlp_only_layers, a field the file lacks
+        raise ConfigError(f"{label}: moe_layer_start_index ({start:,}), moe_layer_end_index ({end:,}) and "
+                          f"moe_layer_interval ({interval:,}) leave no layer of the {layers:,} for the experts")
+    return dense
 
 
 def _dbrx_experts(cfg: dict, label: str) -> dict:
