@@ -22,6 +22,13 @@ from pathlib import Path
 from kvscope.engine.checks import ConfigError
 
 MAX_JSON_DEPTH = 64  # config.json nests 3 deep; a recording's head 3
+# the leading bytes of compressed files, a download often is one (azure_conv.csv.gz, config.json.gz)
+PACKED = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\0", "xz"))
+
+
+def packed_kind(data: bytes) -> str | None:
+    """The compression the bytes start with (gzip, zip, zstd, xz), or None."""
+    return next((name for magic, name in PACKED if bytes(data[:6]).startswith(magic)), None)
 
 
 def nesting_depth(value) -> int:
@@ -119,6 +126,15 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bo
     """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
     is a ConfigError naming `label`. unique_keys: a key given twice in one object is refused too
     (a file whose fields kvscope reads: config.json, an index, generation_config.json)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text)
+        if packed_kind(text):  # was "not UTF-8 text (byte 1)", what the file is not said
+            raise ConfigError(f"{label}: {packed_kind(text)}-compressed, not JSON text; decompress it first")
+    blank = text.removeprefix(b"\xef\xbb\xbf" if isinstance(text, bytes) else "\ufeff").strip(
+        b" \t\r\n" if isinstance(text, bytes) else " \t\r\n") if isinstance(text, (bytes, str)) else True
+    if not blank:  # was "malformed JSON at line 1, column 1: Expecting value", the file's emptiness not said
+        raise ConfigError(f"{label}: empty ({f'only blanks in its {len(text):,} bytes' if text else '0 bytes'}), "
+                          "no JSON in it")
     try:
         if isinstance(text, (bytes, bytearray, memoryview)):
             text = bytes(text).decode("utf-8-sig")

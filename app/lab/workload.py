@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import read_capped
+from kvscope.app.lab.bounded_reads import packed_kind, read_capped
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.app.lab.table_checks import require_text, unknown_fields
 from kvscope.engine.checks import real_number, shown, whole_number
@@ -396,9 +396,6 @@ _COLUMN_NAMES = {
 }
 
 
-# the leading bytes of compressed files, a trace's download often is one (azure_conv.csv.gz)
-_PACKED = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"\x28\xb5\x2f\xfd", "zstd"),
-           (b"\xfd7zXZ\0", "xz"))
 _JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]{0,1024}[\[{]")  # a JSON trace, or JSON Lines: no header row
 
 
@@ -406,7 +403,7 @@ def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
     """Rows of a trace CSV, arrival times relative to the first row. Errors name the line."""
     path = Path(path)
     data = read_capped(path, f"trace {path}", MAX_TRACE_BYTES, "trace CSV file")
-    packed = next((name for magic, name in _PACKED if data.startswith(magic)), None)
+    packed = packed_kind(data)
     if packed:  # said as "binary data (a NUL byte)", the file's nature not named
         raise ConfigError(f"trace {path}: {packed}-compressed, not CSV text; decompress it first and give the .csv")
     if _JSON_START.match(data):  # was "line 1: no arrival column"

@@ -19,7 +19,7 @@ from kvscope.app.lab.models.config_fields import (
     checked_hf_fields,
     per_layer_type,
 )
-from kvscope.app.lab.models.config_names import kv_heads, standard_names
+from kvscope.app.lab.models.config_names import kv_heads, standard_names, tied_embeddings
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -343,7 +343,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "max_position_embeddings_given": bool(lengths),
         # transformers 5 writes rope_scaling as rope_parameters: its yarn factor was read as no stretch at all
         "max_model_len_limit": _stretched_positions(cfg, positions, label),
-        "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "tie_word_embeddings": tied_embeddings(cfg),  # absent: its config class's default (Gemma's: tied)
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
         "model_type": model_type,

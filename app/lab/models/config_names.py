@@ -33,6 +33,13 @@ KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_que
 # the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
 _MULTI_QUERY_BY_DEFAULT = {"gpt_bigcode", "falcon", "RefinedWebModel", "RefinedWeb"}
 _FALCONS = {"falcon", "RefinedWebModel", "RefinedWeb"}
+# model types whose config class ties the LM head to the embeddings when config.json does not say (transformers'
+# defaults, which vLLM reads): Gemma 2 2B's file leaves it out, and its 256,000 x 2,304 head was sized as a
+# second matrix of 590 M parameters the model does not have
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neo", "gpt-sw3",
+                   "openai-gpt", "ctrl", "xglm", "biogpt", "bloom", "falcon", "RefinedWeb", "RefinedWebModel", "mpt",
+                   "opt", "starcoder2", "cohere", "cohere2", "ernie4_5", "ernie4_5_moe", "jetmoe", "smollm3",
+                   "minicpm3", "granite_swa"}
 # config.json fields this module reads, for config_fields' type checks
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
@@ -97,6 +104,11 @@ def _dbrx_experts(cfg: dict, label: str) -> dict:
     if "num_local_experts" in out:
         out.setdefault("intermediate_size", out.get("moe_intermediate_size"))
     return {k: v for k, v in out.items() if v is not None}
+
+
+def tied_embeddings(cfg: dict) -> bool:
+    """Whether the LM head is the embedding matrix: as config.json says, else its model type's default."""
+    return bool(cfg.get("tie_word_embeddings", str(cfg.get("model_type")) in TIED_BY_DEFAULT))
 
 
 def kv_heads(cfg: dict, heads, label: str):
