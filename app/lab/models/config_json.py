@@ -295,8 +295,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     model_type = cfg.get("model_type")
     if model_type in RECURRENT_ONLY:  # said as "missing field(s) num_attention_heads"
-        raise ConfigError(f"{label}: {RECURRENT_ONLY[model_type]} (model_type {shown(model_type)}): it has no attention "
-                          "layers and keeps no KV cache; kvscope sizes the KV cache of attention models (Llama, "
+        raise ConfigError(f"{label}: {RECURRENT_ONLY[model_type]} (model_type {shown(model_type)}): it has no "
+                          "attention layers and keeps no KV cache; kvscope sizes the KV cache of attention models (Llama, "
                           "Qwen, Mistral, DeepSeek, ...)")
     if cfg.get("is_encoder_decoder") or model_type in ENCODER_ONLY or model_type in ENCODER_DECODER:
         # said as missing fields, or sized
