@@ -187,3 +187,28 @@ def test_a_compressed_trace_is_still_named_by_the_shared_check(tmp_path):
     path.write_bytes(gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n0,1,1\n"))
     with pytest.raises(ConfigError, match="gzip-compressed, not CSV text"):
         read_trace(path)
+
+
+# -- quantization_config as vLLM reads it ------------------------------------------------------------------------
+
+def test_fbgemm_fp8_and_autoawqs_w_bit_are_read():
+    """Meta's Llama 3.1 FP8 (quant_method fbgemm_fp8) was "not one kvscope sizes"; AutoAWQ's w_bit 4 was said
+    as "awq with bits None", though the file gives them (vLLM reads w_bit or bits)."""
+    fbgemm = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}
+    assert model_from_hf_config({**BASE, "quantization_config": fbgemm}, "m").weight_dtype == "fp8"
+    awq = {"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}
+    assert model_from_hf_config({**BASE, "quantization_config": awq}, "m").weight_dtype == "int4"
+    said = refused({"quantization_config": {**awq, "bits": 8}})
+    assert "bits (8) and w_bit (4) are two names of AWQ's weight bits and give different values" in said
+    assert "w_bit must be a whole number" in refused({"quantization_config": {**awq, "w_bit": "4"}})
+
+
+def test_an_fbgemm_fp8_folder_over_float_weights_is_refused(tmp_path):
+    """The neighbour check fp8 has: a folder saying fbgemm_fp8 over F32 weights is not quantised."""
+    import struct
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+    (tmp_path / "config.json").write_text(json.dumps({**BASE, "quantization_config": {"quant_method": "fbgemm_fp8"}}))
+    with pytest.raises(ConfigError, match="says its weights are stored as fbgemm_fp8"):
+        load_hf_config(tmp_path)

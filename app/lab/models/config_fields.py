@@ -86,7 +86,7 @@ RECURRENT_ONLY = {"mamba": "a Mamba state-space model", "mamba2": "a Mamba-2 sta
                   "xlstm": "an xLSTM recurrent model"}
 # quantization_config's own fields that config_json reads
 QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit": FLAG,
-                       "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "config_groups": TABLE}
+                       "bnb_4bit_quant_type": TEXT, "bits": WHOLE, "w_bit": WHOLE, "config_groups": TABLE}
 # rope_scaling's (and rope_parameters') fields that config_json reads: a factor of "4" or a list, an
 # original_max_position_embeddings of "512", were read as no stretch at all, without a word
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}

@@ -42,8 +42,8 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if not isinstance(quant, dict):
         raise ConfigError(f"quantization_config must be an object, got {quant!r}")
     method = str(quant.get("quant_method", "")).lower()
-    if method in ("fp8", "mxfp4"):
-        return "fp8" if method == "fp8" else "int4"
+    if method in ("fp8", "fbgemm_fp8", "mxfp4"):  # fbgemm_fp8: Meta's Llama 3.1 FP8 checkpoints, refused before
+        return "int4" if method == "mxfp4" else "fp8"
     if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses
         raise ConfigError("quantization_config sets both load_in_4bit and load_in_8bit; bitsandbytes loads one of "
                           "them: keep the one the weights are")
@@ -59,7 +59,10 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
         return "int8"
     if method in ("gptq", "awq"):
-        bits = quant.get("bits")
+        bits = quant.get("bits", quant.get("w_bit") if method == "awq" else None)  # AutoAWQ's w_bit, as vLLM reads
+        if method == "awq" and quant.get("w_bit", bits) != bits:  # it; "bits None" was said of a file giving w_bit 4
+            raise ConfigError(f"quantization_config: bits ({shown(bits)}) and w_bit ({shown(quant['w_bit'])}) are two "
+                              "names of AWQ's weight bits and give different values; keep the one the weights are")
         if bits in (4, 8) and not isinstance(bits, bool):
             return "int4" if bits == 4 else "int8"
         raise ConfigError(f"quantization_config: {method} with bits {bits!r}: kvscope sizes 4- and 8-bit weights")
@@ -86,7 +89,7 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
                           "gptq, awq, compressed-tensors)")
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
-                          "(fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
+                          "(fp8, fbgemm_fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     kind = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
     if cfg.get("torch_dtype") and cfg.get("dtype"):  # transformers' new name beside its old one: torch_dtype was taken
