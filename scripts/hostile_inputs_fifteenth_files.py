@@ -5,13 +5,15 @@ Falcons' n_layer, n_head, n_head_kv; ChatGLM's num_layers, padded_vocab_size, mu
 n_layers and ffn_config experts), or two names of one field that disagree; the KV heads vLLM keeps (Falcon-7B's
 multi_query, Falcon-40B's num_kv_heads, MPT's attn_config.kv_n_heads); ERNIE 4.5's expert fields (moe_num_experts,
 moe_k, ...); Qwen (1)'s MLP; RecurrentGemma's block_types; Mamba, RWKV, a T5 without is_encoder_decoder, XLNet;
-Gemma 2's config.json leaving tie_word_embeddings out; an empty and a gzip-compressed config.json.
+Gemma 2's config.json leaving tie_word_embeddings out; Llama 4 Maverick's interleave_moe_layer_step; Meta's
+fbgemm_fp8 and AutoAWQ's w_bit; an empty and a gzip-compressed config.json.
 
 Before the fixes: every older-named config was "missing field(s) num_hidden_layers, num_attention_heads,
 hidden_size" (vLLM serves them all); Falcon-7B was sized with 71 KV heads for vLLM's 1 and Falcon-40B with 128 for
 8 (the KV cache 71x and 16x too big); num_kv_heads beside a different num_key_value_heads was dropped; ERNIE-4.5-
 21B-A3B was sized as a dense model of 3.5 B parameters, Qwen-7B at 16 B (its MLP at twice vLLM's width), Gemma 2
-2B at 3.20 B for 2.61 B (an untied LM head it does not have); RecurrentGemma as 26 full-attention layers; Mamba,
+2B at 3.20 B for 2.61 B (an untied LM head it does not have), Llama 4 Maverick at 778 B for 400 B (experts on
+every layer, no shared one); fbgemm_fp8 was "not one kvscope sizes", w_bit 4 "awq with bits None"; RecurrentGemma as 26 full-attention layers; Mamba,
 RWKV and T5 were "missing field(s) num_attention_heads"; the empty file "malformed JSON at line 1, column 1:
 Expecting value", the compressed one "not UTF-8 text (byte 1)". Every case's expect is the correct behaviour.
 """
@@ -109,12 +111,24 @@ _SHAPES = [  # (what, its config.json, what math must say)
      {"model_type": "gemma2", "head_dim": 256, "hidden_size": 2304, "intermediate_size": 9216,
       "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4,
       "sliding_window": 4096, "vocab_size": 256000}, "2.61 B parameters"),
+    ("Llama 4 Maverick (interleave_moe_layer_step 2)",
+     {"model_type": "llama4", "text_config": {
+         "model_type": "llama4_text", "attention_chunk_size": 8192, "head_dim": 128, "hidden_size": 5120,
+         "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 1048576,
+         "num_attention_heads": 40, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 128,
+         "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048}}, "400.71 B parameters"),
+    ("Meta's Llama 3.1 FP8 (quant_method fbgemm_fp8)",
+     {**SMALL_LLAMA, "quantization_config": {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}},
+     "but 16-bit embeddings"),
+    ("AutoAWQ's w_bit 4", {**SMALL_LLAMA, "quantization_config": {"quant_method": "awq", "w_bit": 4,
+                                                                   "q_group_size": 128, "version": "GEMM"}},
+     "int4 (0.5 B) but 16-bit embeddings"),
 ]
 
 
 def _shape_cases(f: Path, Case, write) -> list:
     # was: "missing field(s) ..." for the older names; Falcon's 71 and 128 KV heads; ERNIE's 3.5 B, Qwen's 16 B,
-    # Gemma's 3.20 B parameters
+    # Gemma's 3.20 B, Maverick's 778 B parameters; fbgemm_fp8 and w_bit refused
     cases = []
     for i, (what, cfg, said) in enumerate(_SHAPES):
         path = write(f / "shapes" / f"s{i}" / "config.json", json.dumps({**_GONE, **cfg}))

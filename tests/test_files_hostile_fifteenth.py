@@ -140,6 +140,24 @@ def test_qwen_1s_mlp_is_half_its_intermediate_size():
     assert model_from_hf_config({**qwen, "model_type": "qwen2"}, "q").intermediate_size == 22016  # the neighbour
 
 
+LLAMA4_TEXT = {"model_type": "llama4_text", "attention_chunk_size": 8192, "head_dim": 128, "hidden_size": 5120,
+               "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 1048576,
+               "num_attention_heads": 40, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 128,
+               "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048}
+
+
+def test_llama_4s_interleaved_experts_and_shared_expert():
+    """Llama 4 Maverick was sized at 778 B parameters (128 experts on all 48 layers, no shared expert) for its
+    400 B: every second layer holds the experts, the others a dense MLP of intermediate_size_mlp."""
+    m = model_from_hf_config({"model_type": "llama4", "text_config": LLAMA4_TEXT}, "maverick")
+    assert (m.num_dense_layers, m.intermediate_size, m.moe_intermediate_size) == (24, 16384, 8192)
+    assert 395e9 < num_parameters(m) < 405e9 and 16.5e9 < num_parameters(m, active=True) < 17.5e9
+    scout = model_from_hf_config({**LLAMA4_TEXT, "num_local_experts": 16, "interleave_moe_layer_step": 1}, "scout")
+    assert scout.num_dense_layers == 0 and 106e9 < num_parameters(scout) < 109e9  # 109 B with its vision tower
+    assert "interleave_moe_layer_step must be greater than 0" in refused({**LLAMA4_TEXT, "interleave_moe_layer_step": 0})
+    assert "moe_layers (layer numbers from 0 to 47) must be at most 47" in refused({**LLAMA4_TEXT, "moe_layers": [48]})
+
+
 @pytest.mark.parametrize("fields, said", [
     # sized as full attention on all its layers
     ({"model_type": "recurrent_gemma", "block_types": ["recurrent", "recurrent", "attention"]},
@@ -212,3 +230,12 @@ def test_an_fbgemm_fp8_folder_over_float_weights_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**BASE, "quantization_config": {"quant_method": "fbgemm_fp8"}}))
     with pytest.raises(ConfigError, match="says its weights are stored as fbgemm_fp8"):
         load_hf_config(tmp_path)
+
+
+def test_a_null_num_hidden_layers_beside_a_text_config_is_absent():
+    """null is absent everywhere else: beside a text_config it was "missing field(s) num_hidden_layers, ...",
+    the text model's own fields never read."""
+    cfg = {"model_type": "llava", "num_hidden_layers": None, "text_config": BASE}
+    assert model_from_hf_config(cfg, "m").num_hidden_layers == 4
+    top = {**BASE, "text_config": {**BASE, "num_hidden_layers": 8}}  # the neighbour: the top level's own, read
+    assert model_from_hf_config(top, "m").num_hidden_layers == 4

@@ -288,9 +288,10 @@ def _stretched_positions(cfg: dict, positions, label: str) -> int | None:
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
-    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
-        # the whole model's dtype and quantisation, where the text model does not give its own: a float32
-        # checkpoint was sized as bf16, and a text_config's own quantization_config was dropped
+    if isinstance(cfg, dict) and cfg.get("num_hidden_layers") is None and isinstance(cfg.get("text_config"), dict):
+        # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
+        # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own
+        # quantization_config was dropped
         text = cfg["text_config"]
         cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
@@ -299,8 +300,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     model_type = cfg.get("model_type")
     if model_type in RECURRENT_ONLY:  # said as "missing field(s) num_attention_heads"
         raise ConfigError(f"{label}: {RECURRENT_ONLY[model_type]} (model_type {shown(model_type)}): it has no "
-                          "attention layers and keeps no KV cache; kvscope sizes the KV cache of attention models (Llama, "
-                          "Qwen, Mistral, DeepSeek, ...)")
+                          "attention layers and keeps no KV cache; kvscope sizes the KV cache of attention models "
+                          "(Llama, Qwen, Mistral, DeepSeek, ...)")
     if cfg.get("is_encoder_decoder") or model_type in ENCODER_ONLY or model_type in ENCODER_DECODER:
         # said as missing fields, or sized
         kind = "an encoder-only" if model_type in ENCODER_ONLY and not cfg.get("is_encoder_decoder") \

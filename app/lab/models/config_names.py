@@ -44,7 +44,8 @@ TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigc
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
-               "moe_layer_start_index": "whole", "moe_layer_interval": "whole"}
+               "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
+               "intermediate_size_mlp": "whole", "moe_layers": "list"}
 
 
 def standard_names(cfg: dict, label: str) -> dict:
@@ -68,6 +69,30 @@ def standard_names(cfg: dict, label: str) -> dict:
         out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
     if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):
         out["mlp_only_layers"] = _ernie_dense_layers(out, label)
+    if str(cfg.get("model_type")) == "llama4_text" or cfg.get("interleave_moe_layer_step") is not None:
+        out.update(_llama4_layers(out, label))
+    return out
+
+
+def _llama4_layers(cfg: dict, label: str) -> dict:
+    """Llama 4's MoE as transformers and vLLM build it: every interleave_moe_layer_step-th layer (or those
+    moe_layers names) holds the experts of intermediate_size and a shared one alike; the others a dense MLP
+    of intermediate_size_mlp. Read as experts on every layer and no shared one, Maverick was sized at 778 B
+    parameters for its 400 B."""
+    layers, width = cfg.get("num_hidden_layers"), cfg.get("intermediate_size")
+    if not isinstance(layers, int) or not (cfg.get("num_local_experts") or cfg.get("num_experts")):
+        return {}
+    step = whole_number(cfg.get("interleave_moe_layer_step", 1), f"{label}: interleave_moe_layer_step", 1, layers)
+    moe = cfg.get("moe_layers")
+    if moe is None:
+        moe = range(step - 1, layers, step)
+    for n in moe:
+        whole_number(n, f"{label}: moe_layers (layer numbers from 0 to {layers - 1:,})", 0, layers - 1)
+    out = {"moe_intermediate_size": cfg.get("moe_intermediate_size", width),
+           "shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size", width),
+           "mlp_only_layers": [i for i in range(layers) if i not in set(moe)]}
+    if cfg.get("intermediate_size_mlp") is not None:
+        out["intermediate_size"] = cfg["intermediate_size_mlp"]
     return out
 
 
