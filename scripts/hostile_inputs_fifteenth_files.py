@@ -13,8 +13,9 @@ hidden_size" (vLLM serves them all); Falcon-7B was sized with 71 KV heads for vL
 8 (the KV cache 71x and 16x too big); num_kv_heads beside a different num_key_value_heads was dropped; ERNIE-4.5-
 21B-A3B was sized as a dense model of 3.5 B parameters, Qwen-7B at 16 B (its MLP at twice vLLM's width), Gemma 2
 2B at 3.20 B for 2.61 B (an untied LM head it does not have), Llama 4 Maverick at 778 B for 400 B (experts on
-every layer, no shared one); fbgemm_fp8 was "not one kvscope sizes", w_bit 4 "awq with bits None"; RecurrentGemma as 26 full-attention layers; Mamba,
-RWKV and T5 were "missing field(s) num_attention_heads"; the empty file "malformed JSON at line 1, column 1:
+every layer, no shared one); fbgemm_fp8 was "not one kvscope sizes", w_bit 4 "awq with bits None"; RecurrentGemma
+was sized as 26 full-attention layers; Mamba, RWKV and T5 were "missing field(s) num_attention_heads"; a null
+num_hidden_layers beside a text_config was "missing field(s)"; the empty file "malformed JSON at line 1, column 1:
 Expecting value", the compressed one "not UTF-8 text (byte 1)". Every case's expect is the correct behaviour.
 """
 
@@ -98,15 +99,14 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "multi_query_group_num": 2, "num_attention_heads": 32, "num_layers": 28, "padded_vocab_size": 65024,
       "seq_length": 8192}, "28 layers, 32 attention heads, 2 KV heads x head_dim 128"),
     ("ERNIE-4.5-21B-A3B (moe_num_experts, moe_k)",
-     {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288, "num_attention_heads": 20,
-      "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 103424, "tie_word_embeddings": True,
-      "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_intermediate_size": 1536,
-      "moe_k": 6, "moe_layer_interval": 1, "head_dim": 128, "max_position_embeddings": 131072},
-     "21.83 B parameters"),
+     dict(model_type="ernie4_5_moe", hidden_size=2560, intermediate_size=12288, num_attention_heads=20,
+          num_key_value_heads=4, num_hidden_layers=28, vocab_size=103424, tie_word_embeddings=True, head_dim=128,
+          max_position_embeddings=131072, moe_num_experts=64, moe_num_shared_experts=2, moe_layer_start_index=1,
+          moe_intermediate_size=1536, moe_k=6, moe_layer_interval=1), "21.83 B parameters"),
     ("Qwen-7B (model_type qwen, intermediate_size 22016)",
-     {"model_type": "qwen", "hidden_size": 4096, "intermediate_size": 22016, "kv_channels": 128,
-      "num_attention_heads": 32, "num_hidden_layers": 32, "seq_length": 8192, "max_position_embeddings": 32768,
-      "vocab_size": 151936}, "7.72 B parameters"),
+     dict(model_type="qwen", hidden_size=4096, intermediate_size=22016, kv_channels=128, num_attention_heads=32,
+          num_hidden_layers=32, seq_length=8192, max_position_embeddings=32768, vocab_size=151936),
+     "7.72 B parameters"),
     ("Gemma 2 2B (no tie_word_embeddings)",
      {"model_type": "gemma2", "head_dim": 256, "hidden_size": 2304, "intermediate_size": 9216,
       "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4,
