@@ -239,3 +239,15 @@ def test_a_null_num_hidden_layers_beside_a_text_config_is_absent():
     assert model_from_hf_config(cfg, "m").num_hidden_layers == 4
     top = {**BASE, "text_config": {**BASE, "num_hidden_layers": 8}}  # the neighbour: the top level's own, read
     assert model_from_hf_config(top, "m").num_hidden_layers == 4
+
+
+def test_opts_ffn_dim_and_lings_num_shared_experts_are_read():
+    """OPT's MLP width (ffn_dim) was replaced by 4 x hidden_size; Ling's (bailing_moe) num_shared_experts
+    was dropped, its shared expert sized as 0 bytes."""
+    opt = {**BASE, "model_type": "opt", "intermediate_size": None, "ffn_dim": 512}
+    assert model_from_hf_config(opt, "m").intermediate_size == 512
+    assert "intermediate_size (256) and ffn_dim (512) are two names" in refused({"ffn_dim": 512})
+    ling = {**BASE, "model_type": "bailing_moe", "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64, "num_shared_experts": 1}
+    assert model_from_hf_config(ling, "m").shared_expert_intermediate_size == 64
+    assert model_from_hf_config({**ling, "num_shared_experts": None}, "m").shared_expert_intermediate_size == 0

@@ -21,13 +21,13 @@ ALIASES = {
     "num_hidden_layers": ("n_layer", "n_layers", "num_layers"),
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
-    "intermediate_size": ("n_inner", "ffn_hidden_size"),
+    "intermediate_size": ("n_inner", "ffn_hidden_size", "ffn_dim"),  # ffn_dim: OPT's and XGLM's
     "vocab_size": ("padded_vocab_size",),
     "head_dim": ("kv_channels",),
     # ERNIE 4.5's MoE (transformers' Ernie4_5_MoeConfig): read as a dense model, its 64 experts were left out
     "num_experts": ("moe_num_experts",),
     "num_experts_per_tok": ("moe_k",),
-    "n_shared_experts": ("moe_num_shared_experts",),
+    "n_shared_experts": ("moe_num_shared_experts", "num_shared_experts"),  # num_shared_experts: Ling's (bailing_moe)
 }
 KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 # the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
