@@ -15,7 +15,8 @@ hidden_size" (vLLM serves them all); Falcon-7B was sized with 71 KV heads for vL
 2B at 3.20 B for 2.61 B (an untied LM head it does not have), Llama 4 Maverick at 778 B for 400 B (experts on
 every layer, no shared one); fbgemm_fp8 was "not one kvscope sizes", w_bit 4 "awq with bits None"; RecurrentGemma
 was sized as 26 full-attention layers; Mamba, RWKV and T5 were "missing field(s) num_attention_heads"; a null
-num_hidden_layers beside a text_config was "missing field(s)"; the empty file "malformed JSON at line 1, column 1:
+num_hidden_layers beside a text_config was "missing field(s)", n_head_kv 0 "num_key_value_heads must be greater
+than 0" (a field the file did not have); the empty file "malformed JSON at line 1, column 1:
 Expecting value", the compressed one "not UTF-8 text (byte 1)". Every case's expect is the correct behaviour.
 """
 
@@ -59,6 +60,14 @@ _CONFIGS = [
     ("ERNIE's experts left no layer", {"model_type": "ernie4_5_moe", "moe_num_experts": 8, "moe_k": 2,
                                        "moe_intermediate_size": 64, "moe_layer_start_index": 4},
      ("moe_layer_start_index (4)", "leave no layer of the 4 for the experts")),
+    ("n_head_kv 0 in place of num_key_value_heads", {"num_key_value_heads": None, "n_head_kv": 0},
+     ("n_head_kv must be greater than 0, got 0",)),
+    ("n_layer 0 in place of num_hidden_layers", {"num_hidden_layers": None, "n_layer": 0},
+     ("n_layer must be greater than 0, got 0",)),
+    ("Llama 4's moe_layers empty", {"model_type": "llama4_text", "num_local_experts": 4, "num_experts_per_tok": 1,
+                                    "moe_layers": []}, ("moe_layers is empty: no layer holds the 4 experts",)),
+    ("Llama 4's moe_layers [1, 3]", {"model_type": "llama4_text", "num_local_experts": 4, "num_experts_per_tok": 1,
+                                     "moe_layers": [1, 3]}, None),
     ("ERNIE's experts from layer 1", {"model_type": "ernie4_5_moe", "moe_num_experts": 8, "moe_k": 2,
                                       "moe_intermediate_size": 64, "moe_layer_start_index": 1}, None),
 ]

@@ -251,3 +251,18 @@ def test_opts_ffn_dim_and_lings_num_shared_experts_are_read():
             "moe_intermediate_size": 64, "num_shared_experts": 1}
     assert model_from_hf_config(ling, "m").shared_expert_intermediate_size == 64
     assert model_from_hf_config({**ling, "num_shared_experts": None}, "m").shared_expert_intermediate_size == 0
+
+
+@pytest.mark.parametrize("fields, said", [
+    # each was said of the standard field the file does not have (num_hidden_layers, hidden_size,
+    # num_key_value_heads, intermediate_size, mlp_only_layers)
+    ({"num_hidden_layers": None, "n_layer": 0}, "n_layer must be greater than 0, got 0"),
+    ({"hidden_size": None, "n_embd": 10**9}, "n_embd must be at most 4,194,304"),
+    ({"num_key_value_heads": None, "n_head_kv": 0}, "n_head_kv must be greater than 0, got 0"),
+    ({"intermediate_size": None, "model_type": "mpt", "expansion_ratio": 10**15},
+     "expansion_ratio (the MLP's width / d_model) must be at most 32,768"),
+    ({**LLAMA4_TEXT, "moe_layers": []}, "moe_layers is empty: no layer holds the 128 experts"),
+])
+def test_an_older_field_out_of_range_is_named_as_given(fields, said):
+    assert said in refused(fields)
+    assert model_from_hf_config({**BASE, "num_hidden_layers": None, "n_layer": 2}, "m").num_hidden_layers == 2

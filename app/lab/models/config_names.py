@@ -29,6 +29,7 @@ ALIASES = {
     "num_experts_per_tok": ("moe_k",),
     "n_shared_experts": ("moe_num_shared_experts", "num_shared_experts"),  # num_shared_experts: Ling's (bailing_moe)
 }
+_SIZES = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size", "head_dim")
 KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 # the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
 _MULTI_QUERY_BY_DEFAULT = {"gpt_bigcode", "falcon", "RefinedWebModel", "RefinedWeb"}
@@ -58,11 +59,16 @@ def standard_names(cfg: dict, label: str) -> dict:
             said = " and ".join(f"{key} ({shown(value)})" for key, value in given.items())
             raise ConfigError(f"{label}: {said} are two names of one field ({name}) and give different values; "
                               "keep the one the model has")
+        for key in olds if name in _SIZES else ():  # a 0 or a billion was said of the standard name, not given
+            if key in given:
+                whole_number(given[key], f"{label}: {key}", 1, ceiling(name))
         if given:
             out[name] = next(iter(given.values()))
     ratio, hidden = cfg.get("expansion_ratio"), out.get("hidden_size")
-    if ratio is not None and out.get("intermediate_size") is None and isinstance(hidden, int):
-        out["intermediate_size"] = ratio * hidden  # MPT: the MLP is expansion_ratio x d_model wide
+    if ratio is not None and out.get("intermediate_size") is None and isinstance(hidden, int) and hidden:
+        # MPT: the MLP is expansion_ratio x d_model wide; a ratio past the ceiling was said as intermediate_size
+        out["intermediate_size"] = whole_number(ratio, f"{label}: expansion_ratio (the MLP's width / d_model)", 1,
+                                                max(1, ceiling("intermediate_size") // hidden)) * hidden
     if str(cfg.get("model_type")) == "dbrx":
         out.update(_dbrx_experts(cfg, label))
     if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
@@ -91,6 +97,10 @@ def _llama4_layers(cfg: dict, label: str) -> dict:
     out = {"moe_intermediate_size": cfg.get("moe_intermediate_size", width),
            "shared_expert_intermediate_size": cfg.get("shared_expert_intermediate_size", width),
            "mlp_only_layers": [i for i in range(layers) if i not in set(moe)]}
+    if not moe:  # said as mlp_only_layers, a field the file does not have
+        raise ConfigError(f"{label}: moe_layers is empty: no layer holds the {cfg.get('num_local_experts') or 0:,} "
+                          "experts; name the layers that do, or leave moe_layers out (every "
+                          "interleave_moe_layer_step-th)")
     if cfg.get("intermediate_size_mlp") is not None:
         out["intermediate_size"] = cfg["intermediate_size_mlp"]
     return out
@@ -152,4 +162,6 @@ def kv_heads(cfg: dict, heads, label: str):
     if len(set(given.values())) > 1:  # vLLM takes the first; the others were never looked at
         said = " and ".join(f"{key} ({shown(value)})" for key, value in given.items())
         raise ConfigError(f"{label}: {said} give different numbers of KV heads; keep the one the model has")
+    for key, value in given.items():  # a 0 was said as num_key_value_heads, a field the file may not have
+        whole_number(value, f"{label}: {key}", 1, ceiling("num_key_value_heads"))
     return next(iter(given.values()), heads)
