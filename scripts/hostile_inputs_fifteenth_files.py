@@ -16,8 +16,9 @@ hidden_size" (vLLM serves them all); Falcon-7B was sized with 71 KV heads for vL
 every layer, no shared one); fbgemm_fp8 was "not one kvscope sizes", w_bit 4 "awq with bits None"; RecurrentGemma
 was sized as 26 full-attention layers; Mamba, RWKV and T5 were "missing field(s) num_attention_heads"; a null
 num_hidden_layers beside a text_config was "missing field(s)", n_head_kv 0 "num_key_value_heads must be greater
-than 0" (a field the file did not have); the empty file "malformed JSON at line 1, column 1:
-Expecting value", the compressed one "not UTF-8 text (byte 1)". Every case's expect is the correct behaviour.
+than 0" and seq_length 0 "max_position_embeddings must be greater than 0" (fields the file did not have), a
+model_max_length of transformers' no-limit 1e30 refused as past its ceiling; the empty file "malformed JSON at
+line 1, column 1: Expecting value", the compressed one "not UTF-8 text (byte 1)". Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ _CONFIGS = [
                                     "moe_layers": []}, ("moe_layers is empty: no layer holds the 4 experts",)),
     ("Llama 4's moe_layers [1, 3]", {"model_type": "llama4_text", "num_local_experts": 4, "num_experts_per_tok": 1,
                                      "moe_layers": [1, 3]}, None),
+    ("seq_length 0 beside max_position_embeddings", {"seq_length": 0}, ("seq_length must be greater than 0, got 0",)),
+    ("model_max_length of transformers' no-limit int(1e30)", {"model_max_length": 1000000000000000019884624838656},
+     None),
     ("ERNIE's experts from layer 1", {"model_type": "ernie4_5_moe", "moe_num_experts": 8, "moe_k": 2,
                                       "moe_intermediate_size": 64, "moe_layer_start_index": 1}, None),
 ]

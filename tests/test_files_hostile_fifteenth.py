@@ -154,7 +154,8 @@ def test_llama_4s_interleaved_experts_and_shared_expert():
     assert 395e9 < num_parameters(m) < 405e9 and 16.5e9 < num_parameters(m, active=True) < 17.5e9
     scout = model_from_hf_config({**LLAMA4_TEXT, "num_local_experts": 16, "interleave_moe_layer_step": 1}, "scout")
     assert scout.num_dense_layers == 0 and 106e9 < num_parameters(scout) < 109e9  # 109 B with its vision tower
-    assert "interleave_moe_layer_step must be greater than 0" in refused({**LLAMA4_TEXT, "interleave_moe_layer_step": 0})
+    said = refused({**LLAMA4_TEXT, "interleave_moe_layer_step": 0})
+    assert "interleave_moe_layer_step must be greater than 0" in said
     assert "moe_layers (layer numbers from 0 to 47) must be at most 47" in refused({**LLAMA4_TEXT, "moe_layers": [48]})
 
 
@@ -266,3 +267,15 @@ def test_opts_ffn_dim_and_lings_num_shared_experts_are_read():
 def test_an_older_field_out_of_range_is_named_as_given(fields, said):
     assert said in refused(fields)
     assert model_from_hf_config({**BASE, "num_hidden_layers": None, "n_layer": 2}, "m").num_hidden_layers == 2
+
+
+def test_a_length_field_is_named_as_given_and_no_limit_is_no_length():
+    """seq_length 0 was "max_position_embeddings must be greater than 0" (a field the file did not give);
+    a model_max_length of transformers' "no limit" (int(1e30), a tokenizer's, copied) was refused as past
+    its ceiling, though vLLM takes the smallest length given and never reads it."""
+    assert "seq_length must be greater than 0, got 0" in refused({"seq_length": 0})
+    assert "n_positions must be at most 1,073,741,824" in refused({"max_position_embeddings": None,
+                                                                   "n_positions": 2**31})
+    for sentinel in (1000000000000000019884624838656, 1e30):
+        assert model_from_hf_config({**BASE, "model_max_length": sentinel}, "m").max_position_embeddings == 512
+    assert model_from_hf_config({**BASE, "seq_length": 256}, "m").max_position_embeddings == 256  # the smallest

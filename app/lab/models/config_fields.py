@@ -90,6 +90,7 @@ QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit
 # rope_scaling's (and rope_parameters') fields that config_json reads: a factor of "4" or a list, an
 # original_max_position_embeddings of "512", were read as no stretch at all, without a word
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
+NO_LENGTH = int(1e30)  # transformers' VERY_LARGE_INTEGER: a model_max_length of no limit (a tokenizer's, copied)
 MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stretches to are held to kvscope's ceiling
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
 _SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16,
@@ -130,6 +131,8 @@ def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
 def checked_hf_fields(cfg, label: str) -> dict:
     """cfg with each field kvscope reads checked for its type (whole numbers within their
     ceilings, as ints), nulls dropped; a ConfigError naming the field otherwise."""
+    if isinstance(cfg, dict) and cfg.get("model_max_length") == NO_LENGTH:  # transformers' "no limit", as vLLM's
+        cfg = {k: v for k, v in cfg.items() if k != "model_max_length"}   # smallest length reads it: absent
     cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
     unsized = next((key for key in UNSIZED_LAYOUTS
                     if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)

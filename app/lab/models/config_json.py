@@ -330,8 +330,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
             and isinstance(heads, int) and heads and hidden % heads:  # the floor was taken: 130 / 4 heads as 32 each
         raise ConfigError(f"{label}: hidden_size ({hidden:,}) is not a whole number of num_attention_heads "
                           f"({heads:,}), and head_dim, the width of one, is not given; give head_dim")
-    lengths = [cfg[k] for k in LENGTH_FIELDS if cfg.get(k) is not None]
-    positions = min(lengths) if lengths else 4096
+    lengths = {k: cfg[k] for k in LENGTH_FIELDS if cfg.get(k) is not None}
+    shortest = min(lengths, key=lengths.get) if lengths else None  # vLLM's: the smallest given; each said by name,
+    # not as max_position_embeddings (seq_length 0 was "max_position_embeddings must be greater than 0")
+    positions = whole_number(lengths[shortest], f"{label}: {shortest}", 1, ceiling("max_position_embeddings")) \
+        if lengths else 4096
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
