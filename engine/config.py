@@ -140,6 +140,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # Qwen2 puts a bias on q/k/v
     qk_norm: bool = False  # Qwen3 normalises q and k per head
+    gated_mlp: bool = True  # False: an up and a down projection (GPT-2, OPT, Falcon, ...), not three
     model_type: str = "llama"
     weight_dtype: str = "bf16"
     # When the checkpoint's real size is known (hybrid or quantised layouts the dense formula

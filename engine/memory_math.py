@@ -43,13 +43,17 @@ def _attention_parameters(model: ModelConfig) -> int:
     return params
 
 
+def mlp_matrices(model: ModelConfig) -> int:
+    return 3 if model.gated_mlp else 2
+
+
 def num_parameters(model: ModelConfig, active: bool = False) -> int:
     """Parameter count from the config: Llama-family attention (or multi-head latent attention),
-    a gated MLP, or experts (active=True: only the num_experts_per_tok a token runs). A
+    a gated MLP (gate, up, down; or up and down where gated_mlp is False), or experts (active=True: only the num_experts_per_tok a token runs). A
     linear-attention layer is counted like an attention layer: within about 10 % of a Gated
     DeltaNet's projections, a few per cent of the whole model."""
     h = model.hidden_size
-    dense_mlp = 3 * h * model.intermediate_size
+    dense_mlp = mlp_matrices(model) * h * model.intermediate_size
     if model.num_experts:
         experts = model.num_experts_per_tok if active else model.num_experts
         moe_mlp = experts * 3 * h * model.moe_intermediate_size + 3 * h * model.shared_expert_intermediate_size \
@@ -94,7 +98,7 @@ def bitsandbytes_weights_bytes(model: ModelConfig, quantization: str, dtype: str
     nf4 on load. On a CPU with AVX512-BF16 it keeps nf4 absmax in bf16: 2 bytes per 64 weights less."""
     h, i = model.hidden_size, model.intermediate_size
     q, kv = model.num_attention_heads * model.head_dim, model.num_key_value_heads * model.head_dim
-    linears = [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)]
+    linears = [(q, h), (kv, h), (kv, h), (h, q), (h, i)] + [(i, h)] * (mlp_matrices(model) - 1)
     per_layer = sum(o * n + 4 * o if quantization == "int8" else
                     (o * n + 1) // 2 + 4 * math.ceil(o * n / BNB_NF4_BLOCK) + 64 for o, n in linears)
     rest = num_parameters(model) - model.num_hidden_layers * sum(o * n for o, n in linears)
@@ -143,7 +147,7 @@ def activation_peak_bytes(model: ModelConfig, tensor_parallel_size: int, tokens:
     act = 4 if model.weight_dtype == "fp32" else 2
     mlp = model.intermediate_size if (not model.num_experts or model.num_dense_layers) \
         else model.shared_expert_intermediate_size
-    forward = tokens * (3 * mlp / tp + 4 * h) * act
+    forward = tokens * (mlp_matrices(model) * mlp / tp + 4 * h) * act  # ungated: up and its activation
     sampler = SAMPLER_BYTES_PER_LOGIT * min(num_seqs, tokens) * model.vocab_size \
         + SAMPLER_HIDDEN_COPIES * tokens * h * act + SAMPLER_FIXED_BYTES
     workspace = 0

@@ -151,3 +151,24 @@ def test_llama_4s_chunked_local_attention_is_sized_as_full_attention_as_vllm_doe
     model = model_from_hf_config({"model_type": "llama4", "torch_dtype": "bfloat16", "text_config": text}, "scout")
     assert set(model.layer_types) <= {"full_attention"}  # () for all full attention
     assert kv_bytes_per_token(model, "bf16") == 2 * 48 * 8 * 128 * 2
+
+
+def test_an_mlp_without_a_gate_is_counted_as_its_two_matrices():
+    """GPT-2, StarCoder, Falcon, OPT, ... project up and down, with no gate: counted as three matrices,
+    GPT-2 small came to 152 M parameters (it has 124.4 M) and StarCoder's weights to 43.6 GB (about 31)."""
+    from kvscope.engine.memory_math import activation_peak_bytes, num_parameters
+
+    gpt2 = model_from_hf_config({"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024,
+                                 "vocab_size": 50257, "torch_dtype": "float32"}, "gpt2")
+    assert not gpt2.gated_mlp and abs(num_parameters(gpt2) / 124_439_808 - 1) < 0.01  # position embeddings, biases
+    starcoder = model_from_hf_config({"model_type": "gpt_bigcode", "n_layer": 40, "n_head": 48, "n_embd": 6144,
+                                      "n_inner": 24576, "n_positions": 8192, "vocab_size": 49152,
+                                      "multi_query": True}, "starcoder")
+    assert starcoder.num_key_value_heads == 1 and abs(num_parameters(starcoder) / 15.5e9 - 1) < 0.01
+    llama = model_from_hf_config({"model_type": "llama", "num_hidden_layers": 12, "num_attention_heads": 12,
+                                  "hidden_size": 768, "intermediate_size": 3072, "vocab_size": 50257,
+                                  "torch_dtype": "float32"}, "llama")
+    assert llama.gated_mlp and num_parameters(llama) - num_parameters(gpt2) == 12 * 768 * 3072 + 50257 * 768
+    # vLLM's profiled MLP peak: gate/up and their product (3 x I) gated, up and its activation (2 x I) not
+    mlp_peak = activation_peak_bytes(llama, 1, 8192, 1) - activation_peak_bytes(gpt2, 1, 8192, 1)
+    assert mlp_peak == 8192 * 3072 * 4  # one I-wide fp32 tensor a token fewer

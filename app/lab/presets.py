@@ -37,7 +37,7 @@ _MODEL_KEYS = {
     "name", "description", "source", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings", "max_model_len_limit",
     "max_position_embeddings_given",
-    "tie_word_embeddings", "attention_bias", "qk_norm", "model_type", "weight_dtype", "weights_bytes", "weights_source",
+    "tie_word_embeddings", "attention_bias", "qk_norm", "gated_mlp", "model_type", "weight_dtype", "weights_bytes", "weights_source",
     "layer_types", "sliding_window", "linear_state_bytes", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
     "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
     "num_dense_layers",

@@ -30,6 +30,10 @@ MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabu
 # model_type -> how its layers alternate when config.json has no layer_types
 _EVERY_OTHER_SLIDING = {"gemma2", "cohere2"}  # even layers slide (Gemma 2: (i + 1) % 2)
 _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when set, applies to every layer
+# model_type -> an MLP of an up and a down projection, no gate (vLLM's model files: c_fc / fc1 / dense_h_to_4h):
+# counted as three matrices, a StarCoder's weights were 43.6 GB for about 31
+_UNGATED_MLP = {"gpt2", "gptj", "gpt_neo", "gpt_neox", "gpt_bigcode", "codegen", "falcon", "RefinedWeb",
+                "RefinedWebModel", "mpt", "opt", "bloom", "phi", "starcoder2", "xglm", "persimmon", "nemotron"}
 
 
 def _weight_dtype_from_hf(cfg: dict) -> str:
@@ -353,6 +357,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         "tie_word_embeddings": tied_embeddings(cfg),  # absent: its config class's default (Gemma's: tied)
         "attention_bias": bool(cfg.get("attention_bias", False)),
         "qk_norm": model_type in ("qwen3", "qwen3_moe"),
+        "gated_mlp": model_type not in _UNGATED_MLP,
         "model_type": model_type,
         "source": f"config.json ({name})",
     }
