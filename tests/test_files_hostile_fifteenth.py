@@ -68,8 +68,8 @@ def shape(cfg: dict) -> tuple:
     (STARCODER, (40, 48, 1, 128, 6144, 24576, 49152, 8192)),  # multi_query: 1 KV head, not 48
     (BLOOM_560M, (24, 16, 16, 64, 1024, 4096, 250880, 2048)),
     (MPT_7B, (32, 32, 32, 128, 4096, 16384, 50432, 2048)),
-    (RW_7B, (32, 71, 1, 64, 4544, 18176, 65024, 4096)),
-    (RW_40B, (60, 128, 8, 64, 8192, 32768, 65024, 4096)),
+    (RW_7B, (32, 71, 1, 64, 4544, 18176, 65024, 2048)),  # no length field: vLLM's default 2,048
+    (RW_40B, (60, 128, 8, 64, 8192, 32768, 65024, 2048)),
     (CHATGLM3, (28, 32, 2, 128, 4096, 13696, 65024, 8192)),
     ({"model_type": "exaone", "num_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
       "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 102400, "max_position_embeddings": 4096},

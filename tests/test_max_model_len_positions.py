@@ -71,7 +71,7 @@ def test_a_shape_given_by_flags_has_the_positions_it_is_asked_for(capsys):
 def test_a_config_json_without_positions_refuses_no_length_as_vllm_does():
     model = model_from_hf_config({k: v for k, v in QWEN_LIKE.items() if k != "max_position_embeddings"}, "bare")
     assert not model.max_position_embeddings_given
-    assert resolved(model).max_model_len == 4096  # kvscope's default length, as before
+    assert resolved(model).max_model_len == 2048  # vLLM's default (it warns), LlamaConfig's too; it had been 4,096
     assert resolved(model, 100_000).max_model_len == 100_000
 
 
@@ -80,7 +80,7 @@ def test_a_config_json_without_positions_refuses_no_length_as_vllm_does():
     ({"n_positions": 1024}, 1024),  # GPT-2's
     ({"max_position_embeddings": 32768, "seq_length": 8192}, 8192),  # vLLM takes the smallest given
     ({"model_max_length": 131072, "max_position_embeddings": 8192}, 8192),
-    ({}, 4096),  # none given: the default, and a max_model_len past it is not refused
+    ({}, 2048),  # none given: vLLM's default, and a max_model_len past it is not refused
 ])
 def test_the_models_length_is_the_smallest_of_the_fields_vllm_reads(fields, positions):
     base = {k: v for k, v in QWEN_LIKE.items() if k != "max_position_embeddings"}

@@ -338,7 +338,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     shortest = min(lengths, key=lengths.get) if lengths else None  # vLLM's: the smallest given; each said by name,
     # not as max_position_embeddings (seq_length 0 was "max_position_embeddings must be greater than 0")
     positions = whole_number(lengths[shortest], f"{label}: {shortest}", 1, ceiling("max_position_embeddings")) \
-        if lengths else 4096
+        if lengths else 2048  # vLLM's default max_model_len for a config.json without one (it warns); any is allowed
     data = {
         "name": name,
         "num_hidden_layers": cfg["num_hidden_layers"],
