@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
@@ -42,10 +43,49 @@ def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
 
 
-def exponent_value(box: QAbstractSpinBox, text: str) -> float | None:
-    """The number typed with an exponent ("5e-1", "2.5E3"), None for text without one or no number."""
+# Signs pasted beside such digits, or from a web page or a PDF: the minus sign U+2212 and the
+# full-width forms. Each goes in as its ASCII sign.
+_ASCII_SIGNS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-", "\uff0b": "+", "\uff0e": ".",
+                              "\uff0c": ",", "\uff45": "e", "\uff25": "E"})
+
+
+def ascii_number(text: str) -> str:
+    """text with a digit of another script (a full-width "１２" from a CJK input method, an Arabic-Indic
+    "٣") written as its ASCII digit, as Python's int() and the command line read it: Qt refused "１２"
+    as "not a value this field takes (1 to 1,024 tokens)", a range 12 is in, and "−5" as no number."""
+    digits = (str(unicodedata.decimal(c)) if not c.isascii() and unicodedata.decimal(c, None) is not None else c
+              for c in text)
+    return "".join(digits).translate(_ASCII_SIGNS)
+
+
+def _units(box: QAbstractSpinBox) -> list[str]:
+    """The unit of the box, as typed by hand: its suffix, and a count's singular and plural."""
+    count = box.property("count_unit")
+    units = {box.suffix().strip(), *((count, f"{count}s") if count else ())} - {""}
+    return sorted(units, key=len, reverse=True)
+
+
+def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
+    """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
+    "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
+    text = ascii_number(text)
+    suffix = box.suffix()
+    if not suffix or text == box.specialValueText():
+        return text
+    body = text.removesuffix(suffix).rstrip()  # Qt appends the suffix to text that does not end in it
+    for unit in _units(box):
+        number = body[:len(body) - len(unit)]
+        if body.lower().endswith(unit.lower()) and any(c.isdigit() for c in number):
+            return number.rstrip() + suffix
+    return text
+
+
+def typed_number(box: QAbstractSpinBox, text: str) -> float | None:
+    """The number typed in the box ("5e-1", "1.0", "1,024"), judged by its value; None for text that is
+    no finite number, or whose group separators are misplaced ("2,5")."""
+    text = as_the_box_writes(box, text)
     typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
-    if "e" not in typed.lower():
+    if not typed or _NUMBER_LIKE.fullmatch(typed) is None or misplaced_group_separator(box, text):
         return None
     value, ok = box.locale().toDouble(typed)
     return value if ok and math.isfinite(value) else None
@@ -57,10 +97,12 @@ def beyond_decimals(box: QAbstractSpinBox, value: float) -> bool:
 
 
 class _KeepsTypedNumbers:
-    """validate() for a spin box: Qt's verdict, except that a number it would drop, or read as
-    another number (a misplaced separator), stays as typed.
+    """validate() for a spin box: a number is judged by its value; other text by Qt, except that a
+    number it would drop, or read as another number (a misplaced separator), stays as typed.
 
-    A number with an exponent is judged by its value: Qt counted the decimals of "5e-1" as none, so
+    Qt judged the text: "1.0" or "2." in a box of whole numbers was refused as "not a value this
+    field takes (1 to 1,024 tokens)", a range 1 is in (in a box of whole MiB "2." was taken and
+    "1.0" refused). A number with an exponent likewise: Qt counted the decimals of "5e-1" as none, so
     in a box of whole MiB it took 0.5 MiB unrounded and showed "1 MiB" (1e-9 MiB showed "0 MiB" and
     ran the default pool, int(1e-9 MiB) bytes being 0); "2.5e0" in a box of two decimals, or "1e3" in
     the Requests box, was refused as "not a value this field takes" with a range it is in. Now what
@@ -68,7 +110,10 @@ class _KeepsTypedNumbers:
     its reason."""
 
     def validate(self, text: str, pos: int):
-        value = exponent_value(self, text)
+        written = as_the_box_writes(self, text)
+        if written != text:  # the cursor goes where the number typed ends
+            text, pos = written, len(written.removesuffix(self.suffix()))
+        value = typed_number(self, text)
         if value is not None:
             fits = self.minimum() <= value <= self.maximum() and not beyond_decimals(self, value)
             return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
@@ -87,7 +132,7 @@ class NumberBox(_KeepsTypedNumbers, QSpinBox):
     """A QSpinBox that keeps an out-of-range number as typed (see the module)."""
 
     def valueFromText(self, text: str) -> int:  # noqa: N802 - Qt's name
-        value = exponent_value(self, text)
+        value = typed_number(self, text)
         return super().valueFromText(text) if value is None else int(value)
 
 
@@ -95,5 +140,5 @@ class DecimalBox(_KeepsTypedNumbers, QDoubleSpinBox):
     """A QDoubleSpinBox that keeps an out-of-range number, or one with too many decimals, as typed."""
 
     def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt's name
-        value = exponent_value(self, text)
+        value = typed_number(self, text)
         return super().valueFromText(text) if value is None else value
