@@ -9,6 +9,7 @@ the typed text just before Qt does and hands one line to `show`, which the form 
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from typing import Callable
 
@@ -16,16 +17,20 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
-from kvscope.widgets.number_box import beyond_decimals, misplaced_group_separator
+from kvscope.widgets.number_box import ascii_number, beyond_decimals, misplaced_group_separator
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+_ANOTHER_UNIT = re.compile(r"\s*([+-]?[\d,]*\.?\d+(?:[eE][+-]?\d+)?)\s*([^\d\s.,+-].*?)\s*")  # "2 GiB", "50%"
+_PAST_A_FLOAT = re.compile(r"[+-]?[\d,]*\.?\d*[eE]\+?\d{3,}")  # an exponent a float cannot hold: infinite
 
 
 def shown_value(box: QAbstractSpinBox, value) -> str:
     """value as the box writes it, with its unit (its special text at the minimum)."""
     if box.specialValueText() and value == box.minimum():
         return box.specialValueText()
-    return f"{box.textFromValue(value)}{box.suffix()}"
+    count = box.property("count_unit")  # a count's suffix follows the box's value: "1 requests" was said
+    unit = (f" {count}" if value == 1 else f" {count}s") if count else box.suffix()
+    return f"{box.textFromValue(value)}{unit}"
 
 
 def taken_range(box: QAbstractSpinBox) -> str:
@@ -34,6 +39,9 @@ def taken_range(box: QAbstractSpinBox) -> str:
     least = box.minimum()
     if box.specialValueText():  # the least number it holds past the special value: not singleStep away
         least += 10 ** -box.decimals() if isinstance(box, QDoubleSpinBox) else 1
+        # a special value below 0 stands before the numbers from 0: the arrival rate's "preset's" at -1
+        # was said as "-0.99 to 1000000000.00 req/s, or preset's", and a negative rate is refused
+        least = max(least, 0) if box.minimum() < 0 else least
     span = f"{box.textFromValue(least)} to {shown_value(box, box.maximum())}"
     return f"{span}, or {box.specialValueText()}" if box.specialValueText() else span
 
@@ -56,6 +64,8 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     if not ok and not isinstance(box, QDoubleSpinBox):  # "0.5" or "5e-1" in a box of whole numbers
         number, ok = box.locale().toDouble(typed)
         ok = ok and math.isfinite(number)
+    if not ok and _PAST_A_FLOAT.fullmatch(typed):  # "1e400": past what a float holds, not "not a value"
+        number, ok = float(typed.replace(box.locale().groupSeparator(), "")), True
     if len(typed) > SHOWN_CHARS:
         typed = f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
     if ok and number < box.minimum():
@@ -96,7 +106,14 @@ def dropped_reason(box: QAbstractSpinBox, text: str) -> str:
         ("" if len(text) <= SHOWN_CHARS else f"... ({len(text):,} characters)")
     invisible = (f" (it holds invisible characters: {', '.join(hidden[:4])}{' ...' if len(hidden) > 4 else ''})"
                  if hidden else "")
-    return f"{shown} is not a number{invisible}; this field takes {taken_range(box)}: kept {shown_value(box, box.value())}"
+    kept = f"{taken_range(box)}: kept {shown_value(box, box.value())}"
+    unit = _ANOTHER_UNIT.fullmatch(ascii_number(text))
+    # a unit: "%" or a word ("GiB", "tokens"); a lone letter is not one ("5k" may mean 5,000, "0k" a slip)
+    if unit and not hidden and not (len(unit[2]) == 1 and unit[2].isalpha()):  # "5MiB" in a box of tokens, "50%" in the memory share, was "not a number"
+        count = box.property("count_unit")
+        mine = f", not {f'{count}s' if count else box.suffix().strip()}" if box.suffix().strip() else ""
+        return f"{shown} is in {unit[2]}{mine}: type the number alone; this field takes {kept}"
+    return f"{shown} is not a number{invisible}; this field takes {kept}"
 
 
 class KeptValueNotice(QObject):
