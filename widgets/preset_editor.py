@@ -54,8 +54,10 @@ def _int_box(tooltip: str, suffix: str = "") -> QSpinBox:
 
 def _float_box(tooltip: str, suffix: str, maximum: float, decimals: int = 1) -> QDoubleSpinBox:
     box = DecimalBox()
-    box.setRange(0.1, maximum)
     box.setDecimals(decimals)
+    # the least it shows, not 0: Qt rounds the range to the decimals, and the bandwidth's whole GB/s
+    # took 0.1 as 0 -- a 0 GB/s then refused on the Run tab, in bytes/s, out of the user's sight
+    box.setRange(max(0.1, 10.0 ** -decimals), maximum)
     box.setSuffix(suffix)
     box.setToolTip(tooltip)
     box.setKeyboardTracking(False)

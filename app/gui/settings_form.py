@@ -91,7 +91,8 @@ def bound_boxes(settings: SettingsPanel, editor: PresetEditor) -> None:
         box.setToolTip(f"{tip}{BOUND_NOTE}{shown_high}{f' {unit}s' if unit else box.suffix()}, as the command line checks")
 
 
-EDITOR_FIELDS = (*MODEL_EDIT_FIELDS, "gpu_count", "memory_bytes")
+# the editor's boxes a refusal may name: the bandwidth's went to the Run tab's Hardware, out of sight
+EDITOR_FIELDS = (*MODEL_EDIT_FIELDS, "gpu_count", "memory_bytes", "memory_bandwidth_bytes_per_s")
 
 
 def editor_field(message: str) -> str | None:
