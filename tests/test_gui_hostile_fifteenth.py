@@ -199,3 +199,9 @@ def test_the_run_keys_still_work_outside_the_form_and_ctrl_return_inside_it(wind
     window.settings.workload.clearFocus()
     qtbot.keyClick(window, Qt.Key.Key_Space)  # Play or Pause, away from the form's fields
     assert window.play_action.text() != before
+
+
+def test_a_digit_in_the_focused_speed_list_chooses_a_speed_and_opens_no_scenario(window, qtbot):
+    focus(qtbot, window.speed)
+    qtbot.keyClick(window.speed, Qt.Key.Key_2)  # opened scenario 2 (the comparison page)
+    assert window.speed.currentText() == "2x" and window.compare is None and window.current_scenario is None

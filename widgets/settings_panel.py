@@ -12,7 +12,6 @@ from typing import Callable
 from PySide6.QtCore import QEvent, QObject, QPointF, Qt, Signal
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import (
-    QAbstractButton,
     QAbstractScrollArea,
     QAbstractSpinBox,
     QApplication,
@@ -84,29 +83,13 @@ def refresh_count_suffixes(container: QWidget) -> None:
             _show_count_unit(box)
 
 
-def _a_key_of_the_field(field: QWidget, event) -> bool:
-    """Whether the key pressed on field is one it takes itself: Space on a check box or a button, a
-    letter or digit (type-ahead) or Space in a choice list. The window's one-key shortcuts (Space
-    plays, S steps, R resets, 1-9 open scenarios) took them: Space on a focused "prefix caching"
-    started the engine and left the box unticked, "s" in the workload list stepped the engine."""
-    if event.modifiers() & ~Qt.KeyboardModifier.ShiftModifier & ~Qt.KeyboardModifier.KeypadModifier:
-        return False  # Ctrl+Return (Apply), Ctrl+T stay the window's
-    if isinstance(field, QAbstractButton):
-        return event.key() == Qt.Key.Key_Space
-    return isinstance(field, QComboBox) and bool(event.text().strip() or event.key() == Qt.Key.Key_Space)
-
-
 class WheelScrollsPanel(QObject):
     """The mouse wheel over a choice or number box that has no focus scrolls the panel around it
     instead of changing the value: a user scrolling down a long form changed settings by accident.
-    Clicked (or tabbed) into, a box takes the wheel as usual. And a focused field keeps the keys it
-    takes (_a_key_of_the_field) from the window's shortcuts."""
+    Clicked (or tabbed) into, a box takes the wheel as usual."""
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.ShortcutOverride and _a_key_of_the_field(watched, event):
-            event.accept()  # the key goes to the field, not to a shortcut
-            return True
-        if event.type() != QEvent.Type.Wheel or watched.hasFocus() or isinstance(watched, QAbstractButton):
+        if event.type() != QEvent.Type.Wheel or watched.hasFocus():
             return False
         area = watched.parentWidget()
         while area is not None and not isinstance(area, QAbstractScrollArea):
@@ -126,8 +109,6 @@ def wheel_scrolls_panel(container: QWidget) -> None:
     for box in [*container.findChildren(QComboBox), *container.findChildren(QAbstractSpinBox)]:
         box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the wheel does not focus it either
         box.installEventFilter(guard)
-    for button in container.findChildren(QAbstractButton):
-        button.installEventFilter(guard)
 
 
 def let_combos_shrink(container: QWidget, min_chars: int = 10) -> None:

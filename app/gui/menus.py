@@ -6,9 +6,9 @@ with the menu bar hidden (demo mode)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QComboBox, QLabel, QToolBar
+from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QLabel, QToolBar
 
 from kvscope.app.gui.export_menu import ExportMenu
 from kvscope.app.gui.prompt_box import FOCUS_KEY
@@ -37,8 +37,33 @@ def add_action(window, text: str, shortcut, tip: str, slot, toolbar: QToolBar | 
     return action
 
 
+def takes_the_key(field, event) -> bool:
+    """Whether the focused field takes the key itself: Space on a check box or a button, a letter or
+    digit (type-ahead) or Space in a choice list. The window's one-key shortcuts took them: Space on
+    the focused "prefix caching" started the engine and left the box unticked, "s" in the workload
+    list stepped the engine, "2" in the speed list opened scenario 2."""
+    if event.modifiers() & ~(Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.KeypadModifier):
+        return False  # Ctrl+Return (Apply), Ctrl+T stay the window's
+    if isinstance(field, QAbstractButton):
+        return event.key() == Qt.Key.Key_Space
+    return isinstance(field, QComboBox) and bool(event.text().strip() or event.key() == Qt.Key.Key_Space)
+
+
+class FieldKeys(QObject):
+    """On the window: a key its focused field takes (takes_the_key) is that field's, not a
+    shortcut's. Qt offers the key to the focused widget, then to its parents up to the window, before
+    a shortcut; a field that does not claim it arrives here."""
+
+    def eventFilter(self, window, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.ShortcutOverride and takes_the_key(QApplication.focusWidget(), event):
+            event.accept()  # the key goes on to the field as a key press
+            return True
+        return False
+
+
 def build_run_controls(w) -> None:
     """Play, Step, the speed, the seed, Reset, Apply, Theme (and Quit, for the File menu)."""
+    w.installEventFilter(FieldKeys(w))
     bar = QToolBar("Run controls")
     bar.setObjectName("run controls")
     w.addToolBar(bar)
