@@ -205,3 +205,27 @@ def test_a_digit_in_the_focused_speed_list_chooses_a_speed_and_opens_no_scenario
     focus(qtbot, window.speed)
     qtbot.keyClick(window.speed, Qt.Key.Key_2)  # opened scenario 2 (the comparison page)
     assert window.speed.currentText() == "2x" and window.compare is None and window.current_scenario is None
+
+
+# -- 7. the arrows of a box whose special value sits below 0 -----------------------------------------------
+
+def test_the_up_arrow_from_the_presets_arrival_rate_goes_to_0_not_to_a_refused_negative_rate(window, qtbot):
+    settings = window.settings
+    box = settings.arrival_rate
+    focus(qtbot, box)
+    qtbot.keyClick(box, Qt.Key.Key_Up)  # -0.5 req/s, refused: "must be 0 (all at once) or more"
+    assert box.value() == 0 and window.settings_form.current_config().workload.arrival_rate_per_s == 0
+    qtbot.keyClick(box, Qt.Key.Key_Up)
+    assert box.value() == 0.5 and window.settings_form.current_config() is not None
+    qtbot.keyClick(box, Qt.Key.Key_Down)
+    qtbot.keyClick(box, Qt.Key.Key_Down)  # from 0 down: back to the preset's rate
+    assert box.text() == "preset's" and settings.values()["arrival_rate_per_s"] is None
+
+
+def test_the_up_arrow_from_the_presets_shared_prefix_goes_to_0_then_in_its_steps(window, qtbot):
+    box = window.settings.shared_prefix
+    focus(qtbot, box)
+    qtbot.keyClick(box, Qt.Key.Key_Up)  # 4 %: the special -1 plus the step of 5
+    assert box.value() == 0
+    qtbot.keyClick(box, Qt.Key.Key_Up)
+    assert box.value() == 5 and window.settings.values()["shared_prefix_fraction"] == 0.05

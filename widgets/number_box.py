@@ -123,6 +123,21 @@ class _KeepsTypedNumbers:
             return QValidator.State.Intermediate, text, pos
         return state, text_out, pos_out
 
+    def stepBy(self, steps: int) -> None:  # noqa: N802 - Qt's name
+        """A special value below 0 ("preset's" at -1) stands before the numbers from 0: the arrow
+        stepped from it by the box's step, to -0.5 req/s (the arrival rate, then refused as negative)
+        or to 4 % (the shared prefix); now from it to 0, and from 0 down back to it."""
+        least, before = self.minimum(), self.value()
+        if not self.specialValueText() or least >= 0:
+            super().stepBy(steps)
+        elif before == least and steps > 0:
+            self.setValue(min((steps - 1) * self.singleStep(), self.maximum()))
+            self.selectAll()
+        else:
+            super().stepBy(steps)
+            if least < self.value() < 0:
+                self.setValue(0 if before > 0 else least)
+
     def fixup(self, text: str) -> str:
         # Qt's fixup removes the separators of a box that shows none: the seed's "2,5" became 25 on Enter
         return text if misplaced_group_separator(self, text) else super().fixup(text)
