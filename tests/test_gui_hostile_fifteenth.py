@@ -229,3 +229,18 @@ def test_the_up_arrow_from_the_presets_shared_prefix_goes_to_0_then_in_its_steps
     assert box.value() == 0
     qtbot.keyClick(box, Qt.Key.Key_Up)
     assert box.value() == 5 and window.settings.values()["shared_prefix_fraction"] == 0.05
+
+
+# -- 8. Apply where the live run is not shown -------------------------------------------------------------
+
+def test_ctrl_return_on_the_comparison_page_builds_no_live_engine_out_of_sight(window, qtbot):
+    window.open_scenario(window.scenario_names[0])
+    qtbot.waitUntil(window.compare_showing)
+    assert not window.settings_dock.isVisible()
+    applied = window.config
+    window.apply_action.trigger()  # built and played the live engine behind the comparison
+    assert window.config is applied and not window.live_worker._commanded_playing
+    assert window.statusBar().currentMessage().startswith("nothing applied: Apply (Ctrl+Return) rebuilds the live run")
+    window.pages.setCurrentIndex(0)  # on the live page it applies, as before
+    window.apply_action.trigger()
+    assert window.config is not applied and window.live_worker._commanded_playing

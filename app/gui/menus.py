@@ -93,7 +93,7 @@ def build_run_controls(w) -> None:
     w.reset_action = add_action(w, "Reset", Qt.Key_R, "rebuild the engine and restart the workload with this seed",
                                 lambda: _on_screen(w, "reset", w.reset_pressed), bar)
     w.apply_action = add_action(w, "Apply", [QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")],
-                                "apply the settings: rebuild the engine in place", lambda: w.apply_settings(play=True))
+                                "apply the settings: rebuild the engine in place", lambda: _apply_on_screen(w))
     bar.addSeparator()
     w.theme_action = add_action(w, "Theme", QKeySequence("Ctrl+T"), "switch between the light and dark themes",
                                 w.toggle_theme, bar)
@@ -118,6 +118,18 @@ def _on_screen(w, what: str, act) -> None:
                                   "and Reset act on the Live run and Compare pages", 10000)
         return
     act()
+
+
+def _apply_on_screen(w) -> None:
+    """Ctrl+Return applies the Settings to the live run, on its page: on the comparison's page (its
+    docks hidden) or an attached server's, it built and played the live engine out of sight, taking
+    the comparison's CPU, with the settings not on screen."""
+    if w.pages.currentWidget() is not w.panels.page:
+        page = w.pages.tabText(w.pages.currentIndex())
+        w.statusBar().showMessage(f"nothing applied: Apply (Ctrl+Return) rebuilds the live run with its Settings; "
+                                  f"this page is {page}, go to the Live run page to apply", 10000)
+        return
+    w.apply_settings(play=True)
 
 
 def build_menus(w) -> None:
