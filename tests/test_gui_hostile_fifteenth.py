@@ -244,3 +244,19 @@ def test_ctrl_return_on_the_comparison_page_builds_no_live_engine_out_of_sight(w
     window.pages.setCurrentIndex(0)  # on the live page it applies, as before
     window.apply_action.trigger()
     assert window.config is not applied and window.live_worker._commanded_playing
+
+
+# -- 9. a device count far past the heads -----------------------------------------------------------------
+
+def test_65536_devices_are_refused_without_trying_every_count_below(window, qtbot, monkeypatch):
+    from kvscope.app.gui import run_settings
+
+    calls = []
+    resolve = run_settings.resolve_engine_args
+    monkeypatch.setattr(run_settings, "resolve_engine_args", lambda *a: calls.append(1) or resolve(*a))
+    window.settings_form.dock.widget().setCurrentIndex(1)
+    said = paste(qtbot, window.editor.gpu_count, "65536")  # 65,535 counts tried: ~3 s frozen at each check
+    assert said.startswith("gpu_count 65536 (Devices): the run splits llama-3-8b over every device")
+    assert said.endswith("give 32 (the most that splits them), or other hardware")
+    assert len(calls) < 100
+    assert paste(qtbot, window.editor.gpu_count, "32") == "" and window.settings_form.current_config() is not None

@@ -259,7 +259,10 @@ def _devices_refused(model, hardware, args) -> str | None:
 
     if hardware.gpu_count <= 1 or refusal(hardware.gpu_count) is None:
         return None
-    best = next(n for n in range(hardware.gpu_count - 1, 0, -1) if refusal(n) is None)
+    # only a count that divides the query heads can split them (the engine's check): 65,536 devices typed
+    # tried every count below, ~3 s of a frozen window at each check of the form
+    heads = model.num_attention_heads
+    best = next(n for n in range(min(hardware.gpu_count - 1, heads), 0, -1) if heads % n == 0 and refusal(n) is None)
     return (f"gpu_count {hardware.gpu_count} (Devices): the run splits {model.name} over every device, and "
             f"{hardware.gpu_count} cannot split its {model.num_attention_heads} query heads and "
             f"{model.num_key_value_heads} KV heads evenly; give {best} (the most that splits them), or other hardware")
