@@ -260,3 +260,9 @@ def test_65536_devices_are_refused_without_trying_every_count_below(window, qtbo
     assert said.endswith("give 32 (the most that splits them), or other hardware")
     assert len(calls) < 100
     assert paste(qtbot, window.editor.gpu_count, "32") == "" and window.settings_form.current_config() is not None
+
+
+def test_plus_on_the_focused_speed_list_still_runs_faster(window, qtbot):
+    focus(qtbot, window.speed)
+    qtbot.keyClick(window.speed, Qt.Key.Key_Plus)  # Faster: no item begins with "+"
+    assert window.speed.currentText() == "2x"

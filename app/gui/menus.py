@@ -46,7 +46,8 @@ def takes_the_key(field, event) -> bool:
         return False  # Ctrl+Return (Apply), Ctrl+T stay the window's
     if isinstance(field, QAbstractButton):
         return event.key() == Qt.Key.Key_Space
-    return isinstance(field, QComboBox) and bool(event.text().strip() or event.key() == Qt.Key.Key_Space)
+    # "+" and "-" (faster, slower) begin no item: they stay the window's, on the speed list too
+    return isinstance(field, QComboBox) and (event.text().isalnum() or event.key() == Qt.Key.Key_Space)
 
 
 class FieldKeys(QObject):
