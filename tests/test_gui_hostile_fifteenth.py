@@ -266,3 +266,21 @@ def test_plus_on_the_focused_speed_list_still_runs_faster(window, qtbot):
     focus(qtbot, window.speed)
     qtbot.keyClick(window.speed, Qt.Key.Key_Plus)  # Faster: no item begins with "+"
     assert window.speed.currentText() == "2x"
+
+
+def test_record_on_the_comparison_page_is_refused_not_the_hidden_live_run_recorded(window, qtbot, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+    said, asked = [], []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: said.append((title, text)))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: asked.append(a) or ("", ""))
+    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=30000)
+    window.open_scenario(window.scenario_names[0])
+    qtbot.waitUntil(window.compare_showing)
+    window.record_action.trigger()  # asked for a file and recorded the paused live run behind the comparison
+    assert said == [("Recording did not start", "a comparison is not recorded: File > Record records the engine "
+                     "of the Live run page, or an attached server's page; go to that page to record it")]
+    assert not asked and not window.record_action.isChecked()
+    window.pages.setCurrentIndex(0)
+    window.record_action.trigger()  # on the live page the file is asked for, as before
+    assert len(asked) == 1 and not window.record_action.isChecked()

@@ -39,6 +39,9 @@ def recording(window):
 def why_not(window) -> str | None:
     """Why the live engine cannot be recorded now (none is built: a scenario's page opened the
     window, or the last Apply failed), or the attached page follows no server, else None."""
+    if window.compare_showing():  # it recorded the live engine, paused behind the comparison shown
+        return ("a comparison is not recorded: File > Record records the engine of the Live run page, or an "
+                "attached server's page; go to that page to record it")
     page = target(window)
     if page is not window.live_worker:
         if page.failed:  # Record stayed checked over "Nothing to record: not attached to a server."
