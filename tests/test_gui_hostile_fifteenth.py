@@ -284,3 +284,24 @@ def test_record_on_the_comparison_page_is_refused_not_the_hidden_live_run_record
     window.pages.setCurrentIndex(0)
     window.record_action.trigger()  # on the live page the file is asked for, as before
     assert len(asked) == 1 and not window.record_action.isChecked()
+
+
+def test_an_export_of_a_live_view_off_screen_is_refused_and_saved_on_screen(window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    said = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: said.append((title, text)))
+    target = tmp_path / "map.png"
+    window._ask_save_path = lambda *a: str(target)
+    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=30000)
+    window.open_scenario(window.scenario_names[0])
+    qtbot.waitUntil(window.compare_showing)
+    # saved the live block map and KV plot, hidden behind the comparison, "as it is on screen"
+    assert not window.exports.ask_view("block_map") and not window.exports.ask_plot("kv")
+    assert said[0] == ("Not saved", "the block map is not on screen: it is the Live run page's and shows there "
+                       "(View opens its dock if it is closed); the comparison's plots are under Export > "
+                       "Comparison plot")
+    assert said[1][1].startswith("the KV cache vs compute plot is not on screen") and not target.exists()
+    window.pages.setCurrentIndex(0)
+    qtbot.waitUntil(window.block_map.isVisible)
+    assert window.exports.ask_view("block_map") and target.exists()

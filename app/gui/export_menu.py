@@ -83,15 +83,30 @@ class ExportMenu:
         self.window.statusBar().showMessage(f"saved {shown}", 5000)
         return True
 
+    def _off_screen(self, view, title: str) -> bool:
+        """Whether the live run's view is off screen, said in a dialog: on the comparison's page (or with
+        its dock closed) the live block map, timeline or plot was saved as the user could not see it,
+        where the menu says "as it is on screen" -- the comparison's own plots have their entries."""
+        if view.isVisible():
+            return False
+        QMessageBox.warning(self.window, "Not saved", f"the {title} is not on screen: it is the Live run page's "
+                            "and shows there (View opens its dock if it is closed); the comparison's plots are under "
+                            "Export > Comparison plot")
+        return True
+
     def ask_plot(self, name: str) -> bool:
         title = PLOT_TITLES.get(name, name)
         plot = self.window.plots.plots[name]
+        if self._off_screen(self.window.plots, f"{title} plot"):
+            return False
         return self._save(f"Save the {title} plot", default_name(title, ".png"), PLOT_FORMATS,
                           lambda path: export_plot(plot, path, self.inputs()))
 
     def ask_view(self, key: str) -> bool:
         panels = self.window.panels
         widget, title = panels.views[key], panels.panel(key).title
+        if self._off_screen(widget, title.lower()):
+            return False
         return self._save(f"Save the {title.lower()}", default_name(title, ".png"), PNG_FORMAT,
                           lambda path: export_widget_png(widget, path, self.inputs()))
 
