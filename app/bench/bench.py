@@ -239,8 +239,6 @@ def cmd_bench(args) -> int:
     if getattr(args, "against_vllm", False):
         from kvscope.app.bench.bench_vs_vllm import bench_against_vllm, print_against_vllm
 
-        if args.what != "real":
-            raise ConfigError("--against-vllm goes with `kvscope bench real`")
         print_against_vllm(results.setdefault("real_vs_vllm", bench_against_vllm(args.requests, args.device)))
         if args.json:
             write_json_output("--json", args.json, results)

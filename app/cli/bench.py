@@ -31,7 +31,7 @@ def run(a) -> int:
         if given not in (None, False) and a.what not in readers:
             named = ", ".join(f"`kvscope bench {r}`" for r in readers if r)
             alone = f"kvscope bench {a.what}" if a.what else "kvscope bench"
-            raise ConfigError(f"--{dest} goes with {named}, not `{alone}`")
+            raise ConfigError(f"--{dest.replace('_', '-')} goes with {named}, not `{alone}`")
         if given is None and dest in BENCH_OPTION_DEFAULTS:
             setattr(a, dest, BENCH_OPTION_DEFAULTS[dest])
     # `bench cuda` says its own (cpu or cuda, a dry run on cpu); --against-vllm runs vLLM's CPU build, said by it
@@ -47,7 +47,9 @@ def run(a) -> int:
 # to another, an option would be ignored without a word. Their defaults are filled in once checked.
 BENCH_OPTION_READERS = {"requests": (None, "real", "cuda", "calibration"), "device": (None, "real", "cuda", "calibration"),
                         "minutes": ("soak",),
-                        "tracemalloc": ("soak",), "scenario": ("compare",)}
+                        "tracemalloc": ("soak",), "scenario": ("compare",),
+                        # `bench scenarios --against-vllm` timed the scenarios for minutes, the flag unread
+                        "against_vllm": ("real",)}
 BENCH_OPTION_DEFAULTS = {"requests": 64, "minutes": 30.0, "scenario": "fp8-kv-real"}
 
 
