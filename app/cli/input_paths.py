@@ -67,7 +67,7 @@ def input_path_problem(path: str) -> str | None:
         return not_a_folder_reason(path)
     except FileNotFoundError:
         closed = unopened_descriptor(path)
-        return None if closed is None else descriptor_not_open(closed)
+        return _blank_around(path) if closed is None else descriptor_not_open(closed)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return "a loop of symbolic links (each leads to the next, and none to a file); give a path the system can open"
@@ -79,6 +79,20 @@ def input_path_problem(path: str) -> str | None:
     if stat.S_ISREG(mode):
         return _first_byte_problem(path)
     return None
+
+
+def _blank_around(path: str) -> str | None:
+    """A missing path whose name without the spaces (or tabs) around it is there: `--trace "t.csv "`
+    was "trace t.csv : no such file", the space unseen in the line. None for any other missing path."""
+    bare = path.strip()
+    if bare == path or not bare or not os.path.lexists(bare):
+        return None
+    where = "begins and ends" if path[0].isspace() and path[-1].isspace() else \
+        "begins" if path[0].isspace() else "ends"
+    blanks = set(path[:len(path) - len(path.lstrip())] + path[len(path.rstrip()):])
+    blank = "a space" if blanks == {" "} else "a blank (a tab, a line break)"
+    return (f"no such file: the name as typed {where} with {blank} ('{said_path(path)}'), and {said_path(bare)} "
+            "is there; give the name without it")
 
 
 def _first_byte_problem(path: str) -> str | None:
