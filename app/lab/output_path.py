@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import (descriptor_not_open, not_a_folder_reason, unopened_descriptor,
                                            what_is_there)
-from kvscope.app.lab.said_paths import said_short
+from kvscope.app.lab.said_paths import said_path, said_short
 from kvscope.engine.config import ConfigError
 
 
@@ -68,6 +68,10 @@ def _refuse_another_formats_name(flag: str, path: str) -> None:
 
 def _check_output_path(flag: str, path: str, inputs: dict | None) -> None:
     path = str(path)
+    if path != path.strip():  # `--json "o.csv "` wrote JSON as "o.csv ", `--json " -"` a file " -" here
+        where = "begins" if path[:1].isspace() else "ends"
+        raise ConfigError(f"{flag} '{said_path(path)}': the name {where} with a blank (a space, a tab), "
+                          "which would be written into the file's name; give the name without it")
     if path.endswith(("/", os.sep)) and not os.path.isdir(path):
         after_a_file = not_a_folder_reason(path) or ""  # `notes.txt/`: "there is none" hid that notes.txt is there
         raise ConfigError(f"{flag} {path}: " + (f"{after_a_file}; give a file name (without the '/')"
