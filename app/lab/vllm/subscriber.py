@@ -116,6 +116,8 @@ class SubscriberCounts:
     restarts: int = 0
     decode_errors: int = 0
     duplicates: int = 0  # live batches a replay had already delivered
+    refused: int = 0  # of the decode errors, batches read whole but refused (a rank or a size the server has not)
+    first_error: str = ""  # what the first decode error was, for a line saying why nothing was read
 
 
 @dataclass
@@ -281,7 +283,7 @@ class KvEventSubscriber:
         if refused:
             # Its rank is known, so no other stream's seq is touched; and no stream is made for it,
             # so 20,000 made-up ranks leave nothing behind.
-            self._decode_error(records, None, seq, f"seq {seq} from {source}: {refused}")
+            self._decode_error(records, None, seq, f"seq {seq} from {source}: {refused}", refused=True)
             return
         key = StreamKey(source, topic, batch.data_parallel_rank)
         state = self._streams.get(key)
@@ -313,7 +315,7 @@ class KvEventSubscriber:
         refused = self._refused_batch(batch)
         if refused:  # of its stream, and taken as seen: the next batch is no gap
             state.last_delivered_seq = seq
-            self._decode_error(records, key, seq, f"seq {seq} from {source}: {refused}")
+            self._decode_error(records, key, seq, f"seq {seq} from {source}: {refused}", refused=True)
             return
         self._deliver(key, state, seq, batch, False, records)
 
@@ -344,8 +346,10 @@ class KvEventSubscriber:
     def _refused_batch(self, batch: EventBatch) -> str | None:
         return None if self.batch_check is None else self.batch_check(batch)
 
-    def _decode_error(self, records, key, seq, message) -> None:
+    def _decode_error(self, records, key, seq, message, refused: bool = False) -> None:
         self.counts.decode_errors += 1
+        self.counts.refused += refused
+        self.counts.first_error = self.counts.first_error or message
         records.append(StreamNotice(NoticeKind.DECODE_ERROR, key, seq, seq, 1, f"skipped: {message}"))
 
     def _deliver(self, key, state, seq, batch, replayed, records) -> None:
@@ -380,12 +384,13 @@ class KvEventSubscriber:
             try:
                 batch = decode_batch(payload)
                 refused = self._refused_rank(batch) or self._refused_batch(batch)
+                read = True
             except KvEventDecodeError as exc:
-                refused = str(exc)
+                refused, read = str(exc), False
             if refused:
                 state.last_delivered_seq = seq
                 skipped += seq <= last_missing
-                self._decode_error(records, key, seq, f"replayed seq {seq}: {refused}")
+                self._decode_error(records, key, seq, f"replayed seq {seq}: {refused}", refused=read)
                 continue
             recovered += seq <= last_missing
             self._deliver(key, state, seq, batch, True, records)
