@@ -256,6 +256,12 @@ def check_addresses(args) -> None:
         if flag == "--topic" and size > MAX_TOPIC_BYTES:
             raise ConfigError(f"--topic of {size:,} bytes: a vLLM topic is a few words, and a message whose topic "
                               f"is over {MAX_TOPIC_BYTES:,} bytes is not read; give the server's topic")
+    # the window shows the port the system gave; headless, it was bound, unsaid, for the whole --duration
+    if (args.duration is not None and (args.kv_listen or "").startswith("tcp://") and args.kv_listen.endswith(":*")
+            and args.data_parallel_size == 1):  # more ranks: "no port to offset by the DP rank" says it
+        raise ConfigError(f"--kv-listen {args.kv_listen}: port '*' lets the system pick one, which a headless attach "
+                          "does not say, and a server dials the port its --kv-events-config names; give that port, "
+                          "e.g. tcp://*:5557")
 
 
 def input_files(args) -> dict:
