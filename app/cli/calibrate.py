@@ -91,8 +91,8 @@ def run(args) -> int:
     check_file_output("--json", args.json, "the fit's JSON (the table takes the standard output)", inputs)
     if args.model and args.model_path:  # as `math` and `run` say: one source of weights
         raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
-    options.check_real_model(args.model, args.model_path)  # before torch's import (seconds) and `loading ...`
     options.check_real_device(args.device)
+    options.check_real_model(args.model, args.model_path, fit_on=args.device)  # before `loading ...`
     if args.threads:
         from kvscope.app.lab.models.loader import resolve_device
 

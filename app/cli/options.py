@@ -513,16 +513,25 @@ def check_real_device(device: str | None) -> None:
     resolve_device(device, "--device")
 
 
-def check_real_model(model: str | None, model_path: str | None, allow_pickle: bool = False) -> None:
+def check_real_model(model: str | None, model_path: str | None, allow_pickle: bool = False,
+                     fit_on: str | None | bool = False) -> None:
     """The preset or model folder the real backend is to load, checked before the command says
-    `loading NAME ...`: a refusal after that line (a mistyped preset, no such folder) was two lines."""
+    `loading NAME ...`: a refusal after that line (a mistyped preset, no such folder) was two lines.
+    fit_on (a --device, None for the default): a preset built at random fits there, as the loader checks
+    (`verify` and `calibrate --model llama-3-8b` said "needs about 29.9 GiB" after `loading ...`)."""
     if model_path:
         from kvscope.app.lab.models.loader import check_model_directory
 
         check_model_directory(model_path, allow_pickle)  # config.json and weights there, not read yet
     else:
         if model:
-            load_model(model)
+            shape = load_model(model)
+            if fit_on is not False:
+                from kvscope.app.lab.models.loader import check_weights_fit, resolve_device
+                from kvscope.app.lab.trained_model import TRAINED_MODEL
+
+                if model != TRAINED_MODEL.name:  # random weights, built in fp32
+                    check_weights_fit(shape, resolve_device(fit_on, "--device"), "fp32")
         check_cache_variable()  # the weights are built (or converted) there on first use
         from kvscope.app.lab.verify.tiny_model import cache_dir, make_cache_folder
 

@@ -101,8 +101,8 @@ def run(args) -> int:
     quantizations = {"all": (None, *QUANTIZATIONS), UNQUANTISED: (None,)}.get(args.quantization, (args.quantization,))
     # the model's preset file, or every file of its folder (its weights and tokenizer are read too)
     check_output_path("--json", args.json, options.model_input_files(args.model, args.model_path))
-    options.check_real_model(args.model, args.model_path)  # before `loading ...`, not after it
     options.check_real_device(args.device)
+    options.check_real_model(args.model, args.model_path, fit_on=args.device)  # before `loading ...`, not after it
     if not args.model_path:  # random weights of a preset's shape have no tokenizer: said before loading
         from kvscope.app.lab.trained_model import TRAINED_MODEL
 
