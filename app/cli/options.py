@@ -138,7 +138,13 @@ def bounded(low: float, high: float, whole_only: bool = False, low_open: bool = 
 
 def _positive_flag(flag: str, value: float | None, high: float = MAX_BYTES) -> None:
     if value is not None:
-        real_number(value, flag, 0.0, high, low_open=True)
+        real_number(_whole_as_int(value), flag, 0.0, high, low_open=True)
+
+
+def _whole_as_int(value: float):
+    """A whole float said as the int typed: `--reserve-bytes -1` was "got -1.0", `--weights-bytes 0`
+    "got 0.0" (past 10**18 a float is said in its exponent, not in 19 digits it was not typed with)."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 1e18 else value
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -329,7 +335,7 @@ def _whole_bytes(field: dataclasses.Field, value: float) -> int:
     """A size given as a number (80e9), checked before int() drops its sign: a size that defaults
     to 0 may be 0; one that defaults to None (derive it) must be more when given."""
     if field.default == 0:
-        real_number(value, flag_name(field), 0.0, MAX_BYTES)
+        real_number(_whole_as_int(value), flag_name(field), 0.0, MAX_BYTES)
     else:
         _positive_flag(flag_name(field), value)
     return int(value)
