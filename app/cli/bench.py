@@ -12,10 +12,10 @@ from kvscope.engine.config import ConfigError
 def run(a) -> int:
     from kvscope.app.lab.output_path import check_file_output
 
-    # before minutes of measuring, not after; a file only: the tables take stdout (`--json -` mixed them)
-    check_file_output("--json", a.json, "the figures' JSON (the tables take the standard output)")
     if a.scenario:
         options.check_scenario_path(a.scenario)
+    # before minutes of measuring, not after; a file only: the tables take stdout (`--json -` mixed them)
+    check_file_output("--json", a.json, "the figures' JSON (the tables take the standard output)", _read_files(a))
     if getattr(a, "in_window", False) and a.what != "scenarios":
         raise ConfigError("--in-window goes with `kvscope bench scenarios`")
     if a.part != "both" and a.what != "gui":
@@ -41,6 +41,17 @@ def run(a) -> int:
                        "scenarios": ("bench.bench_scenarios", "cmd_bench_scenarios"),
                        "calibration": ("bench.bench_calibration", "cmd_bench_calibration")}.get(a.what, ("bench.bench", "cmd_bench"))
     return getattr(importlib.import_module(f"kvscope.app.{module}"), command)(a)
+
+
+def _read_files(a) -> dict | None:
+    """The files `bench compare` reads (its scenario file, and what the scenario names), which --json
+    must not replace: `bench compare --scenario mine.toml --json mine.toml` wrote the figures over it."""
+    if a.what != "compare":
+        return None
+    from kvscope.app.cli.compare import input_files
+    from kvscope.app.lab.scenarios import load_scenario
+
+    return input_files(load_scenario(a.scenario or BENCH_OPTION_DEFAULTS["scenario"]))
 
 
 # The benchmarks that read each option (None: `kvscope bench` alone, whose set includes real); given
