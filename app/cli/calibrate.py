@@ -14,6 +14,8 @@ from kvscope.app.cli import combinations, options
 from kvscope.app.cli.output import shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.app.lab.calibration import calibration_note
+from kvscope.app.lab.models.config_json import load_hf_config
+from kvscope.app.lab.presets import load_model
 from kvscope.engine.cost_model import MAX_EFFICIENCY
 from kvscope.engine.units import format_seconds
 
@@ -60,6 +62,17 @@ def check_scale_floor(scale: float) -> None:
                           f"fit would not see the lengths it is for; give at least --scale {1 / shortest:g}")
 
 
+def check_scale_ceiling(args) -> None:
+    """The longest scaled prompt fits the model's length, said from its preset or config.json before
+    `loading ...`: `calibrate --scale 16` (the most --help names) loaded the model and began measuring,
+    then was refused as past smollm2-135m-instruct's 8,192 tokens."""
+    from kvscope.app.lab.calibration import check_scale_fits, default_calibration_model
+
+    shape = load_hf_config(options.model_folder(args.model_path)) if args.model_path else \
+        load_model(args.model or default_calibration_model())
+    check_scale_fits(args.scale, shape.longest_context, shape.name)
+
+
 def torch_default_threads() -> int:
     """The threads torch works a step with when --threads is not given (its own choice for this machine)."""
     import torch
@@ -100,6 +113,7 @@ def run(args) -> int:
     if not args.no_save:  # the profile is stored in the cache
         options.check_cache_variable()
     check_scale_floor(args.scale)
+    check_scale_ceiling(args)
     check_cpu_clock_threads(args)
     import torch
 
