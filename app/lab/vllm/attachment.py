@@ -521,16 +521,16 @@ class Attachment:
         if self.subscriber is None or self.subscriber.counts.batches:
             return None
         endpoint = self.target.kv_events or self.target.kv_listen
-        counts = self.subscriber.counts
-        first = counts.first_error.replace(f" from {endpoint}", "").removesuffix(": skipped")
-        if counts.refused and counts.refused == counts.decode_errors:
+        counts, refused = self.subscriber.counts, getattr(self.subscriber, "refused", 0)  # a recording's: none
+        first = getattr(self.subscriber, "first_error", "").replace(f" from {endpoint}", "").removesuffix(": skipped")
+        first = f" (the first, {first})" if first else ""
+        if refused and refused == counts.decode_errors:
             # each read whole: "could not be decoded ... not a vLLM KV event publisher" named the wrong cause
-            return (f"{counts.refused} batch(es) from {endpoint} were read, and none could come from "
-                    f"{self.server.url} (the first, {first}): it is another server's publisher; give the "
-                    "--kv-events-config endpoint of this one")
+            return (f"{refused} batch(es) from {endpoint} were read, and none could come from {self.server.url}"
+                    f"{first}: it is another server's publisher; give the --kv-events-config endpoint of this one")
         if counts.decode_errors:
-            return (f"{counts.decode_errors} message(s) from {endpoint} could not be decoded and none could (the "
-                    f"first, {first}): it is not a vLLM KV event publisher")
+            return (f"{counts.decode_errors} message(s) from {endpoint} could not be decoded and none could{first}: "
+                    "it is not a vLLM KV event publisher")
         topic = self.target.topic
         # a topic the server does not send under filters every message out: the same silence, another cause
         filtered = (f", or the server's topic does not begin with {short_label(topic)!r} (--topic: drop it to read "

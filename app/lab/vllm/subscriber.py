@@ -116,8 +116,6 @@ class SubscriberCounts:
     restarts: int = 0
     decode_errors: int = 0
     duplicates: int = 0  # live batches a replay had already delivered
-    refused: int = 0  # of the decode errors, batches read whole but refused (a rank or a size the server has not)
-    first_error: str = ""  # what the first decode error was, for a line saying why nothing was read
 
 
 @dataclass
@@ -143,6 +141,8 @@ class KvEventSubscriber:
         self.counts = SubscriberCounts()
         self.unfilled_gaps = 0  # gaps whose replay the poll's deadline cut short (not recorded: not a count of batches)
         self.unfilled_reason = ""  # why the last of them was cut short
+        self.refused = 0  # decode errors of batches read whole but refused: a rank or a size the server has not
+        self.first_error = ""  # the first decode error, for the line saying why nothing was read
         # gaps found while a socket's queue had not been empty for RECEIVE_QUEUE_MESSAGES messages, and
         # their batches: what the queue's limit most likely dropped (not recorded, as unfilled_gaps)
         self.overflow_gaps = 0
@@ -348,8 +348,8 @@ class KvEventSubscriber:
 
     def _decode_error(self, records, key, seq, message, refused: bool = False) -> None:
         self.counts.decode_errors += 1
-        self.counts.refused += refused
-        self.counts.first_error = self.counts.first_error or message
+        self.refused += refused
+        self.first_error = self.first_error or message
         records.append(StreamNotice(NoticeKind.DECODE_ERROR, key, seq, seq, 1, f"skipped: {message}"))
 
     def _deliver(self, key, state, seq, batch, replayed, records) -> None:
