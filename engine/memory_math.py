@@ -21,7 +21,7 @@ from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, Con
                                    ResolvedArgs, as_served, parse_vllm_version)
 from kvscope.engine.kv_layout import KVLayout, kv_bytes_per_token_of, lesson_layout, tokens_in_flight, vllm_layout
 from kvscope.engine.checks import MAX_NUM_BLOCKS
-from kvscope.engine.units import GiB, MiB, format_bytes
+from kvscope.engine.units import GiB, MiB, format_bytes, format_parameters
 
 def _attention_parameters(model: ModelConfig) -> int:
     h, heads, kv, hd = model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim
@@ -83,8 +83,8 @@ def weights_bytes(model: ModelConfig) -> tuple[int, str]:
     if size < 2:
         embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
         total = int((params - embeddings) * size + embeddings * 2)
-        return total, f"{params / 1e9:.2f} B parameters, {model.weight_dtype} ({size:g} B) but 16-bit embeddings"
-    return int(params * size), f"{params / 1e9:.2f} B parameters x {size:g} B ({model.weight_dtype})"
+        return total, f"{format_parameters(params)} parameters, {model.weight_dtype} ({size:g} B) but 16-bit embeddings"
+    return int(params * size), f"{format_parameters(params)} parameters x {size:g} B ({model.weight_dtype})"
 
 
 # bitsandbytes on load (BitsAndBytesConfig's defaults): only the decoder's linear layers shrink,

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import math
 
-KiB = 1024
-MiB = 1024**2
-GiB = 1024**3
-TiB = 1024**4
+KiB, MiB, GiB, TiB = 1024, 1024**2, 1024**3, 1024**4
 
 
 def _in_binary_units(n: float) -> tuple[str, float, str, int]:
@@ -55,3 +52,8 @@ def format_seconds(s: float | None) -> str:
 def format_percent(fraction: float) -> str:  # a share between none and all never reads as either
     text = f"{fraction * 100:.1f} %"
     return {"0.0 %": "under 0.1 %", "100.0 %": "over 99.9 %"}.get(text, text) if 0 < fraction < 1 else text
+
+
+def format_parameters(n: float) -> str:  # `--params 1e6` was said as "0.00 B" parameters, tiny-llama's as "0.03 B"
+    return next((f"{n / size:,.2f} {unit}" for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")) if n >= size),
+                f"{n:,.0f}")

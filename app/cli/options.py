@@ -33,7 +33,7 @@ from kvscope.app.lab.presets import load_hardware, load_model
 from kvscope.engine.checks import MAX_BYTES, MAX_DEVICES, real_number, whole_number
 from kvscope.engine.checks import shown as said_value
 
-from kvscope.engine.units import GiB, format_bytes
+from kvscope.engine.units import GiB, format_bytes, format_parameters
 
 # EngineArgs' flag groups (a field's metadata names its group), as their titles read in --help.
 ENGINE_FLAG_GROUPS = {"engine": "engine (vLLM's names)", "scheduler": "scheduler (vLLM's names)"}
@@ -278,7 +278,7 @@ def model_from_args(args, default_model: str = DEFAULT_MODEL) -> ModelConfig:
         _positive_flag("--params", args.params)
         dtype = changes.get("weight_dtype", model.weight_dtype)
         changes["weights_bytes"] = int(args.params * WEIGHT_DTYPE_BYTES[dtype])
-        changes["weights_source"] = f"--params {args.params / 1e9:.2f} B x {WEIGHT_DTYPE_BYTES[dtype]:g} B ({dtype})"
+        changes["weights_source"] = f"--params {format_parameters(args.params)} x {WEIGHT_DTYPE_BYTES[dtype]:g} B ({dtype})"
     elif changes.get("weight_dtype", model.weight_dtype) != model.weight_dtype and model.weights_bytes is not None:
         changes["weights_bytes"] = None  # a given checkpoint size no longer applies at another precision
     if args.weights_bytes is not None:

@@ -10,6 +10,7 @@ from kvscope.app.lab.models.config_json import load_hf_config
 from kvscope.app.lab.presets import load_hardware, load_model, save_user_preset
 from kvscope.engine.config import ConfigError
 from kvscope.engine.memory_math import num_parameters
+from kvscope.engine.units import format_parameters
 
 
 def _base(kind: str, base_name: str, model_file: str | None):
@@ -62,7 +63,7 @@ def stated_weights_after(model, changes: dict) -> dict:
         return {}
     return {"weights_bytes": max(1, round(model.weights_bytes * after / before)),
             "weights_source": f"{model.weights_source}; scaled to the edited shape's parameters "
-                              f"({before / 1e9:.2f} B to {after / 1e9:.2f} B parameters)"}
+                              f"({format_parameters(before)} to {format_parameters(after)} parameters)"}
 
 
 def edited_preset_fields(kind: str, base_name: str, edits: dict, model_file: str | None = None) -> dict:
