@@ -320,7 +320,7 @@ def run(args) -> int:
     if args.json:
         write_json_output("--json", args.json, report)
     if args.json != "-":
-        print(table(summary_rows(report), title=f"Attached for {args.duration:g} s"))
+        print(table(summary_rows(report), title=f"Attached for {options.typed_float(args.duration)} s"))
         if report["warning"]:
             print(f"note: {shown(report['warning'])}")
         if args.record:

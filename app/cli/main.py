@@ -170,6 +170,11 @@ class Parser(argparse.ArgumentParser):
             if (ended := importlib.import_module("kvscope.app.cli.dash_values").after_double_dash(self, extra)):
                 said.append(ended)  # `export -- r.kvrec --csv x.csv`: "--csv (a flag of `kvscope compare`...)"
                 continue
+            if (switch := self._switch_before(extra)) is not None:  # `math --json out.json`: "unrecognized: out.json"
+                flag, action = switch
+                said.append(f"{extra} ({flag} takes no value in `{self.prog}`: {action.help}"
+                            + (f"; redirect it to keep it: > {extra}" if action.dest == "json" else "") + ")")
+                continue
             # "—requests" (an editor's or a web page's dash for "--") is meant as the flag
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
             owners = [c for c in commands_taking(typed, others or {}) if (others or {})[c] is not self]
@@ -183,6 +188,13 @@ class Parser(argparse.ArgumentParser):
             said.append(f"{extra} (did you mean {close[0]}{note}?)" if (extra.startswith("-") or note) and close
                         else extra)
         self.error(f"unrecognized arguments: {' '.join(said)}")
+
+    def _switch_before(self, extra: str):
+        """The switch (a flag of no value) typed just before `extra`, which was then read as a value of it."""
+        typed = getattr(self, "typed", [])
+        at = typed.index(extra) if extra in typed and not extra.startswith("-") else 0
+        action = self._option_string_actions.get(typed[at - 1]) if at > 0 else None
+        return (typed[at - 1], action) if action is not None and action.nargs == 0 and action.help else None
 
 
 def build_parser() -> argparse.ArgumentParser:
