@@ -186,6 +186,7 @@ def check_preset_name(name, kind: str = "models") -> str:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"an empty {singular} preset name; give one of: {', '.join(preset_names(kind))}")
     if not is_preset_name(name):
+        _refuse_a_file_path(name, kind, singular)
         if kind == "models" and "/" in name and not name.startswith(("/", ".")):
             meant = _did_you_mean(name, kind)
             raise ConfigError(f"model {name!r} is a Hugging Face repository name, not a preset (kvscope reads no "
@@ -196,6 +197,18 @@ def check_preset_name(name, kind: str = "models") -> str:
         raise ConfigError(f"{singular} preset {name!r}: {NAME_RULE}{f' (did you mean {meant}?)' if meant else ''}; "
                           f"known: {', '.join(preset_names(kind))}")
     return name
+
+
+def _refuse_a_file_path(name: str, kind: str, singular: str) -> None:
+    """--model and --hardware take a preset's name, not a file: `--model presets/models/llama-3-8b.toml` was
+    "a Hugging Face repository name", `--model ./config.json` "a preset name uses letters, digits ..."
+    (--config is not named: gui, attach, verify and calibrate have none)."""
+    if kind not in ("models", "hardware") or not (name.lower().endswith((".toml", ".json")) or _exists(name)):
+        return
+    where = f"its .toml in {user_presets_root() / kind} is listed by `kvscope presets` and named without .toml"
+    other = "the model's folder with --model-path DIR, or " if kind == "models" else ""  # every --model has it
+    raise ConfigError(f"{singular} {name!r:.80}: a path, and --{singular} takes a preset's name ({where}); give "
+                      f"{other}a preset: {', '.join(preset_names(kind))}")
 
 
 def _refuse_a_workload_path(name: str, kind: str) -> None:
