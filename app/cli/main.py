@@ -179,7 +179,8 @@ class Parser(argparse.ArgumentParser):
             typed = re.sub(TYPOGRAPHIC_DASHES, "--", name)
             owners = [c for c in commands_taking(typed, others or {}) if (others or {})[c] is not self]
             if name.startswith("--") and owners:
-                commands = ", ".join(f"`kvscope {c}`" for c in owners[:4]) + (" and others" if len(owners) > 4 else "")
+                commands = ", ".join(f"`kvscope {c}`" if c else "`kvscope` itself, typed before the command"
+                                     for c in owners[:4]) + (" and others" if len(owners) > 4 else "")
                 said.append(f"{extra} (a flag of {commands}, not of `{self.prog}`)")
                 continue
             close = ([f for f in flags if f == typed.lower()]  # --JSON: too unlike --json for difflib
@@ -271,7 +272,8 @@ def _main(argv: list[str] | None) -> int:
         return _flush_stdout_or_say(sys.exc_info()[1])
     if extras:  # said by the command's own parser: it names the command and knows its flags
         commands = command_parsers(parser)
-        commands.get(getattr(args, "command", None), parser).unknown_flags_error(extras, commands)
+        # with kvscope's own (""): `kvscope math --self-test` was "did you mean --reserve-bytes?"
+        commands.get(getattr(args, "command", None), parser).unknown_flags_error(extras, {**commands, "": parser})
     args.given_flags = refuse_repeated_flags(parser, argv, getattr(args, "command", None))
     if not getattr(args, "func", None):
         parser.print_help()
