@@ -18,7 +18,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 
 from kvscope.app.cli import combinations, options
-from kvscope.app.cli.output import counted, shown, table
+from kvscope.app.cli.output import counted, recorded, shown, table
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 
@@ -324,7 +324,6 @@ def run(args) -> int:
         if report["warning"]:
             print(f"note: {shown(report['warning'])}")
         if args.record:
-            recorded = report["recording"]
-            print(shown(f"recording written to {recorded['path']} ({format_bytes(recorded['bytes'])}, "
-                        f"{recorded['ticks']:,} ticks): `kvscope gui --replay {recorded['path']}` replays it"))
+            done = report["recording"]
+            print(recorded(done["path"], f"{format_bytes(done['bytes'])}, {counted(done['ticks'], 'tick')}"))
     return 0

@@ -39,3 +39,13 @@ def table(rows: list[tuple[str, str]], title: str | None = None) -> str:
     lines = [title, "-" * len(title)] if title else []
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
     return "\n".join(lines)
+
+
+def recorded(path: str, details: str) -> str:
+    """The line after a recording: where it went and, where a file holds it, how to replay it
+    (`--record /dev/null` said "replay it with `kvscope gui --replay /dev/null`")."""
+    import os
+
+    if not os.path.isfile(path):
+        return shown(f"recording written to {path} ({details}), which keeps no file: there is nothing to replay")
+    return shown(f"recording written to {path} ({details}); replay it with `kvscope gui --replay {path}`")

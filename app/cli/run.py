@@ -25,7 +25,7 @@ from kvscope.app.cli.math import math_rows
 from kvscope.app.host.process_tuning import tune_for_engine
 from kvscope.engine.units import format_bytes, format_percent, format_seconds
 from kvscope.app.cli import surroundings
-from kvscope.app.cli.output import counted, shown, table
+from kvscope.app.cli.output import counted, recorded, shown, table
 
 DEFAULT_WORKLOAD = "chat"
 
@@ -506,7 +506,6 @@ def run(args) -> int:
         write_json_output("--json", args.json, report)
     if recording_size is not None:
         # stdout may hold the JSON summary (--json -): the note goes to stderr then
-        print(shown(f"recording written to {args.record} ({format_bytes(recording_size)}, {recorder.num_steps:,} "
-                    f"step{'s' if recorder.num_steps != 1 else ''}); replay it with `kvscope gui --replay {args.record}`"),
+        print(recorded(args.record, f"{format_bytes(recording_size)}, {counted(recorder.num_steps, 'step')}"),
               file=sys.stderr if args.json == "-" else sys.stdout)
     return 0
