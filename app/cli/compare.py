@@ -9,6 +9,7 @@ import sys
 from kvscope.app.lab.presets import preset_file
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
+from kvscope.engine.config import ConfigError
 from kvscope.engine.checks import MAX_SEED, whole_number
 
 from kvscope.app.cli import combinations, options
@@ -185,6 +186,10 @@ def run(args) -> int:
     check_distinct_outputs({"--json": args.json, "--csv": args.csv})
     if args.seed is not None:
         whole_number(args.seed, "--seed", 0, MAX_SEED)
+    if args.requests is not None and args.requests < scenario.min_requests:  # the flag named, as --seed is
+        raise ConfigError(f"--requests {args.requests:,}: scenario {scenario.name} needs at least "
+                          f"{scenario.min_requests:,} requests for its claim to show; give {scenario.min_requests:,} "
+                          "or more, or leave --requests out")
     to_stdout = "-" in (args.json, args.csv)
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if to_stdout else print
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading
