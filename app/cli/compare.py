@@ -9,8 +9,8 @@ import sys
 from kvscope.app.lab.presets import preset_file
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.app.lab.output_path import check_distinct_outputs, check_output_path, write_text_atomic
-from kvscope.engine.config import ConfigError
 from kvscope.engine.checks import MAX_SEED, whole_number
+from kvscope.engine.config import ConfigError
 
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.lessons import readable_lesson
