@@ -170,6 +170,10 @@ class Parser(argparse.ArgumentParser):
             if (ended := importlib.import_module("kvscope.app.cli.dash_values").after_double_dash(self, extra)):
                 said.append(ended)  # `export -- r.kvrec --csv x.csv`: "--csv (a flag of `kvscope compare`...)"
                 continue
+            if any(extra in (a.choices or ()) for a in self._actions if not a.option_strings
+                   and not isinstance(a, argparse._SubParsersAction)):  # `bench scheduler trace`: "unrecognized: trace"
+                said.append(f"{extra} (a second choice: `{self.prog}` takes one at a time)")
+                continue
             if (switch := self._switch_before(extra)) is not None:  # `math --json out.json`: "unrecognized: out.json"
                 flag, action = switch
                 said.append(f"{extra} ({flag} takes no value in `{self.prog}`: {action.help}"
