@@ -197,7 +197,8 @@ class Parser(argparse.ArgumentParser):
     def _switch_before(self, extra: str):
         """The switch (a flag of no value) typed just before `extra`, which was then read as a value of it."""
         typed = getattr(self, "typed", [])
-        at = typed.index(extra) if extra in typed and not extra.startswith("-") else 0
+        flag = re.sub(TYPOGRAPHIC_DASHES, "--", extra).startswith("-")  # "—requests" is a flag, pasted
+        at = typed.index(extra) if extra in typed and not flag else 0
         action = self._option_string_actions.get(typed[at - 1]) if at > 0 else None
         return (typed[at - 1], action) if action is not None and action.nargs == 0 and action.help else None
 
