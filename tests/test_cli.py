@@ -799,7 +799,7 @@ def test_json_path_in_a_missing_folder_fails_before_the_run(capsys, tmp_path):
 @pytest.mark.parametrize("text, fragments", [
     ('{"num_hidden_layers": 32,', ["malformed JSON", "line 1"]),
     ('{\n  "num_hidden_layers": 32\n  "hidden_size": 4096\n}', ["malformed JSON", "line 3"]),
-    ("", ["malformed JSON"]),
+    ("", ["empty (0 bytes)", "no JSON in it"]),
     ("[1, 2]", ["expected a JSON object"]),
     ('{"num_hidden_layers": 32}', ["missing field(s)", "num_attention_heads", "hidden_size", "vocab_size"]),
     ('{"num_hidden_layers": "32", "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000}',

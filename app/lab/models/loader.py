@@ -21,7 +21,7 @@ from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_c
 from kvscope.app.lab.models.safetensors_header import safetensors_header
 from kvscope.app.lab.table_checks import require_table
 from kvscope.engine.checks import shown
-from kvscope.engine.config import QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
+from kvscope.engine.config import COMPUTE_DTYPES, QUANTIZATIONS, WEIGHT_DTYPE_BYTES, ConfigError, ModelConfig
 from kvscope.engine.runners.loaded_model import LoadedModel
 from kvscope.engine.units import GiB
 
@@ -298,7 +298,7 @@ def served_dtype(checkpoint_dtype: str, device) -> str:
     GPU has it (compute capability 8.0 on), else in float16. Quantised checkpoints compute in float16."""
     if device.type == "cpu":
         return "fp32"
-    if checkpoint_dtype not in ("bf16", "fp32"):
+    if checkpoint_dtype == "fp16" or checkpoint_dtype not in COMPUTE_DTYPES:
         return "fp16"
     if device.type != "cuda":
         return "bf16" if checkpoint_dtype == "bf16" else "fp16"
