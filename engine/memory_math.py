@@ -48,10 +48,10 @@ def mlp_matrices(model: ModelConfig) -> int:
 
 
 def num_parameters(model: ModelConfig, active: bool = False) -> int:
-    """Parameter count from the config: Llama-family attention (or multi-head latent attention),
-    a gated MLP (gate, up, down; or up and down where gated_mlp is False), or experts (active=True: only the num_experts_per_tok a token runs). A
-    linear-attention layer is counted like an attention layer: within about 10 % of a Gated
-    DeltaNet's projections, a few per cent of the whole model."""
+    """Parameter count from the config: Llama-family attention (or multi-head latent attention), a
+    gated MLP (gate, up, down; up and down where gated_mlp is False), or experts (active=True: only
+    the num_experts_per_tok a token runs). A linear-attention layer is counted like an attention
+    layer: within about 10 % of a Gated DeltaNet's projections, a few per cent of the whole model."""
     h = model.hidden_size
     dense_mlp = mlp_matrices(model) * h * model.intermediate_size
     if model.num_experts:

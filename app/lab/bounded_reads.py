@@ -128,11 +128,11 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bo
     (a file whose fields kvscope reads: config.json, an index, generation_config.json)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text)
-        if packed_kind(text):  # was "not UTF-8 text (byte 1)", what the file is not said
-            raise ConfigError(f"{label}: {packed_kind(text)}-compressed, not JSON text; decompress it first")
-    blank = text.removeprefix(b"\xef\xbb\xbf" if isinstance(text, bytes) else "\ufeff").strip(
-        b" \t\r\n" if isinstance(text, bytes) else " \t\r\n") if isinstance(text, (bytes, str)) else True
-    if not blank:  # was "malformed JSON at line 1, column 1: Expecting value", the file's emptiness not said
+        if packed := packed_kind(text):  # was "not UTF-8 text (byte 1)", what the file is not said
+            raise ConfigError(f"{label}: {packed}-compressed, not JSON text; decompress it first")
+    bom, blanks = (b"\xef\xbb\xbf", b" \t\r\n") if isinstance(text, bytes) else ("\ufeff", " \t\r\n")
+    if isinstance(text, (bytes, str)) and not text.removeprefix(bom).strip(blanks):
+        # was "malformed JSON at line 1, column 1: Expecting value", the file's emptiness not said
         raise ConfigError(f"{label}: empty ({f'only blanks in its {len(text):,} bytes' if text else '0 bytes'}), "
                           "no JSON in it")
     try:
