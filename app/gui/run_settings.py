@@ -30,7 +30,7 @@ from kvscope.app.lab.presets import THIS_MACHINE, load_hardware, load_model, loa
 from kvscope.app.lab.said_paths import os_error_text, said_path
 from kvscope.app.lab.trained_model import TRAINED_MODEL
 from kvscope.app.lab.workload import LengthDist, WorkloadSpec, read_trace
-from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
+from kvscope.engine.memory_math import full_length_reason, plan_memory, require_fit
 
 from kvscope.app.host.session import RunConfig
 from kvscope.engine.units import format_bytes
@@ -307,10 +307,23 @@ def _prefix_unusable(values: dict, spec: WorkloadSpec | None, max_model_len: int
     return {}
 
 
+def _pool_edit(plan, hardware, memory_edited: bool, model_edited: str) -> tuple[str, str] | None:
+    """(field, the edit as said) when an edit in the model and hardware editor is why the pool cannot
+    be built, said at that edit, on its tab: a vocabulary of 9,999,999 (165 GiB of weights), or a
+    memory of 100,000 GiB (46 million blocks), was refused on the Run tab, at the memory share or the
+    KV pool size left at default, out of sight. None when the KV pool size set is the cause."""
+    if plan.is_set_budget:
+        return None
+    if memory_edited:
+        return "hardware", f"memory_bytes {format_bytes(hardware.memory_bytes)} per device"
+    return ("model", f"the edited {model_edited}") if model_edited else None
+
+
 def build_run_config(values: dict, model_edits: dict | None = None, hardware_edits: dict | None = None,
                      seed: int = 0) -> RunConfig:
     """Raises SettingsError with the reason for each refused field."""
     errors: dict[str, str] = {}
+    model_edited = ""  # the model's fields the editor changed, as said: "vocab_size 9,999,999"
 
     def attempt(default_field: str, make):
         try:
@@ -341,6 +354,7 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
         refused = refused_edit(model, changes)
         if refused:
             errors["model"], changes = refused, {}
+        model_edited = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in changes.items())
         changes.update(stated_weights_after(model, changes))
         if changes:
             edited = attempt("model", lambda: model.replace(**changes))
@@ -386,14 +400,16 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                 errors["hardware"] = split
                 return
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
-            if not plan.fits:
+            try:  # no block, or more than the engine builds
+                require_fit(plan)
+            except ConfigError as exc:
                 # the engine's own reason, naming what took the memory: a KV budget below one block
                 # is said at the budget, not blamed on the weights at the utilisation
-                no_room = no_room_reason(plan)
-                if memory_edited and not plan.is_set_budget:  # said at the memory typed, on its tab
-                    errors["hardware"] = f"memory_bytes {format_bytes(hardware.memory_bytes)} per device: {no_room}"
-                    return
-                raise ConfigError(no_room)
+                edit = _pool_edit(plan, hardware, memory_edited, model_edited)
+                if edit is None:
+                    raise
+                errors[edit[0]] = f"{edit[1]}: {exc}"
+                return
             too_long = full_length_reason(plan)
             if too_long:
                 raise ConfigError(too_long)
