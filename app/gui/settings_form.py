@@ -44,8 +44,7 @@ from kvscope.app.lab.presets import (
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import MAX_ARRIVAL_RATE, MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_SPEEDUP
 from kvscope.engine.checks import MAX_BYTES, MAX_RATE, ceiling
-from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError, resolve_engine_args
-from kvscope.engine.memory_math import plan_memory, require_fit
+from kvscope.engine.config import DEFAULT_HARDWARE, DEFAULT_MODEL, ConfigError
 from kvscope.engine.units import GiB
 from kvscope.widgets.kept_value_notice import typed_refusal
 from kvscope.widgets.preset_editor import PresetEditor
@@ -106,6 +105,14 @@ def _sources(values: dict) -> tuple:
     return values["model"], values.get("model_path"), values.get("config_path"), values["hardware"]
 
 
+def _parts_changed(before: tuple | None, now: tuple) -> frozenset:
+    """The editor's halves whose source the form changed: the model's (preset, folder, config.json),
+    the hardware's; both when the editor showed none."""
+    if before is None:
+        return frozenset({"model", "hardware"})
+    return frozenset({"model"} if before[:3] != now[:3] else ()) | frozenset({"hardware"} if before[3] != now[3] else ())
+
+
 class SettingsForm:
     """``dock`` holds the two forms; ``current_config()`` is the run they describe, with the seed
     of the window's toolbar (``window.seed``), or None while a value is refused."""
@@ -143,11 +150,9 @@ class SettingsForm:
         self.editor.show_hardware_unused(hardware_unused(values))
         show_unused(self.editor.weight_dtype, weights_unused(values))
         try:
+            # a pool the engine would refuse to build (too many blocks) is refused there, in its field
             config = build_run_config(self.settings.values(), self.editor.model_fields(),
                                       self.editor.hardware_fields(), seed=self.window.seed.value())
-            # a pool the engine would refuse to build (too many blocks) is refused here, in its field
-            require_fit(plan_memory(config.model, config.hardware,
-                                    resolve_engine_args(config.engine_args, config.model, config.hardware)))
         except SettingsError as exc:
             self.show_refused(exc.errors, exc.unread)
             return None
@@ -291,21 +296,22 @@ class SettingsForm:
             return
         values = self.settings.values()
         # The editor shows the selected presets' fields; a new selection (by hand or by a reset of the
-        # form) replaces them, so stale edits never ride along under another preset's name.
+        # form) replaces them, so stale edits never ride along under another preset's name -- only the
+        # half chosen anew: other hardware picked replaced the model's edits too (KV heads 1 back to 8)
         if _sources(values) != self._editor_shows:
-            self.show_selected_presets()
+            self.show_selected_presets(_parts_changed(self._editor_shows, _sources(values)))
             return
         if self._editor_unread:  # read again: the same config.json, mended and picked again, is a new model
             self._fill_editor(values, self._editor_unread)
         self.current_config()
 
-    def show_selected_presets(self) -> None:
-        """Fill the editor from the model and hardware selected in the form: a model folder or a
-        config.json chosen in it, else the model preset. Else the editor would keep the previous
-        preset's shape, and that shape would ride along as an "edit" of the folder's model."""
+    def show_selected_presets(self, parts: frozenset = frozenset({"model", "hardware"})) -> None:
+        """Fill the editor's parts ("model", "hardware") from what is selected in the form: a model
+        folder or a config.json chosen in it, else the model preset. Else the editor would keep the
+        previous preset's shape, and that shape would ride along as an "edit" of the folder's model."""
         values = self.settings.values()
         self._editor_shows = _sources(values)
-        self._fill_editor(values, {"model", "hardware"})
+        self._fill_editor(values, set(parts))
         self.current_config()
 
     def _fill_editor(self, values: dict, parts: set[str]) -> None:
