@@ -310,13 +310,15 @@ def _prefix_unusable(values: dict, spec: WorkloadSpec | None, max_model_len: int
 def _pool_edit(plan, hardware, memory_edited: bool, model_edited: str) -> tuple[str, str] | None:
     """(field, the edit as said) when an edit in the model and hardware editor is why the pool cannot
     be built, said at that edit, on its tab: a vocabulary of 9,999,999 (165 GiB of weights), or a
-    memory of 100,000 GiB (46 million blocks), was refused on the Run tab, at the memory share or the
-    KV pool size left at default, out of sight. None when the KV pool size set is the cause."""
-    if plan.is_set_budget:
+    memory of 100,000 GiB (46 million blocks), or of 19 GiB (a pool short of one 8,192-token request), was
+    refused on the Run tab, at the memory share, the KV pool size or max_model_len left at default, out of
+    sight. None when the KV pool size set is the cause."""
+    if plan.is_set_budget or not (memory_edited or model_edited):
         return None
-    if memory_edited:
-        return "hardware", f"memory_bytes {format_bytes(hardware.memory_bytes)} per device"
-    return ("model", f"the edited {model_edited}") if model_edited else None
+    memory = f"memory_bytes {format_bytes(hardware.memory_bytes)} per device" if memory_edited else ""
+    if not model_edited:
+        return "hardware", memory
+    return "model", f"the edited {model_edited}{f', with {memory}' if memory else ''}"
 
 
 def build_run_config(values: dict, model_edits: dict | None = None, hardware_edits: dict | None = None,
@@ -400,8 +402,11 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                 errors["hardware"] = split
                 return
             plan = plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
-            try:  # no block, or more than the engine builds
+            try:  # no block, more than the engine builds, or too few for one full-length request
                 require_fit(plan)
+                too_long = full_length_reason(plan)
+                if too_long:
+                    raise ConfigError(too_long)
             except ConfigError as exc:
                 # the engine's own reason, naming what took the memory: a KV budget below one block
                 # is said at the budget, not blamed on the weights at the utilisation
@@ -410,9 +415,6 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                     raise
                 errors[edit[0]] = f"{edit[1]}: {exc}"
                 return
-            too_long = full_length_reason(plan)
-            if too_long:
-                raise ConfigError(too_long)
             shortest = workload.shortest_request_tokens if workload is not None else None
             if shortest is not None and shortest > plan.max_model_len:
                 raise ConfigError(f"max_model_len {plan.max_model_len:,} tokens: every request of this workload is "
