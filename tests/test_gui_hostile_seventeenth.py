@@ -1,0 +1,80 @@
+"""The window against bad input, seventeenth round: an edit on the Model & hardware tab that leaves
+no pool the engine builds -- a vocabulary of 9,999,999 (165 GiB of weights), a memory of 100,000 GiB
+(46 million blocks), of 19 GiB (a pool short of one 8,192-token request) -- was refused on the Run
+tab, at the memory share, the KV pool size or max_model_len left at default, with nothing said on the
+tab being edited; other hardware picked on the Run tab threw away the model's edits (KV heads 1 back
+to 8, without a word), another model the hardware's. Each is said where the user is, naming the
+edit, and nothing the user typed is lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_gui_hostile_fourteenth import choose, refused, taken
+from test_gui_hostile_thirteenth import enter
+
+
+def editor_says(window) -> str:
+    label = window.editor.model_error
+    return label.text() if not label.isHidden() else ""
+
+
+def run_tab_says(window) -> dict:
+    return {key: label.text() for key, label in window.settings.errors.items() if not label.isHidden() and label.text()}
+
+
+# -- 1. an editor edit that leaves no pool is said at that edit -----------------------------------------
+
+@pytest.mark.parametrize("box, typed, said", [
+    ("vocab_size", "9999999", "the edited vocab_size 9,999,999: no room for a KV cache: llama-3-8b (edited) weights "
+                              "take 165.59 GiB"),
+    ("memory_gib", "100000", "memory_bytes 97.66 TiB (107,374.2 GB) per device: the KV pool would hold 46,0"),
+    ("memory_gib", "19", "memory_bytes 19.00 GiB (20.4 GB) per device: max_model_len 8,192 tokens needs 512 blocks but "
+                         "the pool holds 252"),
+])
+def test_an_editor_edit_that_leaves_no_pool_is_refused_at_the_edit(window, qtbot, box, typed, said):
+    editor = window.editor
+    field = editor.model_boxes.get(box) or getattr(editor, box)
+    enter(qtbot, field, typed)  # said on the Run tab, under a field showing "default"
+    assert editor_says(window).startswith(said), editor_says(window)
+    assert run_tab_says(window) == {} and not taken(window)
+    assert window.settings_form.reveal_refusal().startswith(said)
+    assert window.settings_form.dock.widget().currentIndex() == 1  # the editor's tab, where the edit is
+
+
+def test_a_model_edit_with_the_memory_edited_names_both(window, qtbot):
+    editor = window.editor
+    enter(qtbot, editor.memory_gib, "80")  # the preset's 79.19 GiB typed as 80: an edit, taken
+    assert taken(window)
+    enter(qtbot, editor.model_boxes["num_hidden_layers"], "150")
+    assert editor_says(window).startswith("the edited num_hidden_layers 150, with memory_bytes 80.00 GiB")
+
+
+def test_a_pool_size_set_on_the_run_tab_is_still_refused_there(window, qtbot):
+    enter(qtbot, window.editor.model_boxes["num_key_value_heads"], "4")  # an edit, not the cause
+    enter(qtbot, window.settings.kv_budget, "256")  # half of one 8,192-token request
+    assert "not one full-length request fits" in refused(window.settings, "max_model_len")
+    assert editor_says(window) == ""
+
+
+# -- 2. picking one half anew keeps the other half's edits ----------------------------------------------
+
+def test_other_hardware_keeps_the_models_edits_and_takes_its_own_fields(window, qtbot):
+    editor, settings = window.editor, window.settings
+    enter(qtbot, editor.model_boxes["num_key_value_heads"], "1")
+    enter(qtbot, editor.bandwidth, "1000")
+    choose(settings, settings.hardware, "a100-80gb")  # KV heads went back to 8 without a word
+    assert editor.model_fields()["num_key_value_heads"] == 1
+    assert editor.hardware_fields()["memory_bandwidth_bytes_per_s"] == 2039e9  # a100's own: its edit is gone
+    config = window.settings_form.current_config()
+    assert config.model.num_key_value_heads == 1 and config.hardware.name == "a100-80gb"
+
+
+def test_another_model_keeps_the_hardwares_edits_and_takes_its_own_shape(window, qtbot):
+    editor, settings = window.editor, window.settings
+    enter(qtbot, editor.model_boxes["num_key_value_heads"], "1")
+    enter(qtbot, editor.memory_gib, "40")
+    choose(settings, settings.model, "mistral-7b")
+    assert editor.model_fields()["num_key_value_heads"] == 8  # mistral's own
+    assert editor.memory_gib.value() == 40
+    assert window.settings_form.current_config().hardware.memory_bytes == 40 * 1024**3
