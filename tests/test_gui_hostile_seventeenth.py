@@ -78,3 +78,45 @@ def test_another_model_keeps_the_hardwares_edits_and_takes_its_own_shape(window,
     assert editor.model_fields()["num_key_value_heads"] == 8  # mistral's own
     assert editor.memory_gib.value() == 40
     assert window.settings_form.current_config().hardware.memory_bytes == 40 * 1024**3
+
+
+# -- 3. a number written in the full-width forms of a CJK input method, or with Arabic separators --------
+
+@pytest.mark.parametrize("box, typed, value", [
+    ("shared_prefix", "５０％", 0.5),  # "is in ％, not %"
+    ("shared_prefix", "５０\u3000％", 0.5),
+    ("kv_budget", "２０４８ＭｉＢ", 2048 * 1024**2),  # "is in ＭｉＢ, not MiB"
+    ("gpu_memory_utilization", "٠٫٥", 0.5),  # "is in ٫5"
+    ("arrival_rate", "٢٫٥", 2.5),
+])
+def test_full_width_and_arabic_forms_are_read_as_the_number_written(window, qtbot, box, typed, value):
+    from test_gui_hostile_fifteenth import paste
+
+    settings = window.settings
+    assert paste(qtbot, getattr(settings, box), typed) == ""
+    key = next(key for key, field in settings.fields.items() if field is getattr(settings, box))
+    assert settings.values()[key] == pytest.approx(value)
+
+
+def test_a_times_sign_is_the_speed_ups_x_and_another_unit_is_still_refused(window, qtbot):
+    from test_gui_hostile_fifteenth import paste
+
+    settings = window.settings
+    choose(settings, settings.workload, "azure-conv")
+    assert paste(qtbot, settings.trace_speedup, "2×") == ""  # "is in ×, not x"
+    assert settings.values()["trace_speedup"] == 2
+    said = paste(qtbot, settings.trace_speedup, "３ｍｓ")
+    assert said.startswith("'３ｍｓ' is in ms, not x: type the number alone")
+
+
+@pytest.mark.parametrize("typed, value", [("５０％", 50.0), ("50 ％", 50.0), ("2×", None)])
+def test_a_scenario_guess_reads_full_width_forms_as_the_settings_do(qtbot, typed, value):
+    from kvscope.widgets.scenario_panel import ScenarioPanel
+
+    panel = ScenarioPanel()
+    qtbot.addWidget(panel)
+    panel.set_scenario("t", "", "how many?", "simulated", unit="%", minimum=0, maximum=100)
+    got, why = panel.guess_number.read(typed)
+    assert got == value and (why is None) == (value is not None), why  # "'５０％' is not a number"
+    panel.set_scenario("t", "", "how much faster?", "simulated", unit="×", minimum=0, maximum=100)
+    assert panel.guess_number.read("2×") == (2.0, None) and panel.guess_number.read("2 x") == (2.0, None)

@@ -18,6 +18,7 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QDoubleSpinBox
 
 from kvscope.widgets.kept_value_notice import shown_value
+from kvscope.widgets.number_box import ascii_number
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 # digits as Python writes a float, an exponent included ("1e9", "2.5E3"); not "nan", "inf" or "0x1F"
@@ -33,9 +34,12 @@ class GuessBox(QDoubleSpinBox):
 
     # -- the judgement ---------------------------------------------------------------------------
     def _typed(self, text: str) -> str:
-        # the unit typed by hand too ("150 %"): Qt appends its suffix to text that does not end in it
-        typed = text.removeprefix(self.prefix()).removesuffix(self.suffix()).strip()
-        unit = self.suffix().strip()
+        # the unit typed by hand too ("150 %"): Qt appends its suffix to text that does not end in it;
+        # digits and signs of other scripts as the number boxes read them ("５０％" was "not a number")
+        # (a scenario's unit written so too: a unit "×" is the "x" typed)
+        prefix, suffix = ascii_number(self.prefix()), ascii_number(self.suffix())
+        typed = ascii_number(text).removeprefix(prefix).removesuffix(suffix).strip()
+        unit = suffix.strip()
         return typed.removesuffix(unit).strip() if unit else typed
 
     def read(self, text: str | None = None) -> tuple[float | None, str | None]:

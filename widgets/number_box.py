@@ -43,10 +43,12 @@ def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
 
 
-# Signs pasted beside such digits, or from a web page or a PDF: the minus sign U+2212 and the
-# full-width forms. Each goes in as its ASCII sign.
-_ASCII_SIGNS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-", "\uff0b": "+", "\uff0e": ".",
-                              "\uff0c": ",", "\uff45": "e", "\uff25": "E"})
+# Signs pasted beside such digits, or from a web page or a PDF: the minus sign U+2212, the full-width
+# forms of a CJK input method (any of U+FF01-FF5E, and its space U+3000: "５０％" and "２０４８ＭｉＢ" were
+# refused as "in ％, not %", "in ＭｉＢ, not MiB"), the Arabic decimal and thousands separators ("٠٫٥" was
+# "in ٫5") and the times sign of a speed-up ("2×" was "in ×, not x"). Each goes in as its ASCII sign.
+_ASCII_SIGNS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\u3000": " ", "\u066b": ".", "\u066c": ",",
+                              "\u00d7": "x", **{chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)}})
 
 
 def ascii_number(text: str) -> str:
