@@ -120,3 +120,25 @@ def test_a_scenario_guess_reads_full_width_forms_as_the_settings_do(qtbot, typed
     assert got == value and (why is None) == (value is not None), why  # "'５０％' is not a number"
     panel.set_scenario("t", "", "how much faster?", "simulated", unit="×", minimum=0, maximum=100)
     assert panel.guess_number.read("2×") == (2.0, None) and panel.guess_number.read("2 x") == (2.0, None)
+
+
+# -- 4. the event log's filter: a number is the whole number --------------------------------------------
+
+@pytest.mark.parametrize("typed, shown", [
+    ("request #12", ["request #12 finished"]),  # #120 and #1200 too: the placeholder's own example
+    ("#1", ["request #1 arrived"]),
+    ("REQUEST #", ["request #1 arrived", "request #12 finished", "request #120 finished", "request #1200 arrived"]),
+    ("12 fin", ["request #12 finished"]),
+    ("2 fin", []),  # not request #12's "2"
+])
+def test_the_event_logs_filter_takes_a_number_as_the_whole_number(qtbot, typed, shown):
+    from kvscope.widgets.event_log import EventLog
+
+    log = EventLog(kinds=("arrived", "finished"))
+    qtbot.addWidget(log)
+    log.show()
+    log.add_lines([("arrived", "request #1 arrived"), ("finished", "request #12 finished"),
+                   ("finished", "request #120 finished"), ("arrived", "request #1200 arrived")])
+    log.text_filter.setText(typed)
+    assert log.shown_lines() == shown
+    assert log.count.text().startswith(f"{len(shown) or 'none'} match the filter")

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections import deque
 
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QVBoxLayout, QWidget
 
 ALL_KINDS = "all events"
+
+
+@functools.lru_cache(maxsize=8)
+def _needle(typed: str) -> re.Pattern:
+    """The text filter, case ignored; a number in it is the whole number: "request #12", the
+    placeholder's example, showed request #120 to #129 and #1200 on too."""
+    before = r"(?<!\d)" if typed[:1].isdigit() else ""
+    after = r"(?!\d)" if typed[-1:].isdigit() else ""
+    return re.compile(f"{before}{re.escape(typed)}{after}", re.IGNORECASE)
 
 
 class EventLog(QWidget):
@@ -44,8 +55,8 @@ class EventLog(QWidget):
 
     def _matches(self, kind: str, text: str) -> bool:
         wanted = self.kind_filter.currentText()
-        needle = self.text_filter.text().strip().lower()
-        return (wanted == ALL_KINDS or kind == wanted) and (not needle or needle in text.lower())
+        needle = _needle(self.text_filter.text().strip())
+        return (wanted == ALL_KINDS or kind == wanted) and needle.search(text) is not None
 
     def add_lines(self, lines: list, format_line=None) -> None:
         """(kind, text) pairs, oldest first -- or any items and ``format_line`` making such a pair of

@@ -110,7 +110,8 @@ def _parts_changed(before: tuple | None, now: tuple) -> frozenset:
     the hardware's; both when the editor showed none."""
     if before is None:
         return frozenset({"model", "hardware"})
-    return frozenset({"model"} if before[:3] != now[:3] else ()) | frozenset({"hardware"} if before[3] != now[3] else ())
+    return frozenset(part for part, changed in (("model", before[:3] != now[:3]), ("hardware", before[3] != now[3]))
+                     if changed)
 
 
 class SettingsForm:
