@@ -142,3 +142,35 @@ def test_the_event_logs_filter_takes_a_number_as_the_whole_number(qtbot, typed, 
     log.text_filter.setText(typed)
     assert log.shown_lines() == shown
     assert log.count.text().startswith(f"{len(shown) or 'none'} match the filter")
+
+
+# -- 5. the Speed list where it paces nothing ---------------------------------------------------------
+
+def test_the_speed_list_is_greyed_with_why_where_the_real_backend_runs(window, qtbot):
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import Qt
+
+    window.config = SimpleNamespace(backend="real")  # as an Apply on the real backend leaves it (no model loaded here)
+    window._page_changed(0)
+    before = window.speed.currentText()
+    assert not window.speed.isEnabled()
+    assert "not used now: the real backend runs at this machine's speed" in window.speed.toolTip()
+    qtbot.keyClick(window, Qt.Key.Key_Plus)  # stepped the list to 2x, which paced nothing
+    assert window.speed.currentText() == before
+    assert window.statusBar().currentMessage().startswith("speed not changed: the real backend runs at")
+    window.config = SimpleNamespace(backend="simulated")
+    window._page_changed(0)
+    qtbot.keyClick(window, Qt.Key.Key_Plus)
+    assert window.speed.isEnabled() and window.speed.currentText() == "2x"
+
+
+def test_the_speed_list_is_greyed_on_an_attached_servers_page(window, server):
+    from kvscope.app.gui.attach_view import open_attached
+    from kvscope.app.lab.vllm.attachment import AttachTarget
+
+    url = server().url
+    open_attached(window, AttachTarget(url=url))
+    assert not window.speed.isEnabled() and "an attached server runs at its own pace" in window.speed.toolTip()
+    window.pages.setCurrentWidget(window.panels.page)  # the live run, simulated: paced by it
+    assert window.speed.isEnabled()

@@ -18,7 +18,7 @@ from kvscope.engine.config import ConfigError
 from kvscope.app.lab.scenarios import load_scenario
 from kvscope.widgets.preset_editor import PresetEditor
 from kvscope.widgets.replay_scrubber import ReplayScrubber
-from kvscope.widgets.settings_panel import SettingsPanel
+from kvscope.widgets.settings_panel import SettingsPanel, show_unused
 from kvscope.widgets.shown_label import shown_label
 from kvscope.widgets.throttled_label import ThrottledLabel
 
@@ -195,6 +195,7 @@ class MainWindow(ReplayControls, QMainWindow):
         if self.compare is not None and not self.compare_showing() and self.compare.playing:
             self.compare.toggle_play()  # a comparison out of sight would only take the live run's CPU
         self.update_docks()
+        self.show_speed_use()
         live_page = self.pages.currentWidget() is self.panels.page
         self.timer.setInterval(FRAME_INTERVAL_MS if live_page else HIDDEN_FRAME_INTERVAL_MS)
         self.status.setVisible(not self.compare_showing())  # the live run's numbers
@@ -294,6 +295,7 @@ class MainWindow(ReplayControls, QMainWindow):
             self.statusBar().showMessage(f"{NOT_APPLIED}{reason}", 10000)
             return False
         self.config = config
+        self.show_speed_use()
         self.done = False
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(config, play=play)
@@ -354,7 +356,25 @@ class MainWindow(ReplayControls, QMainWindow):
         self.worker.step_once()
         self.play_action.setText("Play")
 
+    def speed_unused(self) -> str | None:
+        """Why the Speed list paces nothing on the page shown (None: it paces the run there). On the
+        real backend, or an attached server's page, 0.1x or max was taken without a word."""
+        page = self.pages.currentWidget()
+        if self.attached is not None and page is self.attached:  # its recording is paced by it
+            return None if self.attached.recording is not None else "an attached server runs at its own pace"
+        if page is self.panels.page and self.replay_path is None and getattr(self.config, "backend", "") == "real":
+            return ("the real backend runs at this machine's speed; Speed paces the simulated backend, "
+                    "a recording and a comparison")
+        return None
+
+    def show_speed_use(self) -> None:
+        show_unused(self.speed, self.speed_unused())
+
     def _nudge_speed(self, direction: int) -> None:
+        unused = self.speed_unused()
+        if unused is not None:  # + and - stepped the greyed list
+            self.statusBar().showMessage(f"speed not changed: {unused}", 10000)
+            return
         index = min(max(self.speed.currentIndex() + direction, 0), self.speed.count() - 1)
         self.speed.setCurrentIndex(index)
 
