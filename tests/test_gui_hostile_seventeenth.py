@@ -174,3 +174,12 @@ def test_the_speed_list_is_greyed_on_an_attached_servers_page(window, server):
     assert not window.speed.isEnabled() and "an attached server runs at its own pace" in window.speed.toolTip()
     window.pages.setCurrentWidget(window.panels.page)  # the live run, simulated: paced by it
     assert window.speed.isEnabled()
+
+
+def test_the_seed_is_greyed_with_why_on_the_compare_page_and_back_on_the_live_run(window):
+    window.compare_view()  # the page, no comparison run
+    window.pages.setCurrentWidget(window.compare)  # a seed typed here, then R: the comparison's own seed ran
+    assert not window.seed.isEnabled()
+    assert "not used now: the comparison draws its workload with its own seed" in window.seed.toolTip()
+    window.pages.setCurrentWidget(window.panels.page)
+    assert window.seed.isEnabled() and "not used now" not in window.seed.toolTip()

@@ -397,7 +397,7 @@ def _page_changed(window) -> None:
         form.setEnabled(not showing)
         form.setToolTip(SETTINGS_TOOLTIP if showing else "")
     window.update_docks()
-    window.show_speed_use()
+    window.show_run_controls_use()
 
 
 def open_attached_replay(window, path) -> bool:

@@ -195,7 +195,7 @@ class MainWindow(ReplayControls, QMainWindow):
         if self.compare is not None and not self.compare_showing() and self.compare.playing:
             self.compare.toggle_play()  # a comparison out of sight would only take the live run's CPU
         self.update_docks()
-        self.show_speed_use()
+        self.show_run_controls_use()
         live_page = self.pages.currentWidget() is self.panels.page
         self.timer.setInterval(FRAME_INTERVAL_MS if live_page else HIDDEN_FRAME_INTERVAL_MS)
         self.status.setVisible(not self.compare_showing())  # the live run's numbers
@@ -295,7 +295,7 @@ class MainWindow(ReplayControls, QMainWindow):
             self.statusBar().showMessage(f"{NOT_APPLIED}{reason}", 10000)
             return False
         self.config = config
-        self.show_speed_use()
+        self.show_run_controls_use()
         self.done = False
         self.worker.set_speed(self.speed.currentData())
         self.worker.apply(config, play=play)
@@ -362,13 +362,27 @@ class MainWindow(ReplayControls, QMainWindow):
         page = self.pages.currentWidget()
         if self.attached is not None and page is self.attached:  # its recording is paced by it
             return None if self.attached.recording is not None else "an attached server runs at its own pace"
-        if page is self.panels.page and self.replay_path is None and getattr(self.config, "backend", "") == "real":
+        replaying = getattr(self, "replay_path", None) is not None  # (read while the window is built too)
+        if page is self.panels.page and not replaying and getattr(self.config, "backend", "") == "real":
             return ("the real backend runs at this machine's speed; Speed paces the simulated backend, "
                     "a recording and a comparison")
         return None
 
-    def show_speed_use(self) -> None:
+    def seed_unused_here(self) -> str | None:
+        """Why the toolbar's seed is not the run of the page shown: R on the Compare page restarted
+        the comparison with its own seed, the one typed taken without a word."""
+        page = self.pages.currentWidget()
+        if self.compare is not None and page is self.compare:
+            return "the comparison draws its workload with its own seed (said on its page); this seed is the live run's"
+        if self.attached is not None and page is self.attached:
+            return "an attached server runs the requests its clients send"
+        return None
+
+    def show_run_controls_use(self) -> None:
+        """Grey the Speed list and the seed where they change nothing (their tooltips say why)."""
         show_unused(self.speed, self.speed_unused())
+        if getattr(self, "replay_path", None) is None:  # a replay greys the seed for its own reason
+            show_unused(self.seed, self.seed_unused_here() or self.settings_form.seed_reason)
 
     def _nudge_speed(self, direction: int) -> None:
         unused = self.speed_unused()

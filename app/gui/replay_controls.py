@@ -97,7 +97,7 @@ class ReplayControls:
         self.record_action.setEnabled(not on)
         self.export_actions["perfetto"].setEnabled(on)
         self.replay_bar.setVisible(on)
-        self.show_speed_use()  # a recording is paced by it, whatever backend it recorded
+        self.show_run_controls_use()  # a recording is paced by it, whatever backend it recorded
         self.builds.set_replaying(on)
         if on:
             self.scrubber_timer.start()

@@ -124,6 +124,7 @@ class SettingsForm:
                              tabbed((settings, "Run"), (editor, "Model && hardware")))
         self._editor_shows = None  # the model (preset, folder or config.json) and hardware the editor shows
         self._editor_unread: set[str] = set()  # "model", "hardware" it could not read: it shows the ones before
+        self.seed_reason: str | None = None  # why the run the form describes reads no seed
         self.refusal: tuple | None = None  # (tab index, the refused field's box, the reason) while one is refused
         self._before_replay: tuple | None = None  # while a recording shows: what the editor showed before it
         bound_boxes(settings, editor)
@@ -162,7 +163,8 @@ class SettingsForm:
             self.show_refused({field if field in self.settings.errors else "kv_cache_memory_bytes": str(exc)})
             return None
         self.show_refused({})
-        show_unused(self.window.seed, seed_unused(config))
+        self.seed_reason = seed_unused(config)
+        self.window.show_run_controls_use()
         self.settings.show_preview(memory_preview(config))
         self.forget_refusal_said()
         return config
