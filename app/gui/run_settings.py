@@ -411,9 +411,13 @@ def build_run_config(values: dict, model_edits: dict | None = None, hardware_edi
                 # the engine's own reason, naming what took the memory: a KV budget below one block
                 # is said at the budget, not blamed on the weights at the utilisation
                 edit = _pool_edit(plan, hardware, memory_edited, model_edited)
-                if edit is None:
+                if edit is not None:
+                    errors[edit[0]] = f"{edit[1]}: {exc}"
+                    return
+                past = _pool_past_memory(values, plan)  # a pool size past the device's memory says so first
+                if not past:
                     raise
-                errors[edit[0]] = f"{edit[1]}: {exc}"
+                errors.update(past)
                 return
             shortest = workload.shortest_request_tokens if workload is not None else None
             if shortest is not None and shortest > plan.max_model_len:
