@@ -183,3 +183,51 @@ def test_the_seed_is_greyed_with_why_on_the_compare_page_and_back_on_the_live_ru
     assert "not used now: the comparison draws its workload with its own seed" in window.seed.toolTip()
     window.pages.setCurrentWidget(window.panels.page)
     assert window.seed.isEnabled() and "not used now" not in window.seed.toolTip()
+
+
+# -- 6. a box's special value: typed as a word, and its number typed ------------------------------------
+
+SPECIAL_WORDS = [
+    ("kv_budget", "kv_cache_memory_bytes", "default"),  # pasted: the number kept without a word
+    ("kv_budget", "kv_cache_memory_bytes", "Default MiB"),
+    ("max_num_seqs", "max_num_seqs", "DEFAULT"),
+    ("arrival_rate", "arrival_rate_per_s", "preset's"),
+    ("shared_prefix", "shared_prefix_fraction", "presets"),
+]
+
+
+def test_a_boxs_special_value_typed_as_its_word_is_taken(window, qtbot):
+    from test_gui_hostile_fifteenth import paste
+
+    for box, key, typed in SPECIAL_WORDS:  # one window for all: each costs a second
+        field = getattr(window.settings, box)
+        field.setValue(5)
+        assert paste(qtbot, field, typed) == "", typed
+        assert field.text() == field.specialValueText() and window.settings.values()[key] is None, typed
+
+
+def test_default_typed_letter_by_letter_is_taken_and_a_word_no_box_holds_is_still_refused(window, qtbot):
+    settings = window.settings
+    settings.kv_budget.setValue(5)
+    enter(qtbot, settings.kv_budget, "default")  # each letter: "'t' is not a number; ..., or default"
+    assert refused(settings, "kv_cache_memory_bytes") == "" and settings.values()["kv_cache_memory_bytes"] is None
+    enter(qtbot, settings.num_requests, "default")  # a box with no special value
+    assert refused(settings, "num_requests").startswith("'t' is not a number; this field takes 1 to 10,000,000")
+
+
+NEGATIVE_UNDER_SPECIAL = [
+    ("arrival_rate", "-1", "-1 is below the smallest value this field takes, 0.00 req/s: kept 5.00 req/s"),
+    ("arrival_rate", "-0.5", "-0.5 is below the smallest value this field takes, 0.00 req/s: kept 5.00 req/s"),
+    ("shared_prefix", "-1", "-1 is below the smallest value this field takes, 0 %: kept 5 %"),
+]
+
+
+def test_the_number_under_a_special_value_typed_is_refused_not_taken_as_it(window, qtbot):
+    from test_gui_hostile_fifteenth import paste
+
+    for box, typed, said in NEGATIVE_UNDER_SPECIAL:
+        field = getattr(window.settings, box)
+        field.setValue(5)
+        assert paste(qtbot, field, typed) == said  # "-1" became "preset's" without a word
+        assert field.value() == 5
+        assert paste(qtbot, field, "0") == "" and field.value() == 0  # 0 is a rate, and a share

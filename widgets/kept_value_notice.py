@@ -17,7 +17,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
-from kvscope.widgets.number_box import ascii_number, beyond_decimals, misplaced_group_separator
+from kvscope.widgets.number_box import ascii_number, beyond_decimals, least_number, misplaced_group_separator
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 _ANOTHER_UNIT = re.compile(r"\s*([+-]?[\d,]*\.?\d+(?:[eE][+-]?\d+)?)\s*([^\d\s.,+-].*?)\s*")  # "2 GiB", "50%"
@@ -41,7 +41,7 @@ def taken_range(box: QAbstractSpinBox) -> str:
         least += 10 ** -box.decimals() if isinstance(box, QDoubleSpinBox) else 1
         # a special value below 0 stands before the numbers from 0: the arrival rate's "preset's" at -1
         # was said as "-0.99 to 1000000000.00 req/s, or preset's", and a negative rate is refused
-        least = max(least, 0) if box.minimum() < 0 else least
+        least = max(least, least_number(box))
     span = f"{box.textFromValue(least)} to {shown_value(box, box.maximum())}"
     return f"{span}, or {box.specialValueText()}" if box.specialValueText() else span
 
@@ -68,8 +68,8 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
         number, ok = float(typed.replace(box.locale().groupSeparator(), "")), True
     if len(typed) > SHOWN_CHARS:
         typed = f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
-    if ok and number < box.minimum():
-        why = f"{typed} is below the smallest value this field takes, {shown_value(box, box.minimum())}"
+    if ok and number < least_number(box):
+        why = f"{typed} is below the smallest value this field takes, {shown_value(box, least_number(box))}"
     elif ok and number > box.maximum():
         why = f"{typed} is above the largest value this field takes, {shown_value(box, box.maximum())}"
     elif ok and not isinstance(box, QDoubleSpinBox) and beyond_decimals(box, number):

@@ -93,9 +93,31 @@ def typed_number(box: QAbstractSpinBox, text: str) -> float | None:
     return value if ok and math.isfinite(value) else None
 
 
+def least_number(box: QAbstractSpinBox) -> float:
+    """The least number the box takes as typed: its minimum, or 0 where its special value stands below
+    0 (the arrival rate's and the shared prefix's "preset's" at -1): "-1" typed there became
+    "preset's" without a word, where "-0.5" was refused as a negative rate."""
+    return 0 if box.specialValueText() and box.minimum() < 0 else box.minimum()
+
+
 def beyond_decimals(box: QAbstractSpinBox, value: float) -> bool:
     """Whether value has more decimals than the box keeps (0.5 in a box of whole MiB, or of requests)."""
     return round(value, box.decimals() if isinstance(box, QDoubleSpinBox) else 0) != value
+
+
+def _special_typed(box: QAbstractSpinBox, text: str, pos: int) -> tuple | None:
+    """Qt's validate for the box's special value typed as the user types it ("default", "Default",
+    "default MiB", "presets", "preset’s"): Qt dropped it, or each letter as "not a number" under a field whose
+    notice says "..., or default"; a pasted "default" kept the number without a word. Its start
+    ("def") is the word being typed. None for other text."""
+    special = box.specialValueText()
+    typed, word = (t.replace("'", "").replace("\u2019", "").lower()
+                   for t in (text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip(), special))
+    if not special or not typed or not word.startswith(typed):
+        return None
+    if typed != word:
+        return QValidator.State.Intermediate, text, pos
+    return QValidator.State.Acceptable, special, len(special)
 
 
 class _KeepsTypedNumbers:
@@ -112,12 +134,15 @@ class _KeepsTypedNumbers:
     its reason."""
 
     def validate(self, text: str, pos: int):
+        special = _special_typed(self, text, pos)
+        if special is not None:
+            return special
         written = as_the_box_writes(self, text)
         if written != text:  # the cursor goes where the number typed ends
             text, pos = written, len(written.removesuffix(self.suffix()))
         value = typed_number(self, text)
         if value is not None:
-            fits = self.minimum() <= value <= self.maximum() and not beyond_decimals(self, value)
+            fits = least_number(self) <= value <= self.maximum() and not beyond_decimals(self, value)
             return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
         state, text_out, pos_out = super().validate(text, pos)
         if _kept_as_typed(self, text, state) or (state != QValidator.State.Invalid
