@@ -3,8 +3,15 @@ no pool the engine builds -- a vocabulary of 9,999,999 (165 GiB of weights), a m
 (46 million blocks), of 19 GiB (a pool short of one 8,192-token request) -- was refused on the Run
 tab, at the memory share, the KV pool size or max_model_len left at default, with nothing said on the
 tab being edited; other hardware picked on the Run tab threw away the model's edits (KV heads 1 back
-to 8, without a word), another model the hardware's. Each is said where the user is, naming the
-edit, and nothing the user typed is lost."""
+to 8, without a word), another model the hardware's. "５０％" and "２０４８ＭｉＢ" (a CJK input method's
+full-width forms) were refused as "in ％, not %", "in ＭｉＢ, not MiB", "٠٫٥" (the Arabic decimal
+separator) as "in ٫5", a speed-up's "2×" as "in ×, not x", and a scenario guess of "５０％" as "not a
+number". The event log's filter "request #12" (its placeholder's example) showed #120 to #129 too.
+The Speed list took 0.1x or max where it paces nothing (the real backend, an attached server's page),
+and the seed was taken on the Compare page, whose R restarts with the comparison's own seed.
+"default" typed in a box whose notice offers it was dropped letter by letter as "not a number" (kept
+without a word when pasted), and "-1" in the arrival rate became "preset's" where "-0.5" was refused.
+Each is said where the user is, naming the cause, and a consistent neighbour is still taken."""
 
 from __future__ import annotations
 
