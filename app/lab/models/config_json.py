@@ -19,7 +19,7 @@ from kvscope.app.lab.models.config_fields import (
     checked_hf_fields,
     per_layer_type,
 )
-from kvscope.app.lab.models.config_names import kv_heads, standard_names, tied_embeddings
+from kvscope.app.lab.models.config_names import TEXT_CONFIG_DEFAULTS, kv_heads, standard_names, tied_embeddings
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -121,7 +121,8 @@ def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
         return None
-    pattern = cfg.get("sliding_window_pattern")
+    # Gemma 3's config class: 6 when its file leaves it out (27B's text_config does), read as all full attention
+    pattern = cfg.get("sliding_window_pattern", 6 if model_type in ("gemma3", "gemma3_text") else None)
     if pattern is not None:  # Gemma 3: pattern - 1 sliding layers, then one full
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ConfigError(f"sliding_window_pattern must be a whole number of layers > 0, got {pattern!r}")
@@ -296,7 +297,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
         # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own
         # quantization_config was dropped
-        text = cfg["text_config"]
+        text = {**TEXT_CONFIG_DEFAULTS.get(str(cfg["text_config"].get("model_type")), {}), **cfg["text_config"]}
         cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top

@@ -41,6 +41,25 @@ TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigc
                    "openai-gpt", "ctrl", "xglm", "biogpt", "bloom", "falcon", "RefinedWeb", "RefinedWebModel", "mpt",
                    "opt", "starcoder2", "cohere", "cohere2", "ernie4_5", "ernie4_5_moe", "jetmoe", "smollm3",
                    "minicpm3", "granite_swa"}
+# transformers writes a multimodal model's text_config as its difference from the text model's config class
+# (to_diff_dict): fields left at that class's defaults are absent (llava-1.5-7b's text_config gives no layer
+# count, Gemma 3 4B's no heads, llava-v1.6-mistral's no width). transformers, and vLLM through it, read them as
+# those defaults; they were refused as "missing field(s)". model_type -> its config class's defaults
+_LLAMA = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+          "num_attention_heads": 32, "max_position_embeddings": 2048}
+_GEMMA2 = {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+           "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 8192,
+           "sliding_window": 4096}
+TEXT_CONFIG_DEFAULTS = {
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                "sliding_window": 4096},
+    "qwen2": {**_LLAMA, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
+    "gemma": {"vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma2": _GEMMA2,
+    "gemma3_text": {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072},
+}
 # config.json fields this module reads, for config_fields' type checks
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
