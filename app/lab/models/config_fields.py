@@ -64,6 +64,9 @@ UNSIZED_LAYOUTS = {
     "use_cla": "has layers share one KV cache (cross-layer attention)",
     "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
     "block_types": "lays out recurrent layers (RecurrentGemma)",
+    # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
+    # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
+    "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
 }
 # ... unless they say every layer is attention (MiniMax-M2's attn_type_list of 1s)
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
@@ -133,7 +136,15 @@ def checked_hf_fields(cfg, label: str) -> dict:
     ceilings, as ints), nulls dropped; a ConfigError naming the field otherwise."""
     if isinstance(cfg, dict) and cfg.get("model_max_length") == NO_LENGTH:  # transformers' "no limit", as vLLM's
         cfg = {k: v for k, v in cfg.items() if k != "model_max_length"}   # smallest length reads it: absent
+    pattern = cfg.get("sliding_window_pattern") if isinstance(cfg, dict) else None
+    if isinstance(pattern, str):  # EXAONE 4's "LLLG" (L: a sliding layer, G: a full one) was refused as not a number
+        if not pattern or len(pattern) > _SIZING["sliding_window_pattern"] or set(pattern) - {"L", "G"}:
+            raise ConfigError(f"{label}: sliding_window_pattern must be a whole number of layers or letters L "
+                              f"(sliding window) and G (full attention) like 'LLLG', got {shown(pattern)}")
+        cfg = {k: v for k, v in cfg.items() if k != "sliding_window_pattern"}
     cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
+    if isinstance(pattern, str):
+        cfg["sliding_window_pattern"] = pattern
     unsized = next((key for key in UNSIZED_LAYOUTS
                     if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
     if unsized:

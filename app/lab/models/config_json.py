@@ -123,6 +123,8 @@ def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
         return None
     # Gemma 3's config class: 6 when its file leaves it out (27B's text_config does), read as all full attention
     pattern = cfg.get("sliding_window_pattern", 6 if model_type in ("gemma3", "gemma3_text") else None)
+    if isinstance(pattern, str):  # EXAONE 4's letters, repeated: L a sliding layer, G a full one
+        return ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(layers)]
     if pattern is not None:  # Gemma 3: pattern - 1 sliding layers, then one full
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ConfigError(f"sliding_window_pattern must be a whole number of layers > 0, got {pattern!r}")
