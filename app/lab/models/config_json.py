@@ -18,6 +18,7 @@ from kvscope.app.lab.models.config_fields import (
     RECURRENT_ONLY,
     checked_hf_fields,
     per_layer_type,
+    with_compression_config,
 )
 from kvscope.app.lab.models.config_names import TEXT_CONFIG_DEFAULTS, kv_heads, standard_names, tied_embeddings
 from kvscope.app.lab.said_paths import os_error_text
@@ -295,6 +296,7 @@ def _stretched_positions(cfg: dict, positions, label: str) -> int | None:
 def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> ModelConfig:
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
+    cfg = with_compression_config(cfg)
     if isinstance(cfg, dict) and cfg.get("num_hidden_layers") is None and isinstance(cfg.get("text_config"), dict):
         # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
         # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own
@@ -461,6 +463,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise
     if not isinstance(cfg, dict):
         raise ConfigError(f"config {path}: expected a JSON object")
+    cfg = with_compression_config(cfg)
     name = path.parent.name if path.name == "config.json" else path.stem
     model = model_from_hf_config(cfg, name or str(path), label=f"config {path}")
     # a model folder, or its config.json named: weights it says are quantised must be (fp8 over F32 was sized at

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
-from kvscope.app.lab.models.config_fields import checked_hf_fields
+from kvscope.app.lab.models.config_fields import checked_hf_fields, with_compression_config
 from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
 from kvscope.app.lab.models.safetensors_header import safetensors_header
 from kvscope.app.lab.table_checks import require_table
@@ -51,7 +51,7 @@ def _read_config(path: Path) -> dict:
     cfg = load_json(read_capped(config_file, label, MAX_CONFIG_BYTES, "config.json"), label, unique_keys=True)
     if not isinstance(cfg, dict):
         raise ConfigError(f"{label}: expected a JSON object of model fields, got {shown(cfg)}")
-    return cfg
+    return with_compression_config(cfg)
 
 
 def _architecture(cfg: dict, path: Path) -> str:
