@@ -31,7 +31,8 @@ HF_FIELDS = {
     "n_positions": WHOLE, "max_seq_len": WHOLE, "seq_length": WHOLE, "max_target_positions": WHOLE,
     "max_sequence_length": WHOLE, "max_seq_length": WHOLE, "seq_len": WHOLE, "model_max_length": WHOLE,
     "tie_word_embeddings": FLAG, "attention_bias": FLAG, "model_type": TEXT, "architectures": LIST,
-    "torch_dtype": TEXT, "dtype": TEXT, "quantization_config": TABLE, "compression_config": TABLE, "text_config": TABLE, "auto_map": TABLE,
+    "torch_dtype": TEXT, "dtype": TEXT, "quantization_config": TABLE, "compression_config": TABLE,
+    "text_config": TABLE, "auto_map": TABLE,
     # how far rope scaling stretches the positions (transformers 5 names the table rope_parameters)
     "rope_scaling": TABLE, "rope_parameters": TABLE,
     # layer layouts
@@ -134,8 +135,9 @@ def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
 def with_compression_config(cfg):
     """cfg with compressed-tensors' older compression_config read as quantization_config when that is absent, as
     vLLM reads it (llm-compressor's 2024 checkpoints): left out, their int8 and fp8 weights were sized as 16-bit."""
-    if isinstance(cfg, dict) and cfg.get("quantization_config") is None and isinstance(cfg.get("compression_config"), dict):
-        return {**cfg, "quantization_config": cfg["compression_config"]}
+    older = cfg.get("compression_config") if isinstance(cfg, dict) else None
+    if isinstance(older, dict) and cfg.get("quantization_config") is None:
+        return {**cfg, "quantization_config": older}
     return cfg
 
 
