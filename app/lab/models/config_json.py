@@ -37,6 +37,14 @@ _UNGATED_MLP = {"gpt2", "gptj", "gpt_neo", "gpt_neox", "gpt_bigcode", "codegen",
                 "RefinedWebModel", "mpt", "opt", "bloom", "phi", "starcoder2", "xglm", "persimmon", "nemotron"}
 
 
+def modelopt_dtype(algo, where: str) -> str:
+    """The weights' kind a ModelOpt quant_algo stores them as; `where` names the table that gives it."""
+    kind = "fp8" if str(algo).upper().startswith("FP8") else "int4" if str(algo).upper() == "NVFP4" else None
+    if kind is None:
+        raise ConfigError(f"{where}: modelopt with quant_algo {shown(algo)}: kvscope sizes its FP8 and NVFP4 weights")
+    return kind
+
+
 def _weight_dtype_from_hf(cfg: dict) -> str:
     mlx = cfg.get("quantization")
     if isinstance(mlx, dict) and "bits" in mlx and not cfg.get("quantization_config"):  # sized as 16-bit weights
@@ -49,6 +57,8 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     method = str(quant.get("quant_method", "")).lower()
     if method in ("fp8", "fbgemm_fp8", "mxfp4"):  # fbgemm_fp8: Meta's Llama 3.1 FP8 checkpoints, refused before
         return "int4" if method == "mxfp4" else "fp8"
+    if method == "modelopt":  # NVIDIA's ModelOpt checkpoints (nvidia/...-FP8, -FP4), as vLLM reads them: refused
+        return modelopt_dtype(quant.get("quant_algo"), "quantization_config")
     if quant.get("load_in_4bit") and quant.get("load_in_8bit"):  # sized as 4-bit without a word; transformers refuses
         raise ConfigError("quantization_config sets both load_in_4bit and load_in_8bit; bitsandbytes loads one of "
                           "them: keep the one the weights are")
@@ -94,7 +104,7 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
                           "gptq, awq, compressed-tensors)")
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
-                          "(fp8, fbgemm_fp8, mxfp4, bitsandbytes, gptq, awq, compressed-tensors)")
+                          "(fp8, fbgemm_fp8, mxfp4, modelopt, bitsandbytes, gptq, awq, compressed-tensors)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     kind = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
     if cfg.get("torch_dtype") and cfg.get("dtype"):  # transformers' new name beside its old one: torch_dtype was taken
@@ -433,6 +443,21 @@ def _refuse_weights_file(path: Path, head: bytes) -> None:
                           "the folder that holds it")
 
 
+def _with_modelopt_file(folder: Path, cfg: dict) -> dict:
+    """cfg with ModelOpt's hf_quant_config.json read as its quantization_config when config.json has none, as vLLM
+    reads it (NVIDIA's FP8 and NVFP4 checkpoints keep it there): its FP8 weights were sized as 16-bit ones."""
+    aside = folder / "hf_quant_config.json"
+    if cfg.get("quantization_config") is not None or not aside.is_file():
+        return cfg
+    label = f"config {aside}"
+    quant = load_json(read_capped(aside, label, MAX_CONFIG_BYTES, "hf_quant_config.json"), label, unique_keys=True)
+    if not isinstance(quant, dict) or not isinstance(quant.get("quantization"), dict):
+        raise ConfigError(f'{label}: expected ModelOpt\'s {{"quantization": {{"quant_algo": "FP8", ...}}}}, got '
+                          f"{shown(quant)}")
+    modelopt_dtype(quant["quantization"].get("quant_algo"), f"{label}: quantization")
+    return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant["quantization"]}}
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     try:
@@ -465,6 +490,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"config {path}: expected a JSON object")
     cfg = with_compression_config(cfg)
     name = path.parent.name if path.name == "config.json" else path.stem
+    if path.name == "config.json":
+        cfg = _with_modelopt_file(path.parent, cfg)
     model = model_from_hf_config(cfg, name or str(path), label=f"config {path}")
     # a model folder, or its config.json named: weights it says are quantised must be (fp8 over F32 was sized at
     # a byte each); a config.json alone in its folder is sized as it says
