@@ -28,6 +28,7 @@ ALIASES = {
     "num_experts": ("moe_num_experts",),
     "num_experts_per_tok": ("moe_k",),
     "n_shared_experts": ("moe_num_shared_experts", "num_shared_experts"),  # num_shared_experts: Ling's (bailing_moe)
+    "decoder_sparse_step": ("moe_layer_frequency",),  # Arctic's: every n-th layer holds the experts, as Qwen-MoE's
 }
 _SIZES = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size", "head_dim")
 KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
@@ -65,7 +66,7 @@ NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
                "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
-               "intermediate_size_mlp": "whole", "moe_layers": "list"}
+               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag"}
 
 
 def standard_names(cfg: dict, label: str) -> dict:
@@ -90,6 +91,10 @@ def standard_names(cfg: dict, label: str) -> dict:
                                                 max(1, ceiling("intermediate_size") // hidden)) * hidden
     if str(cfg.get("model_type")) == "dbrx":
         out.update(_dbrx_experts(cfg, label))
+    if str(cfg.get("model_type")) == "arctic" and cfg.get("use_residual") and out.get("hidden_size"):
+        # Arctic's dense residual MLP (hidden_size wide) beside the experts of each of their layers: left out, the
+        # 480 B model was sized at 473 B
+        out.setdefault("shared_expert_intermediate_size", out["hidden_size"])
     if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
         out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
     if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):
