@@ -20,7 +20,7 @@ from kvscope.app.lab.models.config_fields import (
     per_layer_type,
     with_compression_config,
 )
-from kvscope.app.lab.models.config_names import TEXT_CONFIG_DEFAULTS, kv_heads, standard_names, tied_embeddings
+from kvscope.app.lab.models.config_names import kv_heads, standard_names, text_config_of, tied_embeddings
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -311,7 +311,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
         # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own
         # quantization_config was dropped
-        text = {**TEXT_CONFIG_DEFAULTS.get(str(cfg["text_config"].get("model_type")), {}), **cfg["text_config"]}
+        text = text_config_of(cfg)
         cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top

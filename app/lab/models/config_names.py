@@ -61,6 +61,19 @@ TEXT_CONFIG_DEFAULTS = {
     "gemma2": _GEMMA2,
     "gemma3_text": {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072},
 }
+# a wrapper's text model when its text_config does not say (transformers' LlavaConfig, Gemma3Config, ... build
+# that class): a Gemma 3 text_config without model_type was read as a Llama (no window layout, an untied head)
+_TEXT_MODEL_OF = {"llava": "llama", "llava_next": "llama", "vipllava": "llama", "llava_next_video": "llama",
+                  "llava_onevision": "qwen2", "mistral3": "mistral", "paligemma": "gemma", "gemma3": "gemma3_text"}
+
+
+def text_config_of(cfg: dict) -> dict:
+    """A wrapper's text_config with the fields it leaves at its text model's config-class defaults filled in."""
+    text = cfg["text_config"]
+    kind = text.get("model_type") or _TEXT_MODEL_OF.get(str(cfg.get("model_type")))
+    return {**TEXT_CONFIG_DEFAULTS.get(str(kind), {}), **text, **({"model_type": kind} if kind else {})}
+
+
 # config.json fields this module reads, for config_fields' type checks
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
