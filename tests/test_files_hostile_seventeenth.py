@@ -1,0 +1,181 @@
+"""The seventeenth hostile pass over the files kvscope reads: real config.json files of architectures and
+checkpoint formats not met before. A multimodal text_config written as its difference from the text model's
+config class (llava-1.5-7b, llava-v1.6-mistral, Gemma 3 4B / 27B), or without its model_type; EXAONE 4's
+sliding_window_pattern of letters; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
+NVIDIA ModelOpt's quant_method and hf_quant_config.json; Snowflake Arctic's residual MLP and
+moe_layer_frequency. Each refusal test failed before its fix; the consistent neighbours beside them pass.
+scripts/hostile_inputs_seventeenth_files.py runs them through the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config
+from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import num_parameters
+
+from cli_helper import cli
+from test_files_hostile_thirteenth import BASE, refused
+
+# real configs, cut to the fields kvscope reads (each as its Hugging Face release writes it)
+LLAVA_15_7B = {"model_type": "llava", "text_config": {
+    "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "model_type": "llama",
+    "torch_dtype": "float16", "vocab_size": 32064}, "torch_dtype": "float16", "vocab_size": 32064}
+LLAVA_NEXT_MISTRAL = {"model_type": "llava_next", "text_config": {
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral", "num_key_value_heads": 8,
+    "sliding_window": None, "torch_dtype": "bfloat16", "vocab_size": 32064}, "torch_dtype": "float16"}
+GEMMA3_4B = {"model_type": "gemma3", "text_config": {
+    "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}, "torch_dtype": "bfloat16"}
+GEMMA3_27B = {"model_type": "gemma3", "text_config": {
+    "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}, "torch_dtype": "bfloat16"}
+EXAONE4_32B = {"model_type": "exaone4", "head_dim": 128, "hidden_size": 5120, "intermediate_size": 27392,
+               "layer_types": ["sliding_attention"] * 3 + ["full_attention"], "max_position_embeddings": 131072,
+               "num_attention_heads": 40, "num_hidden_layers": 4, "num_key_value_heads": 8, "sliding_window": 4096,
+               "sliding_window_pattern": "LLLG", "tie_word_embeddings": False, "vocab_size": 102400}
+ARCTIC = {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
+          "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,
+          "num_experts_per_tok": 2, "moe_layer_frequency": 1, "parallel_attn_mlp_res": True, "use_residual": True,
+          "vocab_size": 32000, "tie_word_embeddings": False}
+CT_W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+    "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}}
+
+
+def read(cfg: dict):
+    return model_from_hf_config(cfg, "m", label="config c.json")
+
+
+# -- a multimodal text_config written as a diff from its config class -------------------------------------------
+
+@pytest.mark.parametrize("cfg, shape", [
+    (LLAVA_15_7B, (32, 32, 32, 128, 4096, 11008, 32064, 4096)),  # LlamaConfig's defaults
+    (LLAVA_NEXT_MISTRAL, (32, 32, 8, 128, 4096, 14336, 32064, 32768)),  # MistralConfig's
+    (GEMMA3_4B, (34, 8, 4, 256, 2560, 10240, 262208, 131072)),  # Gemma3TextConfig's
+    # no model_type in the text_config: Gemma3Config builds a gemma3_text model (was read as a Llama)
+    ({**GEMMA3_27B, "text_config": {k: v for k, v in GEMMA3_27B["text_config"].items() if k != "model_type"}},
+     (62, 32, 16, 128, 5376, 21504, 262208, 131072)),
+])
+def test_a_text_config_reads_its_config_class_defaults(cfg, shape):
+    """Refused as "text_config: missing field(s) num_hidden_layers, ..." (vLLM serves each)."""
+    m = read(cfg)
+    assert (m.num_hidden_layers, m.num_attention_heads, m.num_key_value_heads, m.head_dim, m.hidden_size,
+            m.intermediate_size, m.vocab_size, m.max_position_embeddings) == shape
+
+
+def test_gemma3_text_config_lays_out_five_windows_to_a_full_layer_and_ties_its_head():
+    """Gemma 3 27B's text_config gives no sliding_window_pattern (its class's default is 6): every layer was
+    sized as full attention, a KV cache 5x too big at 131,072 tokens; without a model_type its head was untied."""
+    for cfg in (GEMMA3_27B, {**GEMMA3_27B, "text_config": {
+            k: v for k, v in GEMMA3_27B["text_config"].items() if k != "model_type"}}):
+        m = read(cfg)
+        assert (m.count_layers("full_attention"), m.count_layers("sliding_attention")) == (10, 52)
+        assert m.tie_word_embeddings and m.sliding_window == 1024
+        assert round(num_parameters(m) / 1e9, 2) == 27.01  # the text model of gemma-3-27b-it
+    assert round(num_parameters(read(GEMMA3_4B)) / 1e9, 2) == 3.88
+    top = read({**GEMMA3_27B["text_config"], "vocab_size": 262208})  # a gemma3_text config.json of its own
+    assert top.count_layers("full_attention") == 10
+
+
+def test_a_given_field_still_wins_over_the_default():
+    m = read({**LLAVA_15_7B, "text_config": {**LLAVA_15_7B["text_config"], "num_hidden_layers": 40,
+                                             "hidden_size": 5120, "num_attention_heads": 40}})
+    assert (m.num_hidden_layers, m.hidden_size, m.head_dim) == (40, 5120, 128)
+    assert read({**LLAVA_NEXT_MISTRAL}).layer_types == ()  # sliding_window null: no window, not the default 4,096
+
+
+def test_a_text_config_of_an_unknown_type_still_needs_its_fields():
+    with pytest.raises(ConfigError, match=r"text_config: missing field\(s\) num_hidden_layers"):
+        read({"model_type": "somevlm", "text_config": {"model_type": "somelm", "vocab_size": 10}})
+
+
+# -- EXAONE 4's sliding_window_pattern of letters ---------------------------------------------------------------
+
+def test_exaone4_pattern_of_letters_is_its_layout():
+    """'LLLG' was "sliding_window_pattern must be a whole number from 0 to 65,536" (the real config.json)."""
+    m = read(EXAONE4_32B)
+    assert m.layer_types == ("sliding_attention",) * 3 + ("full_attention",)
+    alone = read({k: v for k, v in EXAONE4_32B.items() if k != "layer_types"})  # the letters alone lay it out
+    assert alone.layer_types == m.layer_types
+
+
+@pytest.mark.parametrize("pattern, said", [
+    ("LLXG", "sliding_window_pattern must be a whole number of layers or letters L (sliding window) and G (full "
+             "attention) like 'LLLG', got 'LLXG'"),
+    ("", "sliding_window_pattern must be a whole number of layers or letters L"),
+    ("LLGG", "layer_types and sliding_window_pattern ('LLGG') say different layers"),
+])
+def test_exaone4_pattern_that_is_no_layout_is_refused(pattern, said):
+    assert said in refused({**EXAONE4_32B, "sliding_window_pattern": pattern})
+
+
+# -- Nemotron-NAS ---------------------------------------------------------------------------------------------
+
+def test_nemotron_nas_block_configs_are_refused_by_name():
+    """Sized with 64 KV heads on every layer (its n_heads_in_group 8 keeps 8, its no_op layers none)."""
+    blocks = [{"attention": {"n_heads_in_group": 8, "no_op": False}, "ffn": {"ffn_mult": 2.625}},
+              {"attention": {"n_heads_in_group": None, "no_op": True}, "ffn": {"ffn_mult": 1.3125}}]
+    said = refused({"model_type": "nemotron-nas", "num_key_value_heads": None, "num_hidden_layers": 2,
+                    "block_configs": blocks})
+    assert "block_configs" in said and "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)" in said
+
+
+# -- quantisation written elsewhere -------------------------------------------------------------------------------
+
+def test_compression_config_is_read_as_quantization_config():
+    """llm-compressor's older name: its int8 weights were sized as bf16 (2x)."""
+    assert read({**BASE, "compression_config": CT_W8A8}).weight_dtype == "int8"
+    assert read({**BASE, "compression_config": CT_W8A8, "quantization_config": {"quant_method": "fp8"}}
+                ).weight_dtype == "fp8"  # vLLM reads quantization_config first
+    assert "compression_config must be a table" in refused({"compression_config": [8]})
+
+
+@pytest.mark.parametrize("algo, kind", [("FP8", "fp8"), ("FP8_PER_CHANNEL_PER_TOKEN", "fp8"), ("NVFP4", "int4")])
+def test_modelopt_quant_algo_sizes_its_weights(algo, kind):
+    """quant_method modelopt was "not one kvscope sizes"."""
+    assert read({**BASE, "quantization_config": {"quant_method": "modelopt", "quant_algo": algo}}).weight_dtype == kind
+
+
+def test_modelopt_algo_it_does_not_size_is_named():
+    said = refused({"quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}})
+    assert "modelopt with quant_algo 'W4A8_AWQ': kvscope sizes its FP8 and NVFP4 weights" in said
+
+
+def test_hf_quant_config_json_beside_config_json(tmp_path):
+    """NVIDIA's FP8 checkpoints say their quantisation in hf_quant_config.json, which vLLM reads: sized bf16."""
+    (tmp_path / "config.json").write_text(json.dumps(BASE))
+    assert load_hf_config(tmp_path).weight_dtype == "bf16"  # none beside it: as config.json says
+    aside = tmp_path / "hf_quant_config.json"
+    aside.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
+    assert load_hf_config(tmp_path).weight_dtype == "fp8"
+    for data, said in (([1], "expected ModelOpt's"), ({"quantization": {"quant_algo": "INT3"}}, "quant_algo 'INT3'")):
+        aside.write_text(json.dumps(data))
+        with pytest.raises(ConfigError, match="hf_quant_config.json") as caught:
+            load_hf_config(tmp_path)
+        assert said in str(caught.value)
+
+
+# -- Snowflake Arctic -------------------------------------------------------------------------------------------
+
+def test_arctic_counts_its_residual_mlp_and_its_expert_layers():
+    """480 B was 473 B (the residual MLP left out); moe_layer_frequency 2 put experts on every layer."""
+    assert round(num_parameters(read(ARCTIC)) / 1e9, 1) == 478.6
+    assert round(num_parameters(read({**ARCTIC, "use_residual": False})) / 1e9, 1) == 473.2
+    every_other = read({**ARCTIC, "moe_layer_frequency": 2})
+    assert every_other.num_dense_layers == 18 and round(num_parameters(every_other) / 1e9, 1) == 236.7
+
+
+# -- through the command line -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg, said", [
+    (GEMMA3_4B, "34 layers (5 full attention, 29 sliding window), 8 attention heads, 4 KV heads x head_dim 256"),
+    (LLAVA_15_7B, "32 layers, 32 attention heads, 32 KV heads x head_dim 128"),
+    ({**BASE, "compression_config": CT_W8A8}, "int8 (1 B) but 16-bit embeddings"),
+])
+def test_math_config_of_real_files(tmp_path, capsys, cfg, said):
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = cli(capsys, "math", "--config", tmp_path)
+    assert rc == 0 and said in out, err
