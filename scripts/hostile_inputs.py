@@ -55,6 +55,7 @@ from hostile_inputs_fourteenth_files import fourteenth_file_cases
 from hostile_inputs_fifteenth_files import fifteenth_file_cases
 from hostile_inputs_fifteenth_cli import fifteenth_cli_cases
 from hostile_inputs_sixteenth_cli import sixteenth_cli_cases
+from hostile_inputs_seventeenth_files import seventeenth_file_cases
 
 KVSCOPE = ROOT / ".venv" / "bin" / "kvscope"
 TIME_LIMIT_S = 10.0  # a refusal or a tiny run takes a second or two; past this a case hangs
@@ -152,7 +153,8 @@ def main() -> int:
                  + thirteenth_cli_cases(d, Case, write) + thirteenth_file_cases(d, Case, write)
                  + fourteenth_cli_cases(d, Case, write) + fourteenth_file_cases(d, Case, write)
                  + fifteenth_file_cases(d, Case, write) + fifteenth_cli_cases(d, Case, write)
-                 + sixteenth_cli_cases(d, Case, write))
+                 + sixteenth_cli_cases(d, Case, write)
+                 + seventeenth_file_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []

@@ -1,0 +1,135 @@
+"""The seventeenth hostile pass's cases (2026-11-29): the FILES kvscope reads, for scripts/hostile_inputs.py; every
+name begins "files17: " (`--only files17` runs them). Real config.json files of architectures and checkpoint
+formats no pass had met: a multimodal text_config that transformers wrote as its difference from the text
+model's config class (llava-1.5-7b gives no layer count, llava-v1.6-mistral no width, Gemma 3 4B no heads nor
+vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives no model_type; EXAONE 4's
+sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
+NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json; Snowflake Arctic's
+residual MLP (use_residual) and moe_layer_frequency.
+
+Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
+num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
+layers were sized as all full attention (its class's pattern of 6 left out: the KV cache 5x too big at 131,072
+tokens), and a Gemma 3 text_config without model_type as a Llama (no window, an untied head of 1.4 B
+parameters); EXAONE-4.0-32B was "sliding_window_pattern must be a whole number from 0 to 65,536, got 'LLLG'";
+Llama-3.3-Nemotron-Super-49B (block_configs) was sized with a KV head per attention head on every layer (8x,
+its attention-free layers given a cache too); an int8 checkpoint's compression_config was dropped (its weights
+sized as bf16, 2x) and a folder's int8 weights refused as "no quantization_config"; quant_method modelopt was
+"not one kvscope sizes" and a folder whose hf_quant_config.json says FP8 was sized as bf16 (2x); Arctic (480 B)
+was 473 B, and a moe_layer_frequency of 2 put experts on every layer (twice its weights).
+Every case's expect is the correct behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
+
+NAME = "files17: "  # every case's name starts so: `--only files17` runs this pass's
+
+_EXAONE = {"model_type": "exaone4", "sliding_window": 64, "sliding_window_pattern": "LLLG",
+           "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+_BLOCKS = [{"attention": {"n_heads_in_group": 2, "no_op": False}, "ffn": {"ffn_mult": 2.0}},
+           {"attention": {"n_heads_in_group": None, "no_op": True}, "ffn": {"ffn_mult": 1.0}}] * 2
+_W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized",
+         "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}
+
+
+def seventeenth_file_cases(d: Path, Case, write) -> list:
+    return pass_cases(d / "seventeenth", (_config_cases, _shape_cases, _aside_cases), Case, write)
+
+
+# -- config.json: refusals and their neighbours ------------------------------------------------------------------
+
+# (what, fields over SMALL_LLAMA, what the refusal must say); None: accepted
+_CONFIGS = [
+    ("EXAONE 4's sliding_window_pattern 'LLLG'", _EXAONE, None),
+    ("EXAONE 4's pattern 'LLLG' without layer_types", {**_EXAONE, "layer_types": None}, None),
+    ("a sliding_window_pattern of other letters", {**_EXAONE, "sliding_window_pattern": "LLXG"},
+     ("sliding_window_pattern must be a whole number of layers or letters L (sliding window) and G (full "
+      "attention) like 'LLLG', got 'LLXG'",)),
+    ("a sliding_window_pattern of letters layer_types contradicts", {**_EXAONE, "sliding_window_pattern": "LG"},
+     ("layer_types and sliding_window_pattern ('LG') say different layers",)),
+    ("Nemotron-NAS's block_configs", {"model_type": "nemotron-nas", "num_key_value_heads": None,
+                                      "block_configs": _BLOCKS},
+     ("block_configs", "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)")),
+    ("a compression_config that is no table", {"compression_config": [8]}, ("compression_config must be a table",)),
+    ("ModelOpt's quant_algo W4A8_AWQ", {"quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}},
+     ("modelopt with quant_algo 'W4A8_AWQ': kvscope sizes its FP8 and NVFP4 weights",)),
+    ("a text_config of an unknown model type without its fields", {
+        "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
+     ("text_config: missing field(s) num_hidden_layers",)),
+]
+
+
+def _config_cases(f: Path, Case, write) -> list:
+    # was: 'LLLG' "must be a whole number"; block_configs sized as 4 KV heads on every layer
+    return config_json_cases(f, Case, write, SMALL_LLAMA, _CONFIGS, prefix=NAME)
+
+
+# -- config.json: read, and the shape math says ------------------------------------------------------------------
+
+_SHAPES = [  # (what, its config.json, what math must say)
+    ("llava-1.5-7b (a text_config of LlamaConfig's defaults)",
+     {"model_type": "llava", "text_config": {"max_position_embeddings": 4096, "model_type": "llama",
+                                             "torch_dtype": "float16", "vocab_size": 32064}, "vocab_size": 32064},
+     "32 layers, 32 attention heads, 32 KV heads x head_dim 128"),
+    ("llava-v1.6-mistral-7b (MistralConfig's defaults)",
+     {"model_type": "llava_next", "text_config": {"intermediate_size": 14336, "max_position_embeddings": 32768,
+                                                  "model_type": "mistral", "num_key_value_heads": 8,
+                                                  "sliding_window": None, "vocab_size": 32064}},
+     "32 layers, 32 attention heads, 8 KV heads x head_dim 128"),
+    ("gemma-3-4b-it (Gemma3TextConfig's defaults)",
+     {"model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                                              "model_type": "gemma3_text", "num_hidden_layers": 34,
+                                              "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                              "sliding_window": 1024}},
+     "34 layers (5 full attention, 29 sliding window), 8 attention heads, 4 KV heads x head_dim 256"),
+    ("a Gemma 3 text_config without model_type",
+     {"model_type": "gemma3", "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+                                              "num_attention_heads": 32, "num_hidden_layers": 62,
+                                              "num_key_value_heads": 16, "sliding_window": 1024}},
+     "27.01 B parameters"),
+    ("compressed-tensors' compression_config (int8 weights)", {**SMALL_LLAMA, "compression_config": _W8A8},
+     "int8 (1 B) but 16-bit embeddings"),
+    ("ModelOpt's quant_method modelopt (NVFP4)",
+     {**SMALL_LLAMA, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}},
+     "int4 (0.5 B) but 16-bit embeddings"),
+    ("Snowflake Arctic (use_residual)",
+     {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
+      "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,
+      "num_experts_per_tok": 2, "moe_layer_frequency": 1, "use_residual": True, "vocab_size": 32000},
+     "478.58 B parameters"),
+]
+
+
+def _shape_cases(f: Path, Case, write) -> list:
+    # was: "text_config: missing field(s) ..."; compression_config and modelopt sized as bf16 or refused; 473 B
+    cases = []
+    for i, (what, cfg, said) in enumerate(_SHAPES):
+        path = write(f / "shapes" / f"s{i}" / "config.json", json.dumps(cfg))
+        cases.append(Case(f"{NAME}math --config of {what}", "structure", ["math", "--config", str(path)],
+                          expect="ok", must_say=(said,), must_not_say=PYTHON_WORDS))
+    return cases
+
+
+# -- ModelOpt's hf_quant_config.json beside config.json --------------------------------------------------------
+
+def _aside_cases(f: Path, Case, write) -> list:
+    fp8 = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}
+    files = [  # (what, hf_quant_config.json, what math must say; refuse: the refusal's words)
+        ("saying FP8", json.dumps(fp8), "ok", "fp8 (1 B) but 16-bit embeddings"),  # was: bf16, 2x
+        ("of a list", "[1]", "refuse", 'expected ModelOpt\'s {"quantization": {"quant_algo": "FP8", ...}}, got [1]'),
+    ]
+    cases = []
+    for i, (what, data, expect, said) in enumerate(files):
+        folder = f / "aside" / f"a{i}"
+        write(folder / "config.json", json.dumps(SMALL_LLAMA))
+        aside = write(folder / "hf_quant_config.json", data)
+        cases.append(Case(f"{NAME}math --config of a folder whose hf_quant_config.json is {what}", "files",
+                          ["math", "--config", str(folder)], expect=expect,
+                          must_say=(said,) if expect == "ok" else (str(aside), said), must_not_say=PYTHON_WORDS,
+                          protected=[str(aside)]))
+    return cases
