@@ -20,7 +20,13 @@ from kvscope.app.lab.models.config_fields import (
     per_layer_type,
     with_compression_config,
 )
-from kvscope.app.lab.models.config_names import kv_heads, standard_names, text_config_of, tied_embeddings
+from kvscope.app.lab.models.config_names import (
+    kv_heads,
+    refuse_text_config_apart,
+    standard_names,
+    text_config_of,
+    tied_embeddings,
+)
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
 from kvscope.app.lab.table_checks import build_config
@@ -211,6 +217,9 @@ def _experts(cfg: dict, model_type: str) -> dict:
     count = next(iter(counts.values()), None)
     if not count:
         return {}
+    for key in ("num_experts_per_tok", "experts_per_token"):
+        if cfg.get(key) == 0:  # read as absent: "missing num_experts_per_tok", of a file that gives it
+            raise ConfigError(f"{key} must be at least 1 (the experts each token runs), got 0")
     per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
     if cfg.get("experts_per_token") and per_token != cfg["experts_per_token"]:  # gpt-oss gives both, alike
         raise ConfigError(f"num_experts_per_tok ({per_token:,}) and experts_per_token ({cfg['experts_per_token']:,}) "
@@ -236,8 +245,13 @@ def _experts(cfg: dict, model_type: str) -> dict:
     step = cfg.get("decoder_sparse_step")
     if step == 0:  # transformers divides by it
         raise ConfigError("decoder_sparse_step must be at least 1 (every step-th layer holds the experts), got 0")
-    if isinstance(cfg.get("mlp_only_layers"), list) or (step or 1) > 1:  # Qwen-MoE: these layers keep a dense MLP
+    freq = cfg.get("moe_layer_freq", 1)  # DeepSeek: layer i past first_k_dense_replace holds experts if i % freq == 0
+    if freq == 0:  # vLLM divides by it
+        raise ConfigError("moe_layer_freq must be at least 1 (every freq-th layer holds the experts), got 0")
+    if isinstance(cfg.get("mlp_only_layers"), list) or (step or 1) > 1 or freq > 1:  # these layers: a dense MLP
         numbers = set(cfg.get("mlp_only_layers") or ())  # [0, 0, 0] is one dense layer, not three
+        if isinstance(layers, int) and freq > 1:  # read as experts on every layer: the experts' weights freq x
+            numbers |= {i for i in range(layers) if i < dense or i % freq}
         past = sorted(n for n in numbers if isinstance(layers, int) and n >= layers)
         if past:
             raise ConfigError(f"mlp_only_layers names layer {past[0]:,}, but num_hidden_layers is {layers:,} "
@@ -247,7 +261,7 @@ def _experts(cfg: dict, model_type: str) -> dict:
         dense = max(dense, len(numbers))
     if isinstance(layers, int) and dense == layers:  # said as num_dense_layers, a field the file does not have
         field = "first_k_dense_replace" if (cfg.get("first_k_dense_replace") or 0) == layers else \
-            "decoder_sparse_step" if (step or 1) > layers else "mlp_only_layers"
+            "decoder_sparse_step" if (step or 1) > layers else "moe_layer_freq" if freq > 1 else "mlp_only_layers"
         raise ConfigError(f"{field} makes all {layers:,} layers dense: no layer is left for its {count} experts; "
                           "give fewer dense layers, or no experts for a dense model")
     return {"num_experts": count, "num_experts_per_tok": per_token, "moe_intermediate_size": size,
@@ -315,6 +329,8 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
         label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
+    elif isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
+        refuse_text_config_apart(cfg, label)
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
     model_type = cfg.get("model_type")
     if model_type in RECURRENT_ONLY:  # said as "missing field(s) num_attention_heads"

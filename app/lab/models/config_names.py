@@ -74,12 +74,23 @@ def text_config_of(cfg: dict) -> dict:
     return {**TEXT_CONFIG_DEFAULTS.get(str(kind), {}), **text, **({"model_type": kind} if kind else {})}
 
 
+def refuse_text_config_apart(cfg: dict, label: str) -> None:
+    """config.json's own shape beside a text_config giving another (Qwen2.5-VL's files give both, alike): the top
+    level was read without a word, where transformers and vLLM read the text_config."""
+    text = cfg["text_config"]
+    for key in (*_SIZES, "num_key_value_heads"):
+        if cfg.get(key) is not None and text.get(key) is not None and cfg[key] != text[key]:
+            raise ConfigError(f"{label}: {key} ({shown(cfg[key])}) and text_config.{key} ({shown(text[key])}) give "
+                              "the text model two shapes (vLLM reads the text_config's); keep the one it has")
+
+
 # config.json fields this module reads, for config_fields' type checks
 NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
                "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
-               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag"}
+               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag",
+               "moe_layer_freq": "whole"}
 
 
 def standard_names(cfg: dict, label: str) -> dict:
