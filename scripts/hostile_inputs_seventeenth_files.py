@@ -16,7 +16,9 @@ Llama-3.3-Nemotron-Super-49B (block_configs) was sized with a KV head per attent
 its attention-free layers given a cache too); an int8 checkpoint's compression_config was dropped (its weights
 sized as bf16, 2x) and a folder's int8 weights refused as "no quantization_config"; quant_method modelopt was
 "not one kvscope sizes" and a folder whose hf_quant_config.json says FP8 was sized as bf16 (2x); Arctic (480 B)
-was 473 B, and a moe_layer_frequency of 2 put experts on every layer (twice its weights).
+was 473 B, and a moe_layer_frequency of 2 put experts on every layer (twice its weights), as did DeepSeek's
+moe_layer_freq of 2; num_experts_per_tok 0 was "missing num_experts_per_tok"; a top-level shape beside a
+text_config of another (Qwen2.5-VL's files give both) was read without a word where vLLM reads the text_config.
 Every case's expect is the correct behaviour.
 """
 
@@ -33,6 +35,7 @@ _EXAONE = {"model_type": "exaone4", "sliding_window": 64, "sliding_window_patter
            "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
 _BLOCKS = [{"attention": {"n_heads_in_group": 2, "no_op": False}, "ffn": {"ffn_mult": 2.0}},
            {"attention": {"n_heads_in_group": None, "no_op": True}, "ffn": {"ffn_mult": 1.0}}] * 2
+_DEEPSEEK = {"model_type": "deepseek_v2", "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
 _W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized",
          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}
 
@@ -58,6 +61,14 @@ _CONFIGS = [
     ("a compression_config that is no table", {"compression_config": [8]}, ("compression_config must be a table",)),
     ("ModelOpt's quant_algo W4A8_AWQ", {"quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}},
      ("modelopt with quant_algo 'W4A8_AWQ': kvscope sizes its FP8 and NVFP4 weights",)),
+    ("num_experts_per_tok 0", {"num_experts": 8, "num_experts_per_tok": 0, "moe_intermediate_size": 64},
+     ("num_experts_per_tok must be at least 1 (the experts each token runs), got 0",)),
+    ("DeepSeek's moe_layer_freq 0", {**_DEEPSEEK, "moe_layer_freq": 0}, ("moe_layer_freq must be at least 1",)),
+    ("DeepSeek's moe_layer_freq 2", {**_DEEPSEEK, "moe_layer_freq": 2}, None),
+    ("a text_config of another layer count than the top level's",
+     {"model_type": "qwen2_vl", "text_config": {**SMALL_LLAMA, "num_hidden_layers": 2}},
+     ("num_hidden_layers (4) and text_config.num_hidden_layers (2) give the text model two shapes",)),
+    ("a text_config alike the top level", {"model_type": "qwen2_vl", "text_config": SMALL_LLAMA}, None),
     ("a text_config of an unknown model type without its fields", {
         "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
      ("text_config: missing field(s) num_hidden_layers",)),

@@ -179,3 +179,33 @@ def test_math_config_of_real_files(tmp_path, capsys, cfg, said):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     rc, out, err = cli(capsys, "math", "--config", tmp_path)
     assert rc == 0 and said in out, err
+
+
+# -- experts and a text_config that say two things ---------------------------------------------------------------
+
+DEEPSEEK = {"model_type": "deepseek_v2", "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"num_experts": 8, "num_experts_per_tok": 0, "moe_intermediate_size": 64},
+     "num_experts_per_tok must be at least 1 (the experts each token runs), got 0"),  # was "missing ..."
+    ({**DEEPSEEK, "moe_layer_freq": 0}, "moe_layer_freq must be at least 1"),
+    ({**DEEPSEEK, "moe_layer_freq": 8, "first_k_dense_replace": 1}, "moe_layer_freq makes all 4 layers dense"),
+    ({"model_type": "qwen2_vl", "text_config": {**BASE, "num_hidden_layers": 2}},
+     "num_hidden_layers (4) and text_config.num_hidden_layers (2) give the text model two shapes"),
+])
+def test_experts_and_text_config_that_say_two_things_are_refused(fields, said):
+    assert said in refused(fields)
+
+
+@pytest.mark.parametrize("fields, dense", [
+    ({**DEEPSEEK, "moe_layer_freq": 1, "first_k_dense_replace": 1}, 1),
+    ({**DEEPSEEK, "moe_layer_freq": 2}, 2),  # layers 0 and 2 hold the experts (vLLM: i % freq == 0); was 0
+    ({**DEEPSEEK, "moe_layer_freq": 2, "first_k_dense_replace": 1}, 3),  # layer 2 alone
+])
+def test_deepseek_moe_layer_freq_leaves_dense_layers(fields, dense):
+    assert read({**BASE, **fields}).num_dense_layers == dense
+
+
+def test_a_text_config_alike_the_top_level_is_read():
+    assert read({**BASE, "model_type": "qwen2_vl", "text_config": dict(BASE)}).num_hidden_layers == 4
