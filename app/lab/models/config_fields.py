@@ -69,6 +69,10 @@ UNSIZED_LAYOUTS = {
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
 }
+UNSIZED = ("which kvscope does not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a "
+           "KV cache of its own on each): its KV memory would be sized wrong")
+# layer_types' names of layers without attention (Granite 4.0-H's, LFM2's); "attention" is a full-attention layer
+RECURRENT_LAYERS = {"mamba": "Mamba layers (Granite 4.0-H)", "conv": "short-convolution layers (LFM2)"}
 # ... unless they say every layer is attention (MiniMax-M2's attn_type_list of 1s)
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
                   "layers_block_type": lambda v: isinstance(v, list) and all(x == "attention" for x in v),
@@ -158,9 +162,7 @@ def checked_hf_fields(cfg, label: str) -> dict:
     unsized = next((key for key in UNSIZED_LAYOUTS
                     if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
     if unsized:
-        raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, which kvscope does "
-                          "not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a KV "
-                          "cache of its own on each): its KV memory would be sized wrong")
+        raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, {UNSIZED}")
     if "quantization_config" in cfg:
         cfg["quantization_config"] = _checked(cfg["quantization_config"], QUANTIZATION_FIELDS, label,
                                               "quantization_config.")
@@ -172,6 +174,12 @@ def checked_hf_fields(cfg, label: str) -> dict:
     for key in ("architectures", "layer_types"):
         if key in cfg and not all(isinstance(item, str) for item in cfg[key]):
             raise ConfigError(f"{label}: {key} must be a list of names, got {shown(cfg[key])}")
+    if "layer_types" in cfg:  # Granite 4.0's "attention" and "mamba", LFM2's "conv": said as a file's wrong names
+        recurrent = [kind for kind in dict.fromkeys(cfg["layer_types"]) if kind in RECURRENT_LAYERS]
+        if recurrent:
+            raise ConfigError(f"{label}: layer_types lays out {' and '.join(RECURRENT_LAYERS[k] for k in recurrent)}, "
+                              f"{UNSIZED}")
+        cfg["layer_types"] = ["full_attention" if kind == "attention" else kind for kind in cfg["layer_types"]]
     if "mlp_only_layers" in cfg:  # layer numbers: a list of names was counted as that many dense layers
         for item in cfg["mlp_only_layers"]:
             whole_number(item, f"{label}: mlp_only_layers (layer numbers)", 0, ceiling("num_hidden_layers"))

@@ -90,7 +90,7 @@ NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
                "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
                "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag",
-               "moe_layer_freq": "whole"}
+               "moe_layer_freq": "whole", "shared_intermediate_size": "whole"}
 
 
 def standard_names(cfg: dict, label: str) -> dict:
@@ -119,6 +119,11 @@ def standard_names(cfg: dict, label: str) -> dict:
         # Arctic's dense residual MLP (hidden_size wide) beside the experts of each of their layers: left out, the
         # 480 B model was sized at 473 B
         out.setdefault("shared_expert_intermediate_size", out["hidden_size"])
+    if str(cfg.get("model_type")) in ("granitemoehybrid", "granitemoeshared") and cfg.get("shared_intermediate_size"):
+        # Granite's shared_mlp, on every layer: the whole MLP of Granite 4.0 Micro (no experts), beside the experts
+        # of the others; its experts' intermediate_size was sized as the dense MLP and the shared one left out
+        experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+        out["shared_expert_intermediate_size" if experts else "intermediate_size"] = cfg["shared_intermediate_size"]
     if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
         out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
     if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):
