@@ -5,7 +5,7 @@ model's config class (llava-1.5-7b gives no layer count, llava-v1.6-mistral no w
 vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives no model_type; EXAONE 4's
 sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
 NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json; Snowflake Arctic's
-residual MLP (use_residual) and moe_layer_frequency.
+residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types "attention", "mamba") and LFM2 ("conv").
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
@@ -18,7 +18,9 @@ sized as bf16, 2x) and a folder's int8 weights refused as "no quantization_confi
 "not one kvscope sizes" and a folder whose hf_quant_config.json says FP8 was sized as bf16 (2x); Arctic (480 B)
 was 473 B, and a moe_layer_frequency of 2 put experts on every layer (twice its weights), as did DeepSeek's
 moe_layer_freq of 2; num_experts_per_tok 0 was "missing num_experts_per_tok"; a top-level shape beside a
-text_config of another (Qwen2.5-VL's files give both) was read without a word where vLLM reads the text_config.
+text_config of another (Qwen2.5-VL's files give both) was read without a word where vLLM reads the text_config;
+Granite 4.0 Micro was "layer_types[0] is 'attention'; each layer is one of full_attention, ..." (its MLP,
+shared_intermediate_size, dropped), and Granite 4.0-H's "mamba" and LFM2's "conv" layers were said as wrong names.
 Every case's expect is the correct behaviour.
 """
 
@@ -69,6 +71,11 @@ _CONFIGS = [
      {"model_type": "qwen2_vl", "text_config": {**SMALL_LLAMA, "num_hidden_layers": 2}},
      ("num_hidden_layers (4) and text_config.num_hidden_layers (2) give the text model two shapes",)),
     ("a text_config alike the top level", {"model_type": "qwen2_vl", "text_config": SMALL_LLAMA}, None),
+    ("Granite 4.0-H's layer_types of mamba and attention", {"model_type": "granitemoehybrid",
+                                                             "layer_types": ["mamba", "attention"] * 2},
+     ("layer_types lays out Mamba layers (Granite 4.0-H), which kvscope does not size",)),
+    ("LFM2's layer_types of conv", {"model_type": "lfm2", "layer_types": ["conv", "full_attention"] * 2},
+     ("layer_types lays out short-convolution layers (LFM2), which kvscope does not size",)),
     ("a text_config of an unknown model type without its fields", {
         "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
      ("text_config: missing field(s) num_hidden_layers",)),
@@ -108,6 +115,12 @@ _SHAPES = [  # (what, its config.json, what math must say)
     ("ModelOpt's quant_method modelopt (NVFP4)",
      {**SMALL_LLAMA, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}},
      "int4 (0.5 B) but 16-bit embeddings"),
+    ("Granite 4.0 Micro (layer_types 'attention', shared_intermediate_size)",
+     {"model_type": "granitemoehybrid", "hidden_size": 2560, "intermediate_size": 8192,
+      "layer_types": ["attention"] * 40, "max_position_embeddings": 131072, "num_attention_heads": 40,
+      "num_experts_per_tok": 0, "num_hidden_layers": 40, "num_key_value_heads": 8, "num_local_experts": 0,
+      "shared_intermediate_size": 8192, "tie_word_embeddings": True, "vocab_size": 100352},
+     "3.40 B parameters"),
     ("Snowflake Arctic (use_residual)",
      {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
       "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,

@@ -209,3 +209,35 @@ def test_deepseek_moe_layer_freq_leaves_dense_layers(fields, dense):
 
 def test_a_text_config_alike_the_top_level_is_read():
     assert read({**BASE, "model_type": "qwen2_vl", "text_config": dict(BASE)}).num_hidden_layers == 4
+
+
+# -- Granite 4.0 and LFM2's layer_types --------------------------------------------------------------------------
+
+GRANITE_MICRO = {"model_type": "granitemoehybrid", "hidden_size": 2560, "intermediate_size": 8192,
+                 "layer_types": ["attention"] * 40, "max_position_embeddings": 131072, "num_attention_heads": 40,
+                 "num_experts_per_tok": 0, "num_hidden_layers": 40, "num_key_value_heads": 8,
+                 "num_local_experts": 0, "shared_intermediate_size": 8192, "tie_word_embeddings": True,
+                 "vocab_size": 100352}
+
+
+def test_granite_micro_is_forty_full_attention_layers():
+    """Refused as "layer_types[0] is 'attention'; each layer is one of full_attention, ..." (vLLM serves it)."""
+    m = read(GRANITE_MICRO)
+    assert m.count_layers("full_attention") == 40 and m.num_experts is None
+    assert round(num_parameters(m) / 1e9, 2) == 3.40
+
+
+def test_granite_shared_mlp_beside_experts():
+    """shared_intermediate_size was dropped: the shared MLP on every layer left out."""
+    cfg = {**BASE, "model_type": "granitemoeshared", "intermediate_size": 64, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "shared_intermediate_size": 256}
+    m = read(cfg)
+    assert (m.moe_intermediate_size, m.shared_expert_intermediate_size) == (64, 256)
+
+
+@pytest.mark.parametrize("kinds, said", [
+    (["mamba", "attention"] * 2, "layer_types lays out Mamba layers (Granite 4.0-H), which kvscope does not size"),
+    (["conv", "full_attention"] * 2, "layer_types lays out short-convolution layers (LFM2), which kvscope does not"),
+])
+def test_layer_types_of_recurrent_layers_are_named(kinds, said):
+    assert said in refused({"layer_types": kinds})
