@@ -68,6 +68,9 @@ UNSIZED_LAYOUTS = {
     # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
+    # Llama 3.2 Vision's text model: 8 of its 40 layers attend to the image, their KV cache the image's tokens
+    "cross_attention_layers": "has cross-attention layers, whose KV cache holds the image's tokens, not the text's "
+                              "(Llama 3.2 Vision)",
 }
 UNSIZED = ("which kvscope does not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a "
            "KV cache of its own on each): its KV memory would be sized wrong")
