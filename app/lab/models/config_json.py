@@ -35,7 +35,10 @@ from kvscope.engine.config import COMPUTE_DTYPES, WEIGHT_DTYPE_BYTES, ConfigErro
 MAX_CONFIG_BYTES = 16 * 1024**2  # a config.json is a few KiB; one with a vocabulary inside, a few MiB
 
 # model_type -> how its layers alternate when config.json has no layer_types
-_EVERY_OTHER_SLIDING = {"gemma2", "cohere2"}  # even layers slide (Gemma 2: (i + 1) % 2)
+_EVERY_OTHER_SLIDING = {"gemma2"}  # even layers slide (Gemma 2: (i + 1) % 2)
+# model_type -> the sliding_window_pattern its config class takes when config.json leaves it out (Gemma 3 27B's
+# text_config does): read as all full attention, and Cohere 2's as every other layer sliding (its class: 3 of 4)
+_DEFAULT_PATTERN = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when set, applies to every layer
 # model_type -> an MLP of an up and a down projection, no gate (vLLM's model files: c_fc / fc1 / dense_h_to_4h):
 # counted as three matrices, a StarCoder's weights were 43.6 GB for about 31
@@ -138,8 +141,7 @@ def _layer_types(cfg: dict, model_type: str, layers) -> list | None:
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
         return None
-    # Gemma 3's config class: 6 when its file leaves it out (27B's text_config does), read as all full attention
-    pattern = cfg.get("sliding_window_pattern", 6 if model_type in ("gemma3", "gemma3_text") else None)
+    pattern = cfg.get("sliding_window_pattern", _DEFAULT_PATTERN.get(model_type))
     if isinstance(pattern, str):  # EXAONE 4's letters, repeated: L a sliding layer, G a full one
         return ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(layers)]
     if pattern is not None:  # Gemma 3: pattern - 1 sliding layers, then one full
