@@ -5,7 +5,8 @@ model's config class (llava-1.5-7b gives no layer count, llava-v1.6-mistral no w
 vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives no model_type; EXAONE 4's
 sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
 NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json; Snowflake Arctic's
-residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types "attention", "mamba") and LFM2 ("conv").
+residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types "attention", "mamba") and LFM2 ("conv");
+Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
@@ -20,7 +21,9 @@ was 473 B, and a moe_layer_frequency of 2 put experts on every layer (twice its 
 moe_layer_freq of 2; num_experts_per_tok 0 was "missing num_experts_per_tok"; a top-level shape beside a
 text_config of another (Qwen2.5-VL's files give both) was read without a word where vLLM reads the text_config;
 Granite 4.0 Micro was "layer_types[0] is 'attention'; each layer is one of full_attention, ..." (its MLP,
-shared_intermediate_size, dropped), and Granite 4.0-H's "mamba" and LFM2's "conv" layers were said as wrong names.
+shared_intermediate_size, dropped), and Granite 4.0-H's "mamba" and LFM2's "conv" layers were said as wrong names;
+Llama 3.2 Vision's cross-attention layers were sized as text self-attention (its KV cache 25% too big), and a Cohere
+2 config.json without sliding_window_pattern as every other layer sliding (its class's default is 3 of 4).
 Every case's expect is the correct behaviour.
 """
 
@@ -76,6 +79,8 @@ _CONFIGS = [
      ("layer_types lays out Mamba layers (Granite 4.0-H), which kvscope does not size",)),
     ("LFM2's layer_types of conv", {"model_type": "lfm2", "layer_types": ["conv", "full_attention"] * 2},
      ("layer_types lays out short-convolution layers (LFM2), which kvscope does not size",)),
+    ("Llama 3.2 Vision's cross_attention_layers", {"model_type": "mllama_text_model", "cross_attention_layers": [1, 3]},
+     ("cross_attention_layers ([1, 3]) has cross-attention layers, whose KV cache holds the image's tokens",)),
     ("a text_config of an unknown model type without its fields", {
         "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
      ("text_config: missing field(s) num_hidden_layers",)),
@@ -121,6 +126,9 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "num_experts_per_tok": 0, "num_hidden_layers": 40, "num_key_value_heads": 8, "num_local_experts": 0,
       "shared_intermediate_size": 8192, "tie_word_embeddings": True, "vocab_size": 100352},
      "3.40 B parameters"),
+    ("Cohere 2 without sliding_window_pattern (its class's 4)",
+     {**SMALL_LLAMA, "model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64},
+     "8 layers (2 full attention, 6 sliding window)"),
     ("Snowflake Arctic (use_residual)",
      {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
       "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,

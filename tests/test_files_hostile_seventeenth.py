@@ -241,3 +241,21 @@ def test_granite_shared_mlp_beside_experts():
 ])
 def test_layer_types_of_recurrent_layers_are_named(kinds, said):
     assert said in refused({"layer_types": kinds})
+
+
+# -- Llama 3.2 Vision; Cohere 2's default pattern ------------------------------------------------------------------
+
+def test_llama_vision_cross_attention_layers_are_refused_by_name():
+    """Its 8 cross-attention layers (the image's KV) were sized as text self-attention."""
+    said = refused({"model_type": "mllama_text_model", "cross_attention_layers": [1, 3]})
+    assert "cross_attention_layers ([1, 3]) has cross-attention layers" in said and "Llama 3.2 Vision" in said
+
+
+def test_cohere2_without_its_pattern_slides_three_layers_of_four():
+    """Cohere2Config's sliding_window_pattern is 4: it was read as every other layer sliding."""
+    m = read({**BASE, "model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64})
+    assert m.layer_types == ("sliding_attention",) * 3 + ("full_attention",) + ("sliding_attention",) * 3 + (
+        "full_attention",)
+    given = read({**BASE, "model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64,
+                  "sliding_window_pattern": 2})  # a pattern given is taken
+    assert given.count_layers("full_attention") == 4
