@@ -65,6 +65,7 @@ UNSIZED_LAYOUTS = {
     "use_cla": "has layers share one KV cache (cross-layer attention)",
     "index_topk": "keeps an indexer's key cache beside the latent one (DeepSeek sparse attention)",
     "block_types": "lays out recurrent layers (RecurrentGemma)",
+    "mamba_enabled": "lays out Mamba layers (PLaMo 2)",  # every mamba_step-th layer attention: its KV cache 2x
     # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",

@@ -43,7 +43,8 @@ _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when se
 # model_type -> an MLP of an up and a down projection, no gate (vLLM's model files: c_fc / fc1 / dense_h_to_4h):
 # counted as three matrices, a StarCoder's weights were 43.6 GB for about 31
 _UNGATED_MLP = {"gpt2", "gptj", "gpt_neo", "gpt_neox", "gpt_bigcode", "codegen", "falcon", "RefinedWeb",
-                "RefinedWebModel", "mpt", "opt", "bloom", "phi", "starcoder2", "xglm", "persimmon", "nemotron"}
+                "RefinedWebModel", "mpt", "opt", "bloom", "phi", "starcoder2", "xglm", "persimmon", "nemotron",
+                "apertus", "arcee"}  # Apertus' xIELU and Arcee AFM's ReLU^2: Apertus-8B was sized at 10.9 B
 
 
 def modelopt_dtype(algo, where: str) -> str:
