@@ -6,7 +6,8 @@ vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives
 sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
 NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json; Snowflake Arctic's
 residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types "attention", "mamba") and LFM2 ("conv");
-Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern.
+Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern; Apertus and Arcee's
+ungated MLPs; PLaMo 2's Mamba layers.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
@@ -23,7 +24,9 @@ text_config of another (Qwen2.5-VL's files give both) was read without a word wh
 Granite 4.0 Micro was "layer_types[0] is 'attention'; each layer is one of full_attention, ..." (its MLP,
 shared_intermediate_size, dropped), and Granite 4.0-H's "mamba" and LFM2's "conv" layers were said as wrong names;
 Llama 3.2 Vision's cross-attention layers were sized as text self-attention (its KV cache 25% too big), and a Cohere
-2 config.json without sliding_window_pattern as every other layer sliding (its class's default is 3 of 4).
+2 config.json without sliding_window_pattern as every other layer sliding (its class's default is 3 of 4);
+Apertus-8B and Arcee AFM-4.5B were sized with a gated MLP they do not have (10.87 B for 8.05 B, 6.32 B for 4.62 B),
+PLaMo 2 (mamba_enabled) as attention on every layer.
 Every case's expect is the correct behaviour.
 """
 
@@ -81,6 +84,9 @@ _CONFIGS = [
      ("layer_types lays out short-convolution layers (LFM2), which kvscope does not size",)),
     ("Llama 3.2 Vision's cross_attention_layers", {"model_type": "mllama_text_model", "cross_attention_layers": [1, 3]},
      ("cross_attention_layers ([1, 3]) has cross-attention layers, whose KV cache holds the image's tokens",)),
+    ("PLaMo 2's mamba_enabled", {"model_type": "plamo2", "mamba_enabled": True, "mamba_step": 2},
+     ("mamba_enabled (True) lays out Mamba layers (PLaMo 2), which kvscope does not size",)),
+    ("mamba_enabled false", {"mamba_enabled": False}, None),
     ("a text_config of an unknown model type without its fields", {
         "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
      ("text_config: missing field(s) num_hidden_layers",)),
@@ -129,6 +135,10 @@ _SHAPES = [  # (what, its config.json, what math must say)
     ("Cohere 2 without sliding_window_pattern (its class's 4)",
      {**SMALL_LLAMA, "model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64},
      "8 layers (2 full attention, 6 sliding window)"),
+    ("Apertus-8B (an ungated xIELU MLP)",
+     {"model_type": "apertus", "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 131072, "max_position_embeddings": 65536,
+      "tie_word_embeddings": False}, "8.05 B parameters"),
     ("Snowflake Arctic (use_residual)",
      {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
       "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,

@@ -259,3 +259,20 @@ def test_cohere2_without_its_pattern_slides_three_layers_of_four():
     given = read({**BASE, "model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64,
                   "sliding_window_pattern": 2})  # a pattern given is taken
     assert given.count_layers("full_attention") == 4
+
+
+# -- ungated MLPs, PLaMo 2's Mamba layers ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg, billions", [
+    (dict(model_type="apertus", hidden_size=4096, intermediate_size=21504, num_hidden_layers=32, num_attention_heads=32,
+          num_key_value_heads=8, vocab_size=131072, max_position_embeddings=65536), 8.05),  # was 10.87
+    (dict(model_type="arcee", hidden_size=2560, intermediate_size=18432, num_hidden_layers=36, num_attention_heads=20,
+          num_key_value_heads=4, head_dim=128, vocab_size=128004, max_position_embeddings=65536), 4.62),  # was 6.32
+])
+def test_ungated_mlps_of_apertus_and_arcee(cfg, billions):
+    assert round(num_parameters(read({**cfg, "tie_word_embeddings": False})) / 1e9, 2) == billions
+
+
+def test_plamo2_mamba_layers_are_refused_and_a_switched_off_mamba_is_not():
+    assert "mamba_enabled (True) lays out Mamba layers (PLaMo 2)" in refused({"mamba_enabled": True, "mamba_step": 2})
+    assert read({**BASE, "mamba_enabled": False}).num_hidden_layers == 4
