@@ -276,3 +276,22 @@ def test_ungated_mlps_of_apertus_and_arcee(cfg, billions):
 def test_plamo2_mamba_layers_are_refused_and_a_switched_off_mamba_is_not():
     assert "mamba_enabled (True) lays out Mamba layers (PLaMo 2)" in refused({"mamba_enabled": True, "mamba_step": 2})
     assert read({**BASE, "mamba_enabled": False}).num_hidden_layers == 4
+
+
+def _safetensors(path, dtype: str, width: int) -> None:
+    """A safetensors file of one 4-element tensor of dtype (width bytes an element)."""
+    header = json.dumps({"w.weight": {"dtype": dtype, "shape": [4], "data_offsets": [0, 4 * width]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4 * width))
+
+
+def test_hf_quant_config_json_over_unquantised_weights_is_refused(tmp_path):
+    """FP8 said beside BF16 weights: sized at a byte each, where the files hold two."""
+    (tmp_path / "config.json").write_text(json.dumps(BASE))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    _safetensors(tmp_path / "model.safetensors", "F8_E4M3", 1)
+    assert load_hf_config(tmp_path).weight_dtype == "fp8"
+    (tmp_path / "model.safetensors").unlink()
+    _safetensors(tmp_path / "model.safetensors", "BF16", 2)
+    with pytest.raises(ConfigError, match=r"stored as modelopt \(F8_E4M3 or U8 tensors\), but the weight files hold "
+                                          r"only BF16"):
+        load_hf_config(tmp_path)
