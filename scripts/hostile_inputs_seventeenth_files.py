@@ -4,9 +4,9 @@ formats no pass had met: a multimodal text_config that transformers wrote as its
 model's config class (llava-1.5-7b gives no layer count, llava-v1.6-mistral no width, Gemma 3 4B no heads nor
 vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives no model_type; EXAONE 4's
 sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
-NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json; Snowflake Arctic's
-residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types "attention", "mamba") and LFM2 ("conv");
-Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern; Apertus and Arcee's
+NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json (and over BF16
+weights); Snowflake Arctic's residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types
+"attention", "mamba") and LFM2 ("conv"); Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern; Apertus and Arcee's
 ungated MLPs; PLaMo 2's Mamba layers.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
@@ -165,7 +165,14 @@ def _aside_cases(f: Path, Case, write) -> list:
         ("saying FP8", json.dumps(fp8), "ok", "fp8 (1 B) but 16-bit embeddings"),  # was: bf16, 2x
         ("of a list", "[1]", "refuse", 'expected ModelOpt\'s {"quantization": {"quant_algo": "FP8", ...}}, got [1]'),
     ]
-    cases = []
+    header = json.dumps({"w.weight": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}).encode()
+    bf16 = write(f / "aside" / "bf16" / "model.safetensors", len(header).to_bytes(8, "little") + header + bytes(8))
+    write(bf16.parent / "config.json", json.dumps(SMALL_LLAMA))
+    write(bf16.parent / "hf_quant_config.json", json.dumps(fp8))
+    cases = [Case(f"{NAME}math --config of a folder whose hf_quant_config.json says FP8 over BF16 weights", "files",
+                  ["math", "--config", str(bf16.parent)],  # was: sized at a byte each
+                  must_say=("stored as modelopt (F8_E4M3 or U8 tensors), but the weight files hold only BF16",),
+                  must_not_say=PYTHON_WORDS, protected=[str(bf16)])]
     for i, (what, data, expect, said) in enumerate(files):
         folder = f / "aside" / f"a{i}"
         write(folder / "config.json", json.dumps(SMALL_LLAMA))

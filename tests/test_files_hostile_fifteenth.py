@@ -238,8 +238,8 @@ def test_a_null_num_hidden_layers_beside_a_text_config_is_absent():
     the text model's own fields never read."""
     cfg = {"model_type": "llava", "num_hidden_layers": None, "text_config": BASE}
     assert model_from_hf_config(cfg, "m").num_hidden_layers == 4
-    top = {**BASE, "text_config": {**BASE, "num_hidden_layers": 8}}  # the neighbour: the top level's own, read
-    assert model_from_hf_config(top, "m").num_hidden_layers == 4
+    top = {**BASE, "text_config": {**BASE}}  # the neighbour: the top level's own, read (the seventeenth pass
+    assert model_from_hf_config(top, "m").num_hidden_layers == 4  # refuses a text_config of other numbers)
 
 
 def test_opts_ffn_dim_and_lings_num_shared_experts_are_read():
