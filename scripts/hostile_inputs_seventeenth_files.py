@@ -6,8 +6,8 @@ vocabulary, Gemma 3 27B no vocabulary nor sliding_window_pattern), or that gives
 sliding_window_pattern "LLLG"; Nemotron-NAS's block_configs; compressed-tensors' older compression_config;
 NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside config.json (and over BF16
 weights); Snowflake Arctic's residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types
-"attention", "mamba") and LFM2 ("conv"); Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its sliding_window_pattern; Apertus and Arcee's
-ungated MLPs; PLaMo 2's Mamba layers.
+"attention", "mamba") and LFM2 ("conv"); Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its
+sliding_window_pattern; Apertus and Arcee's ungated MLPs; PLaMo 2's Mamba layers.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
