@@ -21,7 +21,8 @@ ALIASES = {
     "num_hidden_layers": ("n_layer", "n_layers", "num_layers"),
     "num_attention_heads": ("n_head", "n_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
-    "intermediate_size": ("n_inner", "ffn_hidden_size", "ffn_dim"),  # ffn_dim: OPT's and XGLM's
+    # ffn_dim: OPT's and XGLM's; ff_intermediate_size: Phi-3-small's (read as 4 x hidden_size, 8.2 B for 7.4 B)
+    "intermediate_size": ("n_inner", "ffn_hidden_size", "ffn_dim", "ff_intermediate_size"),
     "vocab_size": ("padded_vocab_size",),
     "head_dim": ("kv_channels",),
     # ERNIE 4.5's MoE (transformers' Ernie4_5_MoeConfig): read as a dense model, its 64 experts were left out
