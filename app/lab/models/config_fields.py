@@ -75,7 +75,8 @@ UNSIZED_LAYOUTS = {
 }
 UNSIZED = ("which kvscope does not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a "
            "KV cache of its own on each): its KV memory would be sized wrong")
-# layer_types' names of layers without attention (Granite 4.0-H's, LFM2's); "attention" is a full-attention layer
+# layer_types' names of layers without attention (Granite 4.0-H's, LFM2's); "attention" (Granite 4.0's) and
+# "chunked_attention" (Llama 4's) are read as full-attention layers
 RECURRENT_LAYERS = {"mamba": "Mamba layers (Granite 4.0-H)", "conv": "short-convolution layers (LFM2)"}
 # ... unless they say every layer is attention (MiniMax-M2's attn_type_list of 1s)
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
@@ -183,7 +184,10 @@ def checked_hf_fields(cfg, label: str) -> dict:
         if recurrent:
             raise ConfigError(f"{label}: layer_types lays out {' and '.join(RECURRENT_LAYERS[k] for k in recurrent)}, "
                               f"{UNSIZED}")
-        cfg["layer_types"] = ["full_attention" if kind == "attention" else kind for kind in cfg["layer_types"]]
+        # Llama 4's chunked local attention is sized as full attention, as vLLM sizes it (and its attention_chunk_size
+        # here) unless its hybrid allocator is allowed them: transformers 4.54+'s layer_types of it were refused
+        cfg["layer_types"] = ["full_attention" if kind in ("attention", "chunked_attention") else kind
+                              for kind in cfg["layer_types"]]
     if "mlp_only_layers" in cfg:  # layer numbers: a list of names was counted as that many dense layers
         for item in cfg["mlp_only_layers"]:
             whole_number(item, f"{label}: mlp_only_layers (layer numbers)", 0, ceiling("num_hidden_layers"))
