@@ -295,3 +295,23 @@ def test_hf_quant_config_json_over_unquantised_weights_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"stored as modelopt \(F8_E4M3 or U8 tensors\), but the weight files hold "
                                           r"only BF16"):
         load_hf_config(tmp_path)
+
+
+# -- Phi-3-small's MLP; Llama 4's layer_types -----------------------------------------------------------------------
+
+def test_phi3_small_ff_intermediate_size_is_its_mlp():
+    """Read as 4 x hidden_size: 8.2 B parameters for 7.4 B."""
+    cfg = {"model_type": "phi3small", "ff_intermediate_size": 14336, "hidden_size": 4096,
+           "max_position_embeddings": 8192, "num_attention_heads": 32, "num_hidden_layers": 32,
+           "num_key_value_heads": 8, "tie_word_embeddings": True, "vocab_size": 100352}
+    assert round(num_parameters(read(cfg)) / 1e9, 2) == 7.39
+    assert "intermediate_size (256) and ff_intermediate_size (512) are two names of one field" in refused(
+        {"ff_intermediate_size": 512})
+
+
+def test_llama4_layer_types_of_chunked_attention_are_full_attention():
+    """transformers 4.54+ writes them: refused as "layer_types[0] is 'chunked_attention'"."""
+    m = read({**BASE, "model_type": "llama4_text", "attention_chunk_size": 8192,
+              "layer_types": ["chunked_attention"] * 3 + ["full_attention"]})
+    assert m.count_layers("full_attention") == 4
+    assert "layer_types[0] is 'local'" in refused({"layer_types": ["local"] * 4})  # other names still refused
