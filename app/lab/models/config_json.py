@@ -83,7 +83,16 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
         if quant.get("load_in_4bit"):
             return "nf4" if quant.get("bnb_4bit_quant_type", "nf4") == "nf4" else "int4"
         return "int8"
-    if method in ("gptq", "awq"):
+    if method == "quark":  # AMD Quark checkpoints (amd/...-FP8-KV, -MXFP4), as vLLM reads them: refused before
+        weight = (quant.get("global_quant_config") or {}).get("weight")
+        weight = weight[0] if isinstance(weight, list) and weight else weight  # a list: the first scheme's
+        kind = str(weight.get("dtype")).lower() if isinstance(weight, dict) else None
+        if kind and (kind.startswith("fp8") or kind in ("int8", "uint8", "int4", "uint4", "fp4", "mxfp4")):
+            return "fp8" if kind.startswith("fp8") else "int8" if kind.endswith("int8") else "int4"
+        said = "not given" if weight is None else shown(weight)
+        raise ConfigError(f"quantization_config: quark with global_quant_config.weight {said}: kvscope sizes "
+                          'its weights of dtype fp8_e4m3, int8, int4 or fp4 ({"dtype": "fp8_e4m3", ...})')
+    if method in ("gptq", "awq", "auto-round"):  # auto-round: Intel's AutoRound, packed as GPTQ's
         bits = quant.get("bits", quant.get("w_bit") if method == "awq" else None)  # AutoAWQ's w_bit, as vLLM reads
         if method == "awq" and quant.get("w_bit", bits) != bits:  # it; "bits None" was said of a file giving w_bit 4
             raise ConfigError(f"quantization_config: bits ({shown(bits)}) and w_bit ({shown(quant['w_bit'])}) are two "
@@ -114,7 +123,8 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
                           "gptq, awq, compressed-tensors)")
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
-                          "(fp8, fbgemm_fp8, mxfp4, modelopt, bitsandbytes, gptq, awq, compressed-tensors)")
+                          "(fp8, fbgemm_fp8, mxfp4, modelopt, quark, bitsandbytes, gptq, awq, auto-round, "
+                          "compressed-tensors)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     kind = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
     if cfg.get("torch_dtype") and cfg.get("dtype"):  # transformers' new name beside its old one: torch_dtype was taken

@@ -163,6 +163,7 @@ def _check_generation_config(path: Path, cfg: dict) -> None:
 # A checkpoint config.json says is stored quantised by these methods holds tensors of these dtypes
 # (fp8: the weights; gptq and awq: int32-packed qweight; mxfp4: uint8 blocks)
 _STORED_AS = {"fp8": ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"), "gptq": ("I32",), "awq": ("I32",),
+              "auto-round": ("I32",),
               "mxfp4": ("U8",), "fbgemm_fp8": ("F8_E4M3",), "modelopt": ("F8_E4M3", "U8")}  # modelopt's NVFP4: U8
 
 
