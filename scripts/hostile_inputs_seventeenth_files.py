@@ -8,7 +8,7 @@ NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside conf
 weights); Snowflake Arctic's residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types
 "attention", "mamba") and LFM2 ("conv"); Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its
 sliding_window_pattern; Apertus and Arcee's ungated MLPs; PLaMo 2's Mamba layers; Phi-3-small's
-ff_intermediate_size; Llama 4's layer_types of chunked_attention.
+ff_intermediate_size; Llama 4's layer_types of chunked_attention; AMD Quark and Intel AutoRound quantisation.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
@@ -29,7 +29,8 @@ Llama 3.2 Vision's cross-attention layers were sized as text self-attention (its
 Apertus-8B and Arcee AFM-4.5B were sized with a gated MLP they do not have (10.87 B for 8.05 B, 6.32 B for 4.62 B),
 PLaMo 2 (mamba_enabled) as attention on every layer; Phi-3-small's MLP (ff_intermediate_size) as 4 x hidden_size
 (8.2 B for 7.4 B); Llama 4's layer_types of chunked_attention (transformers 4.54+ writes them) were refused as
-"layer_types[0] is 'chunked_attention'" where its attention_chunk_size is sized as full attention, as vLLM does.
+"layer_types[0] is 'chunked_attention'" where its attention_chunk_size is sized as full attention, as vLLM does;
+AMD Quark's and Intel AutoRound's checkpoints were "quant_method ... is not one kvscope sizes" (vLLM serves both).
 Every case's expect is the correct behaviour.
 """
 
@@ -93,6 +94,8 @@ _CONFIGS = [
     ("Llama 4's layer_types of chunked_attention", {"model_type": "llama4_text", "attention_chunk_size": 64,
                                                      "layer_types": ["chunked_attention"] * 3 + ["full_attention"]},
      None),
+    ("Quark weights of dtype bfp16", {"quantization_config": {"quant_method": "quark", "global_quant_config": {
+        "weight": {"dtype": "bfp16"}}}}, ("quark with global_quant_config.weight {'dtype': 'bfp16'}",)),
     ("a text_config of an unknown model type without its fields", {
         "model_type": "somevlm", "num_hidden_layers": None, "text_config": {"model_type": "somelm"}},
      ("text_config: missing field(s) num_hidden_layers",)),
@@ -149,6 +152,11 @@ _SHAPES = [  # (what, its config.json, what math must say)
      {"model_type": "phi3small", "ff_intermediate_size": 14336, "hidden_size": 4096, "max_position_embeddings": 8192,
       "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "tie_word_embeddings": True,
       "vocab_size": 100352}, "7.39 B parameters"),
+    ("AMD Quark's fp8_e4m3 weights", {**SMALL_LLAMA, "quantization_config": {
+        "quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3"}}}},
+     "fp8 (1 B) but 16-bit embeddings"),
+    ("Intel AutoRound's 4-bit weights", {**SMALL_LLAMA, "quantization_config": {
+        "quant_method": "auto-round", "bits": 4, "group_size": 128}}, "int4 (0.5 B) but 16-bit embeddings"),
     ("Snowflake Arctic (use_residual)",
      {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
       "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,

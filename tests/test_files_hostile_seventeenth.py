@@ -315,3 +315,26 @@ def test_llama4_layer_types_of_chunked_attention_are_full_attention():
               "layer_types": ["chunked_attention"] * 3 + ["full_attention"]})
     assert m.count_layers("full_attention") == 4
     assert "layer_types[0] is 'local'" in refused({"layer_types": ["local"] * 4})  # other names still refused
+
+
+# -- AMD Quark and Intel AutoRound -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("quant, kind", [
+    ({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_tensor"}}},
+     "fp8"),
+    ({"quant_method": "quark", "global_quant_config": {"weight": [{"dtype": "fp4", "group_size": 32}]}}, "int4"),
+    ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "packing_format": "auto_round:auto_gptq"}, "int4"),
+])
+def test_quark_and_auto_round_are_sized(quant, kind):
+    """Each was "quant_method ... is not one kvscope sizes" (vLLM serves them)."""
+    assert read({**BASE, "quantization_config": quant}).weight_dtype == kind
+
+
+@pytest.mark.parametrize("quant, said", [
+    ({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "bfp16"}}},
+     "quark with global_quant_config.weight {'dtype': 'bfp16'}: kvscope sizes its weights of dtype fp8_e4m3"),
+    ({"quant_method": "quark"}, "quark with global_quant_config.weight not given"),
+    ({"quant_method": "auto-round", "bits": 2}, "auto-round with bits 2: kvscope sizes 4- and 8-bit weights"),
+])
+def test_quark_and_auto_round_weights_it_does_not_size_are_named(quant, said):
+    assert said in refused({"quantization_config": quant})
