@@ -334,6 +334,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
     cfg = with_compression_config(cfg)
+    where = "text_config"
+    thinker = cfg.get("thinker_config") if isinstance(cfg, dict) else None
+    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict) and cfg.get("text_config") is None:
+        # Qwen2.5-Omni and Qwen3-Omni: vLLM serves the thinker's text model; it was "missing field(s)" of the top level
+        cfg, where = {**cfg, "text_config": thinker["text_config"]}, "thinker_config.text_config"
     if isinstance(cfg, dict) and cfg.get("num_hidden_layers") is None and isinstance(cfg.get("text_config"), dict):
         # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
         # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own
@@ -341,7 +346,7 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         text = text_config_of(cfg)
         cfg = {**{k: cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None}, **text,
                "quantization_config": _given_or(cfg, "quantization_config", text.get("quantization_config"))}
-        label = f"{label}: text_config"  # its fields are read: "num_attention_heads" alone sent the user to the top
+        label = f"{label}: {where}"  # its fields are read: "num_attention_heads" alone sent the user to the top
     elif isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
         refuse_text_config_apart(cfg, label)
     cfg = checked_hf_fields(cfg, label)  # every field read below has its type, numbers in range
