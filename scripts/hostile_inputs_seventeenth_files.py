@@ -8,7 +8,8 @@ NVIDIA ModelOpt's quant_method modelopt and its hf_quant_config.json beside conf
 weights); Snowflake Arctic's residual MLP (use_residual) and moe_layer_frequency; Granite 4.0 (layer_types
 "attention", "mamba") and LFM2 ("conv"); Llama 3.2 Vision's cross_attention_layers; Cohere 2 without its
 sliding_window_pattern; Apertus and Arcee's ungated MLPs; PLaMo 2's Mamba layers; Phi-3-small's
-ff_intermediate_size; Llama 4's layer_types of chunked_attention; AMD Quark and Intel AutoRound quantisation.
+ff_intermediate_size; Llama 4's layer_types of chunked_attention; AMD Quark and Intel AutoRound quantisation;
+Qwen2.5-Omni's thinker_config.
 
 Before the fixes: each text_config was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size" (or
 num_attention_heads, vocab_size) where transformers and vLLM read the class's defaults; once read, Gemma 3's
@@ -30,7 +31,8 @@ Apertus-8B and Arcee AFM-4.5B were sized with a gated MLP they do not have (10.8
 PLaMo 2 (mamba_enabled) as attention on every layer; Phi-3-small's MLP (ff_intermediate_size) as 4 x hidden_size
 (8.2 B for 7.4 B); Llama 4's layer_types of chunked_attention (transformers 4.54+ writes them) were refused as
 "layer_types[0] is 'chunked_attention'" where its attention_chunk_size is sized as full attention, as vLLM does;
-AMD Quark's and Intel AutoRound's checkpoints were "quant_method ... is not one kvscope sizes" (vLLM serves both).
+AMD Quark's and Intel AutoRound's checkpoints were "quant_method ... is not one kvscope sizes" (vLLM serves both);
+Qwen2.5-Omni's was "missing field(s) num_hidden_layers, ..." (vLLM serves its thinker_config.text_config).
 Every case's expect is the correct behaviour.
 """
 
@@ -157,6 +159,11 @@ _SHAPES = [  # (what, its config.json, what math must say)
      "fp8 (1 B) but 16-bit embeddings"),
     ("Intel AutoRound's 4-bit weights", {**SMALL_LLAMA, "quantization_config": {
         "quant_method": "auto-round", "bits": 4, "group_size": 128}}, "int4 (0.5 B) but 16-bit embeddings"),
+    ("Qwen2.5-Omni-7B (thinker_config.text_config)",
+     {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": {
+         "model_type": "qwen2_5_omni_text", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+         "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+         "max_position_embeddings": 32768}}}, "28 layers, 28 attention heads, 4 KV heads x head_dim 128"),
     ("Snowflake Arctic (use_residual)",
      {"model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864, "max_position_embeddings": 4096,
       "num_attention_heads": 56, "num_hidden_layers": 35, "num_key_value_heads": 8, "num_local_experts": 128,

@@ -338,3 +338,15 @@ def test_quark_and_auto_round_are_sized(quant, kind):
 ])
 def test_quark_and_auto_round_weights_it_does_not_size_are_named(quant, said):
     assert said in refused({"quantization_config": quant})
+
+
+def test_qwen_omni_thinker_text_config_is_read():
+    """Was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size, vocab_size"."""
+    text = dict(model_type="qwen2_5_omni_text", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768)
+    omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": text}, "talker_config": {"hidden_size": 8}}
+    m = read(omni)
+    assert (m.num_hidden_layers, m.num_key_value_heads) == (28, 4) and round(num_parameters(m) / 1e9, 2) == 7.62
+    with pytest.raises(ConfigError, match=r"^config c.json: thinker_config.text_config: num_attention_heads must be "
+                                          "greater than 0"):
+        read({**omni, "thinker_config": {"text_config": {**text, "num_attention_heads": 0}}})
