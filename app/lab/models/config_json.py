@@ -9,6 +9,7 @@ multi-head latent attention (``kv_lora_rank``, ``qk_rope_head_dim``) and expert 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
@@ -86,9 +87,11 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if method == "quark":  # AMD Quark checkpoints (amd/...-FP8-KV, -MXFP4), as vLLM reads them: refused before
         weight = (quant.get("global_quant_config") or {}).get("weight")
         weight = weight[0] if isinstance(weight, list) and weight else weight  # a list: the first scheme's
-        kind = str(weight.get("dtype")).lower() if isinstance(weight, dict) else None
-        if kind and (kind.startswith("fp8") or kind in ("int8", "uint8", "int4", "uint4", "fp4", "mxfp4")):
-            return "fp8" if kind.startswith("fp8") else "int8" if kind.endswith("int8") else "int4"
+        # fp8_e4m3, int8 / uint8, and the 4-bit int4, uint4, fp4 and mxfp4
+        bits = re.fullmatch(r"(mx)?(fp|u?int)([48])(_e\dm\d)?", str(weight.get("dtype")).lower()) \
+            if isinstance(weight, dict) else None
+        if bits:
+            return "int4" if bits[3] == "4" else "fp8" if bits[2] == "fp" else "int8"
         said = "not given" if weight is None else shown(weight)
         raise ConfigError(f"quantization_config: quark with global_quant_config.weight {said}: kvscope sizes "
                           'its weights of dtype fp8_e4m3, int8, int4 or fp4 ({"dtype": "fp8_e4m3", ...})')
