@@ -27,6 +27,17 @@ from kvscope.engine.units import format_seconds
 
 HELD_OUT_OFFSET = 200  # trace rows from here on: none of them shaped the fit's requests
 MAX_OUTPUT_TOKENS = 64
+MAX_HELD_OUT_REQUESTS = 256  # the held-out workload's most requests: more add minutes and no new step shapes
+
+
+def check_held_out_requests(requests: int) -> None:
+    """--requests of `bench calibration`: `--requests 2048` (the flag's own bound) ran 256 without a word."""
+    from kvscope.engine.config import ConfigError
+
+    if requests > MAX_HELD_OUT_REQUESTS:
+        raise ConfigError(f"--requests {requests:,}: `kvscope bench calibration` holds out at most "
+                          f"{MAX_HELD_OUT_REQUESTS} requests (1 to 2,048 is for bench real and cuda); give 1 to "
+                          f"{MAX_HELD_OUT_REQUESTS}")
 
 
 def held_out_requests(count: int, vocab_size: int, seed: int = 1) -> list[tuple[list, int]]:
@@ -155,7 +166,7 @@ def cmd_bench_calibration(args) -> int:
     results["published"] = rows = evaluate_published()
     print_published(rows)
     print()
-    results["real"] = bench_calibration(min(args.requests, 256), device=args.device, progress=progress)
+    results["real"] = bench_calibration(args.requests, device=args.device, progress=progress)
     print_calibration(results["real"])
     if args.json:
         write_json_output("--json", args.json, results)

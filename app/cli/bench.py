@@ -22,6 +22,10 @@ def run(a) -> int:
         raise ConfigError("--part goes with `kvscope bench gui`")
     if a.rounds is not None and not (a.what == "compare" or (a.what == "gui" and a.part in ("cost", "both"))):
         raise ConfigError("--rounds goes with `kvscope bench compare` and `kvscope bench gui` (its cost part)")
+    if a.what == "calibration" and a.requests is not None:
+        from kvscope.app.bench.bench_calibration import check_held_out_requests
+
+        check_held_out_requests(a.requests)
     if a.what == "soak" and a.minutes is not None:
         from kvscope.app.bench.bench_soak import check_soak_minutes
 
@@ -84,7 +88,8 @@ def add_parser(sub) -> None:
                               "time goes (default: all but gui, compare, soak, calibration, scenarios and cuda)")
     # all at once: each a running sequence, and vLLM's CPU server steps at most 2,048 tokens
     p_bench.add_argument("--requests", type=options.bounded(1, 2048, whole_only=True),
-                         help="real, cuda: requests in the workload, all sent at once, 1 to 2,048 (default 64)")
+                         help="real, cuda: requests in the workload, all sent at once, 1 to 2,048 (default 64); "
+                              "calibration: held-out requests, 1 to 256 (default 64)")
     p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
                          help="real: serve the trained model with vLLM's CPU build on loopback (installed into "

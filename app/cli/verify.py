@@ -15,7 +15,7 @@ from kvscope.engine.config import (
 
 from kvscope.app.cli import combinations, options
 from kvscope.app.cli.run import status
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import counted, table
 from kvscope.engine.units import format_percent
 from kvscope.app.lab.output_path import check_output_path, write_json_output
 
@@ -117,7 +117,10 @@ def run(args) -> int:
     text = bool(args.passages) and full_precision.tokenizer is not None
     combinations.refuse_passages_without_a_tokenizer(args, full_precision is None or full_precision.tokenizer is not None,
                                                      full_precision.config.name if full_precision else "")
-    check_context((full_precision or load(quantizations[0])).config.max_position_embeddings, args.max_tokens)
+    # the first quantised model, loaded once: it was loaded here for its context, then again in the loop (twice
+    # `loading ... with int8 weights`, and twice the minutes)
+    first = None if full_precision is not None else load(quantizations[0])
+    check_context((full_precision or first).config.max_position_embeddings, args.max_tokens)
     passages = reference = None
     if text:
         passages = quality.passage_token_ids(full_precision, args.passages)
@@ -127,8 +130,8 @@ def run(args) -> int:
         status(f"{full_precision.config.name} has no tokenizer: quality on real text is not measured")
     results, qualities = [], []
     for quantization in quantizations:
-        loaded = full_precision if quantization is None else load(quantization)
-        status(f"loaded {loaded.label}; {args.prompts} prompts through the paged engine and through generate()"
+        loaded, first = (full_precision, first) if quantization is None else (first or load(quantization), None)
+        status(f"loaded {loaded.label}; {counted(args.prompts, 'prompt')} through the paged engine and through generate()"
                f"{f', {len(passages)} passages through the engine' if text else ''}")
         for dtype in dtypes:
             result = run_parity(loaded, dtype, num_prompts=args.prompts, max_tokens=args.max_tokens)

@@ -31,6 +31,7 @@ from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs
 from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.cost_model import StepCostModel
 from kvscope.engine.memory_math import plan_memory
+from kvscope.engine.units import format_seconds
 
 MAX_MODEL_LEN_LABELS = ("max_model_len",)  # not in cache_config_info today; read if a version adds it
 
@@ -283,7 +284,8 @@ class LatencyModel:
         running = load.num_running / load.engines
         prompt_rate = load.prompt_tokens_per_s / load.engines
         prompt_len = load.prompt_tokens / load.new_requests if load.new_requests > 0 else 0.0
-        window = f"over the last {load.seconds:.0f} s; {label}"
+        # the window's length as time is said everywhere: whole seconds said a 0.3 s attach as "the last 0 s"
+        window = f"over the last {format_seconds(load.seconds)}; {label}"
         if running < 0.5:
             itl = PredictedFigure("inter_token_latency", "s", None, itl_observed,
                                   f"no request was running {window}", self.calibration)
