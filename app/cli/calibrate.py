@@ -80,10 +80,14 @@ def torch_default_threads() -> int:
     return torch.get_num_threads()
 
 
-def check_cpu_clock_threads(args) -> None:
+def check_cpu_clock_threads(args, device_type: str = "cpu") -> None:
     """--clock cpu fits this process's CPU seconds, the sum over its threads: with torch's several
     threads working a step, that is a multiple of the step's time, and the profile stored it as this
-    machine's clock (steps twice as slow on 2 threads). One thread's CPU time is the step's."""
+    machine's clock (steps twice as slow on 2 threads). One thread's CPU time is the step's. On a GPU
+    the step runs on the device, which no CPU second times: that was refused as too many threads."""
+    if args.clock == "cpu" and device_type != "cpu":
+        raise ConfigError(f"--clock cpu: it times this process's CPU seconds, and on {device_type} the steps run on "
+                          "the device, not the CPU: drop --clock cpu (the wall clock), or give --device cpu")
     if args.clock != "cpu" or args.threads == 1:
         return
     threads = args.threads or torch_default_threads()
@@ -106,15 +110,15 @@ def run(args) -> int:
         raise ConfigError("--model and --model-path both name the weights to calibrate on; give one")
     options.check_real_device(args.device)
     options.check_real_model(args.model, args.model_path, fit_on=args.device)  # before `loading ...`
-    if args.threads:
-        from kvscope.app.lab.models.loader import resolve_device
+    from kvscope.app.lab.models.loader import resolve_device
 
-        combinations.refuse_threads_past_the_cores(args, resolve_device(args.device, "--device").type)
+    device_type = resolve_device(args.device, "--device").type
+    combinations.refuse_threads_past_the_cores(args, device_type)
     if not args.no_save:  # the profile is stored in the cache
         options.check_cache_variable()
     check_scale_floor(args.scale)
     check_scale_ceiling(args)
-    check_cpu_clock_threads(args)
+    check_cpu_clock_threads(args, device_type)
     import torch
 
     from kvscope.app.lab import calibration

@@ -8,6 +8,7 @@ from kvscope.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, ConfigError
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli.options import typed_float
+from kvscope.app.cli.output import counted
 
 # What sizes the KV pool as a share of the memory (memory x utilization - weights - reserve): on a
 # CPU target the pool is a set budget instead (as vLLM's CPU backend takes VLLM_CPU_KVCACHE_SPACE).
@@ -48,10 +49,12 @@ def refuse_cpu_share_simulated(args, hardware) -> None:
         refuse_share_of_a_cpu_budget(args, f"on a CPU target (--hardware {hardware.name})", memory_flags=True)
 
 
-def refuse_requests_past_trace(spec, requests: int | None, what: str) -> None:
+def refuse_requests_past_trace(spec, requests: int | None, what: str, left_out: tuple[int, str] | None = None) -> None:
     """`run --trace t.csv --requests 5` on a trace of 2 rows ran 2 requests and said "requests
     completed 2", the 5 taken without a word (`compare --scenario static-vs-continuous --requests
-    100000` ran the trace's 19,365 for minutes). what: the trace in words ("trace t.csv")."""
+    100000` ran the trace's 19,365 for minutes). what: the trace in words ("trace t.csv"); left_out:
+    the count run without --requests and whose it is, (96, "the scenario's"), when not the whole trace
+    (leaving --requests out was said to "replay them all" where a scenario runs its own 96)."""
     if requests is None or requests < 1 or spec.trace_path is None:
         return  # 0 is the spec's own to refuse: read with a limit of 0 rows it was "no requests in the file"
     from kvscope.app.lab.workload import read_trace
@@ -59,8 +62,10 @@ def refuse_requests_past_trace(spec, requests: int | None, what: str) -> None:
     rows = len(read_trace(spec.trace_path, limit=requests))  # a bad row is said here, as the run would
     if rows < requests:
         them = "it" if rows == 1 else "them all"
+        instead = f"to replay {them}" if left_out is None or left_out[0] >= rows else \
+            f"for {left_out[1]} {counted(left_out[0], 'request')}"
         raise ConfigError(f"--requests {requests:,}: {what} holds {rows:,} request{'' if rows == 1 else 's'} (one a "
-                          f"row); give at most {rows:,}, or leave --requests out to replay {them}")
+                          f"row); give at most {rows:,}, or leave --requests out {instead}")
 
 
 def refuse_passages_without_a_tokenizer(args, has_tokenizer: bool, model_name: str) -> None:

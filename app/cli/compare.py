@@ -194,7 +194,8 @@ def run(args) -> int:
     say = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if to_stdout else print
     spec = scenario.comparison_spec(requests=args.requests, seed=args.seed)  # validates before any loading
     combinations.refuse_requests_past_trace(spec.workload.spec, args.requests,
-                                            f"scenario {scenario.name}'s trace {spec.workload.spec.trace_path}")
+                                            f"scenario {scenario.name}'s trace {spec.workload.spec.trace_path}",
+                                            (scenario.num_requests, f"scenario {scenario.name}'s"))
 
     say(table([
         ("from the lesson", readable_lesson(scenario.seed_lesson)),

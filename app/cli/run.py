@@ -104,7 +104,8 @@ def workload_from_args(args) -> WorkloadSpec:
                        "and lengths, and shares no prefix; the seed draws only the prompts' token ids, which the "
                        "simulated backend does not read (no two prompts share a block either way)")
     combinations.refuse_requests_past_trace(spec, args.requests, f"trace {args.trace}" if args.trace else
-                                            f"workload {spec.name}'s trace {spec.trace_path}")
+                                            f"workload {spec.name}'s trace {spec.trace_path}",
+                                            (spec.num_requests, f"workload {spec.name}'s"))
     return spec.with_overrides(num_requests=args.requests, arrival_rate_per_s=args.arrival_rate)
 
 
