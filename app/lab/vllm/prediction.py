@@ -31,7 +31,7 @@ from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs
 from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.cost_model import StepCostModel
 from kvscope.engine.memory_math import plan_memory
-from kvscope.engine.units import format_seconds
+from kvscope.engine.units import format_bytes, format_seconds
 
 MAX_MODEL_LEN_LABELS = ("max_model_len",)  # not in cache_config_info today; read if a version adds it
 
@@ -158,7 +158,9 @@ def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: 
         hardware = HardwareSpec(name="the server", memory_bytes=max(kv_memory, 1), memory_bandwidth_bytes_per_s=1e12,
                                 peak_flops={"bf16": 1e15})
     args = EngineArgs(block_size=block_size, kv_cache_dtype=dtype, max_model_len=observed_max_model_len(cache_config),
-                      kv_cache_memory_bytes=kv_memory, gpu_memory_utilization=utilization, tensor_parallel_size=1,
+                      # split over the hardware's devices, as `kvscope math` plans it (None): at 1, 8x-h100-80gb planned
+                      # llama-3-70b on one GPU and predicted 0 blocks beside the server's thousands
+                      kv_cache_memory_bytes=kv_memory, gpu_memory_utilization=utilization, tensor_parallel_size=None,
                       vllm_version=modelled_vllm_version(_version(version) or EngineArgs().vllm_version))
     return plan_memory(model, hardware, resolve_engine_args(args, model, hardware))
 
@@ -178,11 +180,16 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
                                          "it runs on)" if kv_memory is None and hardware is None else None)
     if why is None:
         if hardware is not None and kv_memory is None:
-            where = f"from {hardware.name} x gpu_memory_utilization {utilization:g}"
+            split = f" (tensor parallel {hardware.gpu_count})" if hardware.gpu_count > 1 else ""
+            where = f"from {hardware.name}{split} x gpu_memory_utilization {utilization:g}"
         try:
             plan = server_plan(cache_config, version, model, hardware)
         except ConfigError as exc:
             why = f"kvscope cannot plan {model.name} with the server's settings: {exc}"
+        else:
+            if plan.num_blocks < 1:  # the server runs: 0 blocks, "error -100.0 %", was a model or hardware not its own
+                why = (f"{model.name} leaves no room for a KV cache {where} ({format_bytes(plan.weights_bytes)} of "
+                       f"weights), yet the server runs: give the --model and --hardware it serves on")
     if why is not None:
         return [PredictedFigure("num_gpu_blocks", "blocks", None, observed_blocks, why),
                 PredictedFigure("max_concurrency", "sequences", None, observed_concurrency, why)]
