@@ -181,7 +181,10 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
     if why is None:
         if hardware is not None and kv_memory is None:
             split = f" (tensor parallel {hardware.gpu_count})" if hardware.gpu_count > 1 else ""
-            where = f"from {hardware.name}{split} x gpu_memory_utilization {utilization:g}"
+            # a CPU's pool is a set budget, no share of its memory: said as one ("this-machine x 0.9" was not it)
+            where = f"from {hardware.name}'s KV budget (a CPU's, as vLLM's VLLM_CPU_KVCACHE_SPACE)" if \
+                hardware.kind == "cpu" and not hardware.memory_is_budget else \
+                f"from {hardware.name}{split} x gpu_memory_utilization {utilization:g}"
         try:
             plan = server_plan(cache_config, version, model, hardware)
         except ConfigError as exc:
