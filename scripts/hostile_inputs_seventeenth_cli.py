@@ -11,7 +11,10 @@ attach's prediction: the latency window said in whole seconds ("over the last 0 
 --hardware 8x-h100-80gb planned the model on one of its GPUs (llama-3-70b: 0 blocks predicted, "error -100.0 %",
 where `kvscope math` gives 80,475); a model whose weights leave no room on --hardware was a prediction of 0
 blocks beside the server's running pool; a CPU preset's set KV budget was said as "from this-machine x
-gpu_memory_utilization 0.9". Every case's `expect` is the right behaviour.
+gpu_memory_utilization 0.9". `attach URL --quit-after 2` (the window, scripted) on a server that cannot be
+reached exited 0; with `--record r.kvrec` too, and the attach's refusal was replaced by "Nothing to record: not
+attached to a server." (the recording asked in the same frame), no file written, nothing said. Every case's
+`expect` is the right behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_seventeenth.py instead): the attach prediction (it
 needs a server on loopback), `calibrate --clock cpu` on a GPU (this machine has none), and which models verify
@@ -23,7 +26,7 @@ from pathlib import Path
 
 
 def seventeenth_cli_cases(d: Path, Case, write) -> list:
-    return _bench_cases(Case) + _verify_cases(Case) + _trace_count_cases(d, Case, write)
+    return _bench_cases(Case) + _verify_cases(Case) + _trace_count_cases(d, Case, write) + _window_attach_cases(d, Case)
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -73,4 +76,18 @@ def _trace_count_cases(d: Path, Case, write) -> list:
         _case(Case, "run --trace t.csv --requests 5 (a bare trace: leaving it out replays them all, as before)",
               "numbers", ["run", "--quiet", "--trace", str(trace), "--requests", "5"],
               must_say=("give at most 2, or leave --requests out to replay them all",)),
+    ]
+
+
+def _window_attach_cases(d: Path, Case) -> list:
+    kept = d / "seventeenth-cli" / "attached.kvrec"
+    argv = ["attach", "http://127.0.0.1:1", "--kv-events", "tcp://127.0.0.1:2", "--quit-after", "2"]
+    said = "not attached: cannot reach http://127.0.0.1:1/version: connection refused"
+    quiet = {"QT_LOGGING_RULES": "default.warning=false"}  # the offscreen plugin's notice, which no display prints
+    return [
+        _case(Case, "attach UNREACHABLE --quit-after 2 (the window never attached, exit 0)", "flags", argv,
+              slow=True, env=quiet, must_say=(said,)),
+        _case(Case, "attach UNREACHABLE --quit-after 2 --record r.kvrec (exit 0, no file, 'Nothing to record')",
+              "files", [*argv, "--record", str(kept)], slow=True, env=quiet,
+              must_say=(said, f"nothing recorded to {kept}"), must_not_say=("Nothing to record",)),
     ]

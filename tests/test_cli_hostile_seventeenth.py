@@ -156,3 +156,22 @@ def test_a_model_that_leaves_no_room_is_no_prediction_of_zero_blocks():
 def test_a_cpu_presets_pool_is_said_as_its_set_budget():
     blocks, _ = predict(CACHE, "0.33.0", load_model("llama-3-8b"), load_hardware("this-machine"))
     assert "this-machine's KV budget" in blocks.note and "gpu_memory_utilization" not in blocks.note
+
+
+# -- 6. the attached window: an attach that never happened ----------------------------------------------------------
+
+
+def test_recording_an_attach_that_was_refused_keeps_the_refusal(tmp_path):
+    from kvscope.app.host.attach_session import AttachSession
+    from kvscope.app.host.protocol import APPLY, RECORD
+    from kvscope.app.lab.vllm.attachment import AttachTarget
+
+    session = AttachSession()  # as `attach --record` starts it: the attach, then the recording, in one frame
+    session.handle(APPLY, (AttachTarget("http://127.0.0.1:1", kv_events="tcp://127.0.0.1:2"), False))
+    session.handle(RECORD, str(tmp_path / "r.kvrec"))
+    frame = session.take_frame()
+    assert "cannot reach http://127.0.0.1:1" in frame.error and frame.status == "not attached"
+    idle = AttachSession()  # no attach asked for: Record still says why there is nothing to record
+    idle.handle(RECORD, str(tmp_path / "r.kvrec"))
+    assert idle.take_frame().error == "Nothing to record: not attached to a server."
+    assert not (tmp_path / "r.kvrec").exists()

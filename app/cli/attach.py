@@ -209,6 +209,10 @@ def run_window(target, args) -> int:
     code = app.exec()
     if failures:
         raise ConfigError(failures[0])
+    page = window.attached  # a scripted window (--quit-after) that never attached ended 0, its --record unwritten
+    if args.quit_after is not None and page is not None and page.failed:
+        raise ConfigError(f"not attached: {page.failure}" + (f"; nothing recorded to {shown(args.record)}"
+                                                             if args.record else ""))
     return code
 
 

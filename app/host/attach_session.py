@@ -112,6 +112,8 @@ class AttachSession(Session):
 
     def _start_recording(self, path: str) -> None:
         if self.attachment is None:
+            if self._pending.status == "not attached":  # the attach's refusal, in this frame: "Nothing to record" hid it
+                return
             self._pending.error = "Nothing to record: not attached to a server."
             self._pending.status = RECORDING_REFUSED
             return
