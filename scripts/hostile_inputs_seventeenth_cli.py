@@ -3,7 +3,8 @@ begins "seventeenth cli:" (`--only "seventeenth cli"` runs them). Found, and how
 calibration --requests 2048` (the flag's own bound, 1 to 2,048) held out 256 requests without a word, the flag
 read as min(N, 256), and ran for minutes. `verify --quantization int8` (or nf4) loaded the quantised model
 twice, once for its context and once to run it: two `loading tiny-llama with int8 weights ...` lines and twice
-the minutes; it said "1 prompts". `calibrate --clock cpu` on a GPU was refused as "with torch's default here, 16
+the minutes; it said "1 prompts". `verify --max-tokens 4096` past the model's context was refused after
+`loading tiny-llama ...` (two lines, and with --quantization the model loaded first). `calibrate --clock cpu` on a GPU was refused as "with torch's default here, 16
 threads ... give --threads 1", and --threads 1 was then refused as the CPU's: the cause is the device, whose
 steps no CPU second times. `compare --scenario static-vs-continuous --requests 100000` said "leave --requests out
 to replay them all", where leaving it out runs the scenario's 96 (a workload file's num_requests likewise).
@@ -52,7 +53,14 @@ def _bench_cases(Case) -> list:
 def _verify_cases(Case) -> list:
     argv = ["verify", "--model", "tiny-llama", "--device", "cpu", "--prompts", "1", "--max-tokens", "1",
             "--passages", "0", "--kv-cache-dtype", "fp32", "--quantization", "int8"]
+    context = "--max-tokens 4096: a prompt of up to 220 tokens and its answer must fit the model's 4,096-token context"
     return [
+        _case(Case, "verify --model tiny-llama --max-tokens 4096 (refused after `loading ...`: two lines)", "numbers",
+              ["verify", "--model", "tiny-llama", "--device", "cpu", "--max-tokens", "4096", "--passages", "0"],
+              must_say=(context,), must_not_say=("loading",)),
+        _case(Case, "verify --quantization nf4 --max-tokens 4096 (the model loaded, then refused)", "numbers",
+              ["verify", "--model", "tiny-llama", "--device", "cpu", "--max-tokens", "4096", "--passages", "0",
+               "--quantization", "nf4"], must_say=(context,), must_not_say=("loading",)),
         _case(Case, "verify --quantization int8 (the model loaded twice, 'loading' said twice; '1 prompts')", "flags",
               argv, expect="ok", slow=True, must_say=("int8 weights, KV cache fp32",),
               must_not_say=("int8 weights ...\nkvscope: loading tiny-llama with int8 weights", "1 prompts")),

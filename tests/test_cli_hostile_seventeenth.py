@@ -1,5 +1,6 @@
 """The command line and attach against bad input, seventeenth round (scripts/hostile_inputs_seventeenth_cli.py):
-`bench calibration --requests 2048` run as 256 without a word, `verify --quantization int8` loading its model twice,
+`bench calibration --requests 2048` run as 256 without a word, `verify --quantization int8` loading its model twice
+and `verify --max-tokens` past the model's context refused after `loading ...`,
 `calibrate --clock cpu` on a GPU refused as too many CPU threads, `--requests` past a trace told to "leave --requests
 out to replay them all" where a scenario (or a workload file) runs its own count, and attach's prediction: its window
 said in whole seconds ("over the last 0 s"), a multi-GPU preset planned on one GPU (0 blocks, error -100 %), a model
@@ -75,6 +76,18 @@ def test_verify_loads_each_model_once(capsys, loads, quantization, expected):
     assert loads == expected
     assert err.count("kvscope: loading") == len(expected)
     assert "1 prompt through" in err and "1 prompts" not in err
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_verify_says_a_context_too_short_before_loading(capsys, loads, quantization):
+    argv = ("verify", "--model", "tiny-llama", "--device", "cpu", "--quantization", quantization, "--kv-cache-dtype",
+            "fp32", "--prompts", "1", "--passages", "0", "--json", "-")
+    rc, out, err = cli(capsys, *argv, "--max-tokens", "4096")
+    refused(rc, err, "--max-tokens 4096: a prompt of up to 220 tokens and its answer must fit the model's 4,096-token "
+                     "context; give at most 3,876")
+    assert loads == [] and "loading" not in err
+    rc, out, err = cli(capsys, *argv, "--max-tokens", "3876")  # the most that fits: loaded and run
+    assert rc == 0 and loads == [None if quantization == "none" else quantization], err
 
 
 # -- 3. calibrate --clock cpu on a GPU: the device named, not the threads ----------------------------------------------

@@ -14,8 +14,6 @@ from kvscope.app.cli import combinations, options
 from kvscope.app.cli.output import shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.app.lab.calibration import calibration_note
-from kvscope.app.lab.models.config_json import load_hf_config
-from kvscope.app.lab.presets import load_model
 from kvscope.engine.cost_model import MAX_EFFICIENCY
 from kvscope.engine.units import format_seconds
 
@@ -68,8 +66,7 @@ def check_scale_ceiling(args) -> None:
     then was refused as past smollm2-135m-instruct's 8,192 tokens."""
     from kvscope.app.lab.calibration import check_scale_fits, default_calibration_model
 
-    shape = load_hf_config(options.model_folder(args.model_path)) if args.model_path else \
-        load_model(args.model or default_calibration_model())
+    shape = options.model_shape(args.model or default_calibration_model(), args.model_path)
     check_scale_fits(args.scale, shape.longest_context, shape.name)
 
 

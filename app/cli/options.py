@@ -519,6 +519,11 @@ def check_real_device(device: str | None) -> None:
     resolve_device(device, "--device")
 
 
+def model_shape(model: str, model_path: str | None):
+    """The shape the real backend will load, read before `loading ...`: the folder's config.json, or the preset."""
+    return load_hf_config(model_folder(model_path)) if model_path else load_model(model)
+
+
 def check_real_model(model: str | None, model_path: str | None, allow_pickle: bool = False,
                      fit_on: str | None | bool = False) -> None:
     """The preset or model folder the real backend is to load, checked before the command says

@@ -107,6 +107,9 @@ def run(args) -> int:
         from kvscope.app.lab.trained_model import TRAINED_MODEL
 
         combinations.refuse_passages_without_a_tokenizer(args, args.model == TRAINED_MODEL.name, args.model)
+    # the context from the shape, before `loading ...`: said after it (two lines), and a quantised model was
+    # loaded for it, then again to run it (twice `loading ... with int8 weights`, and twice the minutes)
+    check_context(options.model_shape(args.model, args.model_path).max_position_embeddings, args.max_tokens)
     from kvscope.app.lab.verify.parity import run_parity
     from kvscope.app.lab.verify import quality
 
@@ -117,10 +120,6 @@ def run(args) -> int:
     text = bool(args.passages) and full_precision.tokenizer is not None
     combinations.refuse_passages_without_a_tokenizer(args, full_precision is None or full_precision.tokenizer is not None,
                                                      full_precision.config.name if full_precision else "")
-    # the first quantised model, loaded once: it was loaded here for its context, then again in the loop (twice
-    # `loading ... with int8 weights`, and twice the minutes)
-    first = None if full_precision is not None else load(quantizations[0])
-    check_context((full_precision or first).config.max_position_embeddings, args.max_tokens)
     passages = reference = None
     if text:
         passages = quality.passage_token_ids(full_precision, args.passages)
@@ -130,7 +129,7 @@ def run(args) -> int:
         status(f"{full_precision.config.name} has no tokenizer: quality on real text is not measured")
     results, qualities = [], []
     for quantization in quantizations:
-        loaded, first = (full_precision, first) if quantization is None else (first or load(quantization), None)
+        loaded = full_precision if quantization is None else load(quantization)
         status(f"loaded {loaded.label}; {counted(args.prompts, 'prompt')} through the paged engine and through generate()"
                f"{f', {len(passages)} passages through the engine' if text else ''}")
         for dtype in dtypes:
