@@ -4,7 +4,9 @@ calibration --requests 2048` (the flag's own bound, 1 to 2,048) held out 256 req
 read as min(N, 256), and ran for minutes. `verify --quantization int8` (or nf4) loaded the quantised model
 twice, once for its context and once to run it: two `loading tiny-llama with int8 weights ...` lines and twice
 the minutes; it said "1 prompts". `verify --max-tokens 4096` past the model's context was refused after
-`loading tiny-llama ...` (two lines, and with --quantization the model loaded first). `calibrate --clock cpu` on a GPU was refused as "with torch's default here, 16
+`loading tiny-llama ...` (two lines, and with --quantization the model loaded first). `run --backend real --device cpu --block-size
+1048576` (one block past the CPU's default 1 GiB KV budget) was refused after `loading ...` and `loaded ...`:
+the check before loading ran only when --kv-cache-memory-bytes was given. `calibrate --clock cpu` on a GPU was refused as "with torch's default here, 16
 threads ... give --threads 1", and --threads 1 was then refused as the CPU's: the cause is the device, whose
 steps no CPU second times. `compare --scenario static-vs-continuous --requests 100000` said "leave --requests out
 to replay them all", where leaving it out runs the scenario's 96 (a workload file's num_requests likewise).
@@ -61,6 +63,11 @@ def _verify_cases(Case) -> list:
         _case(Case, "verify --quantization nf4 --max-tokens 4096 (the model loaded, then refused)", "numbers",
               ["verify", "--model", "tiny-llama", "--device", "cpu", "--max-tokens", "4096", "--passages", "0",
                "--quantization", "nf4"], must_say=(context,), must_not_say=("loading",)),
+        _case(Case, "run --backend real --block-size 1048576 (past the CPU's default 1 GiB: refused after loading)",
+              "numbers", ["run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--device", "cpu",
+                          "--requests", "1", "--block-size", "1048576"],
+              must_say=("no room for a KV cache: the budget kv_cache_memory_bytes (1.00 GiB (1.1 GB))",),
+              must_not_say=("loading",)),
         _case(Case, "verify --quantization int8 (the model loaded twice, 'loading' said twice; '1 prompts')", "flags",
               argv, expect="ok", slow=True, must_say=("int8 weights, KV cache fp32",),
               must_not_say=("int8 weights ...\nkvscope: loading tiny-llama with int8 weights", "1 prompts")),

@@ -188,3 +188,24 @@ def test_recording_an_attach_that_was_refused_keeps_the_refusal(tmp_path):
     idle.handle(RECORD, str(tmp_path / "r.kvrec"))
     assert idle.take_frame().error == "Nothing to record: not attached to a server."
     assert not (tmp_path / "r.kvrec").exists()
+
+
+# -- 7. the real backend's default CPU budget, before `loading ...` ---------------------------------------------------
+
+
+def test_a_block_past_the_default_cpu_budget_is_refused_before_loading(capsys):
+    rc, out, err = cli(capsys, "run", "--quiet", "--backend", "real", "--model", "tiny-llama", "--device", "cpu",
+                       "--requests", "1", "--block-size", "1048576")
+    refused(rc, err, "no room for a KV cache: the budget kv_cache_memory_bytes (1.00 GiB (1.1 GB)) is smaller than one "
+                     "block of tiny-llama")
+    assert "loading" not in err
+
+
+@pytest.mark.parametrize("block_size", [16, 65536])
+def test_blocks_within_the_default_cpu_budget_are_left_to_load(block_size):
+    from kvscope.app.cli import combinations
+    from kvscope.engine.config import EngineArgs
+
+    args = argparse.Namespace(kv_cache_memory_bytes=None, quantization=None, dtype=None)
+    engine_args = EngineArgs(block_size=block_size, max_model_len=256)
+    assert combinations.refuse_cpu_budget_without_room(args, load_model("tiny-llama"), engine_args) is None

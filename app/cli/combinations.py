@@ -226,12 +226,13 @@ def refuse_threads_past_the_cores(args, device_type: str) -> None:
 
 
 def refuse_cpu_budget_without_room(args, shape, engine_args) -> str | None:
-    """The real backend on a CPU with --kv-cache-memory-bytes: the pool is the budget, in blocks of the
-    model at its --dtype (fp32 unless given), known before the weights load. `--kv-cache-memory-bytes
-    1000` and `200000` (2 blocks of tiny-llama's 256 a request) were refused after `loading ...` and
-    `loaded ...`. Returns why not one full-length request fits (said by the caller, as after loading);
-    raises when not one block does. Quantised weights are left to the engine (their KV dtype)."""
-    if getattr(args, "kv_cache_memory_bytes", None) is None or getattr(args, "quantization", None):
+    """The real backend on a CPU: the pool is the budget (--kv-cache-memory-bytes, else the CPU's default
+    1 GiB), in blocks of the model at its --dtype (fp32 unless given), known before the weights load.
+    `--kv-cache-memory-bytes 1000` and `200000` (2 blocks of tiny-llama's 256 a request), and `--block-size
+    1048576` in the default budget, were refused after `loading ...` and `loaded ...`. Returns why not one
+    full-length request fits (said by the caller, as after loading); raises when not one block does.
+    Quantised weights are left to the engine (their KV dtype)."""
+    if getattr(args, "quantization", None):
         return None
     from kvscope.engine.config import resolve_engine_args
     from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
