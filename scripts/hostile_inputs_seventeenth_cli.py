@@ -1,23 +1,23 @@
 """The seventeenth hostile pass's cases (the command line and attach), for scripts/hostile_inputs.py; every name
 begins "seventeenth cli:" (`--only "seventeenth cli"` runs them). Found, and how it behaved before: `bench
-calibration --requests 2048` (the flag's own bound, 1 to 2,048) held out 256 requests without a word, the flag
-read as min(N, 256), and ran for minutes. `verify --quantization int8` (or nf4) loaded the quantised model
-twice, once for its context and once to run it: two `loading tiny-llama with int8 weights ...` lines and twice
-the minutes; it said "1 prompts". `verify --max-tokens 4096` past the model's context was refused after
-`loading tiny-llama ...` (two lines, and with --quantization the model loaded first). `run --backend real --device cpu --block-size
-1048576` (one block past the CPU's default 1 GiB KV budget) was refused after `loading ...` and `loaded ...`:
-the check before loading ran only when --kv-cache-memory-bytes was given. `calibrate --clock cpu` on a GPU was refused as "with torch's default here, 16
-threads ... give --threads 1", and --threads 1 was then refused as the CPU's: the cause is the device, whose
-steps no CPU second times. `compare --scenario static-vs-continuous --requests 100000` said "leave --requests out
-to replay them all", where leaving it out runs the scenario's 96 (a workload file's num_requests likewise).
-attach's prediction: the latency window said in whole seconds ("over the last 0 s" for a 0.3 s attach);
---hardware 8x-h100-80gb planned the model on one of its GPUs (llama-3-70b: 0 blocks predicted, "error -100.0 %",
-where `kvscope math` gives 80,475); a model whose weights leave no room on --hardware was a prediction of 0
-blocks beside the server's running pool; a CPU preset's set KV budget was said as "from this-machine x
-gpu_memory_utilization 0.9". `attach URL --quit-after 2` (the window, scripted) on a server that cannot be
-reached exited 0; with `--record r.kvrec` too, and the attach's refusal was replaced by "Nothing to record: not
-attached to a server." (the recording asked in the same frame), no file written, nothing said. Every case's
-`expect` is the right behaviour.
+calibration --requests 2048` (the flag's own bound, 1 to 2,048) held out 256 requests without a word, the flag read
+as min(N, 256), and ran for minutes. `verify --quantization int8` (or nf4) loaded the quantised model twice, once
+for its context and once to run it: two `loading tiny-llama with int8 weights ...` lines and twice the minutes; it
+said "1 prompts". `verify --max-tokens 4096` past the model's context was refused after `loading tiny-llama ...`
+(two lines, and with --quantization the model loaded first). `run --backend real --device cpu --block-size 1048576`
+(one block past the CPU's default 1 GiB KV budget) was refused after `loading ...` and `loaded ...`: the check
+before loading ran only when --kv-cache-memory-bytes was given. `calibrate --clock cpu` on a GPU was refused as
+"with torch's default here, 16 threads ... give --threads 1", and --threads 1 was then refused as the CPU's: the
+cause is the device, whose steps no CPU second times. `compare --scenario static-vs-continuous --requests 100000`
+said "leave --requests out to replay them all", where leaving it out runs the scenario's 96 (a workload file's
+num_requests likewise). attach's prediction: the latency window said in whole seconds ("over the last 0 s" for a
+0.3 s attach); --hardware 8x-h100-80gb planned the model on one of its GPUs (llama-3-70b: 0 blocks predicted,
+"error -100.0 %", where `kvscope math` gives 80,475); a model whose weights leave no room on --hardware was a
+prediction of 0 blocks beside the server's running pool; a CPU preset's set KV budget was said as "from
+this-machine x gpu_memory_utilization 0.9". `attach URL --quit-after 2` (the window, scripted) on a server that
+cannot be reached exited 0; with `--record r.kvrec` too, and the attach's refusal was replaced by "Nothing to
+record: not attached to a server." (the recording asked in the same frame), no file written, nothing said. Every
+case's `expect` is the right behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_seventeenth.py instead): the attach prediction (it
 needs a server on loopback), `calibrate --clock cpu` on a GPU (this machine has none), and which models verify

@@ -130,8 +130,8 @@ def run(args) -> int:
     results, qualities = [], []
     for quantization in quantizations:
         loaded = full_precision if quantization is None else load(quantization)
-        status(f"loaded {loaded.label}; {counted(args.prompts, 'prompt')} through the paged engine and through generate()"
-               f"{f', {len(passages)} passages through the engine' if text else ''}")
+        status(f"loaded {loaded.label}; {counted(args.prompts, 'prompt')} through the paged engine and through "
+               f"generate(){f', {len(passages)} passages through the engine' if text else ''}")
         for dtype in dtypes:
             result = run_parity(loaded, dtype, num_prompts=args.prompts, max_tokens=args.max_tokens)
             results.append(result)

@@ -112,7 +112,7 @@ class AttachSession(Session):
 
     def _start_recording(self, path: str) -> None:
         if self.attachment is None:
-            if self._pending.status == "not attached":  # the attach's refusal, in this frame: "Nothing to record" hid it
+            if self._pending.status == "not attached":  # the attach's refusal, this frame's: "Nothing to record" hid it
                 return
             self._pending.error = "Nothing to record: not attached to a server."
             self._pending.status = RECORDING_REFUSED
