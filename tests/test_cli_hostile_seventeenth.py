@@ -209,3 +209,16 @@ def test_blocks_within_the_default_cpu_budget_are_left_to_load(block_size):
     args = argparse.Namespace(kv_cache_memory_bytes=None, quantization=None, dtype=None)
     engine_args = EngineArgs(block_size=block_size, max_model_len=256)
     assert combinations.refuse_cpu_budget_without_room(args, load_model("tiny-llama"), engine_args) is None
+
+
+def test_weights_past_this_machine_come_before_the_budgets_room(capsys, monkeypatch):
+    """llama-3-70b's random fp32 weights (262 GiB) were said as 'max_model_len 8,192 tokens needs 512
+    blocks but the pool holds 102' once the default budget was checked before loading: the weights are
+    the first reason (the tenth pass's case)."""
+    from kvscope.app.lab.models import loader
+
+    monkeypatch.setattr(loader, "_available_bytes", lambda device: 64 * 2**30)
+    rc, out, err = cli(capsys, "run", "--quiet", "--backend", "real", "--model", "llama-3-70b", "--device", "cpu",
+                       "--requests", "1")
+    refused(rc, err, "for its weights as fp32")
+    assert "max_model_len" not in err and "loading" not in err

@@ -216,6 +216,9 @@ def refuse_before_loading(args, shape) -> None:
     from kvscope.app.lab.models.loader import check_weights_fit, resolve_device
 
     device = resolve_device(args.device, "--device")
+    # weights that cannot be built here come first: the KV budget's room beside them is moot
+    if not args.model_path and shape.name != TRAINED_MODEL.name:  # random weights, built in fp32
+        check_weights_fit(shape, device, "fp32")
     if device.type == "cpu":
         combinations.refuse_share_of_a_cpu_budget(args, "on this machine's CPU (the real backend's device)",
                                                   memory_flags=False)
@@ -223,8 +226,6 @@ def refuse_before_loading(args, shape) -> None:
         too_long = combinations.refuse_cpu_budget_without_room(args, shape, options.engine_args_from_args(args))
         if too_long:  # in the words build_engine says it in, after loading
             raise ConfigError(f"{too_long}: {TOO_LONG_ADVICE}")
-    if not args.model_path and shape.name != TRAINED_MODEL.name:  # random weights, built in fp32
-        check_weights_fit(shape, device, "fp32")
     budget = args.kv_cache_memory_bytes
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if device.type == "cpu" else None
     if budget is not None and memory is not None and budget > memory:  # its tensors are allocated: swap, or killed
