@@ -350,3 +350,15 @@ def test_qwen_omni_thinker_text_config_is_read():
     with pytest.raises(ConfigError, match=r"^config c.json: thinker_config.text_config: num_attention_heads must be "
                                           "greater than 0"):
         read({**omni, "thinker_config": {"text_config": {**text, "num_attention_heads": 0}}})
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text"])
+def test_the_text_config_defaults_are_transformers_own(model_type):
+    """config_names keeps the text models' config-class defaults by hand (reading them from transformers would
+    import it, seconds, for `kvscope math`): they must be the ones transformers fills a text_config with."""
+    from transformers import CONFIG_MAPPING
+
+    from kvscope.app.lab.models.config_names import TEXT_CONFIG_DEFAULTS
+
+    theirs = CONFIG_MAPPING[model_type]().to_dict()
+    assert {key: theirs.get(key) for key in TEXT_CONFIG_DEFAULTS[model_type]} == TEXT_CONFIG_DEFAULTS[model_type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 # Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts a sequence that can
@@ -44,8 +45,6 @@ def table(rows: list[tuple[str, str]], title: str | None = None) -> str:
 def recorded(path: str, details: str) -> str:
     """The line after a recording: where it went and, where a file holds it, how to replay it
     (`--record /dev/null` said "replay it with `kvscope gui --replay /dev/null`")."""
-    import os
-
     if not os.path.isfile(path):
         return shown(f"recording written to {path} ({details}), which keeps no file: there is nothing to replay")
     return shown(f"recording written to {path} ({details}); replay it with `kvscope gui --replay {path}`")
