@@ -340,6 +340,17 @@ def test_a_memory_bar_segment_too_narrow_for_its_size_gives_it_in_a_row_under_th
     assert bar.crowded_segments() == []  # half the bar each: room for both
 
 
+def test_the_memory_bar_gives_no_budget_before_an_engine_has_planned_one(qtbot):
+    """The real backend's first start converts the model for ~20 s: the bar said "0 B" meanwhile."""
+    from kvscope.widgets.memory_bar import MemoryBudgetBar, Segment
+
+    bar = MemoryBudgetBar()
+    qtbot.addWidget(bar)
+    assert "0 B" not in bar.title_text() and "none yet" in bar.title_text()
+    bar.set_segments("Memory budget: test", [Segment("weights", 2**30, (120, 120, 140))])
+    assert bar.title_text().startswith("Memory budget: test: 1.00 GiB")
+
+
 def test_request_ids_are_never_cut_to_an_ellipsis(qtbot):
     from kvscope.engine.snapshot import REQUEST_DTYPE
     from kvscope.widgets.requests_table import RequestsTable

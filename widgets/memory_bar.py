@@ -88,6 +88,13 @@ class MemoryBudgetBar(QWidget):
         self._fit_crowded_rows()
         self.update()
 
+    def title_text(self) -> str:
+        """The title and the budget's size; before an engine has planned its memory there is no
+        budget to give (a "0 B" there read as an engine with no memory at all)."""
+        if not self.segments:
+            return f"{self.title}: none yet (no engine has planned its memory)"
+        return f"{self.title}: {format_bytes(self.total_bytes)}"
+
     @property
     def total_bytes(self) -> float:
         return sum(s.nbytes for s in self.segments)
@@ -130,8 +137,7 @@ class MemoryBudgetBar(QWidget):
         title_font.setBold(True)
         painter.setFont(title_font)
         painter.setPen(QColor(*theme.foreground))
-        title = f"{self.title}: {format_bytes(self.total_bytes)}"
-        painter.drawText(QRectF(8, 2, self.width() - 16, 20), Qt.AlignLeft | Qt.AlignVCenter, title)
+        painter.drawText(QRectF(8, 2, self.width() - 16, 20), Qt.AlignLeft | Qt.AlignVCenter, self.title_text())
         painter.setFont(self.font())
         metrics = painter.fontMetrics()
         crowded = self.crowded_segments()
