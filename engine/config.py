@@ -60,6 +60,10 @@ LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 ACCOUNTINGS = ("vllm", "lesson")
 # The vLLM release whose accounting is modelled when none is named: the newest one read (0.33).
 DEFAULT_VLLM_VERSION = "0.33"
+# vLLM's default --gpu-memory-utilization: 0.9, and 0.92 from 0.21, where it began holding back its
+# estimate of CUDA-graph memory and raised the share with it (vLLM PR 38284) so the KV cache stayed as big.
+CUDA_GRAPHS_PROFILED_FROM = (0, 21)
+GPU_MEMORY_UTILIZATION_DEFAULTS = {(0, 1): 0.9, CUDA_GRAPHS_PROFILED_FROM: 0.92}
 OLDEST_VLLM_VERSION = "0.1"  # its first release (June 2023) already sized KV as memory x utilization - peak
 # Spellings found in config.json's torch_dtype / dtype.
 _DTYPE_ALIASES = {
@@ -374,7 +378,8 @@ class EngineArgs:
     # engine names the choices when a value fits none.
     kv_cache_dtype: str = _arg("auto", f"KV precision: auto (the model's), {', '.join(KV_CACHE_DTYPE_BYTES)}",
                                default_text="")
-    gpu_memory_utilization: float = _arg(0.9, "share of device memory to use")
+    gpu_memory_utilization: float | None = _arg(None, "share of device memory to use",
+                                                default_text="default: vLLM's, 0.92 from vLLM 0.21, 0.9 before")
     max_model_len: int | None = _arg(None, "longest prompt + output, tokens", default_text="default: the model's")
     block_size: int = _arg(16, "tokens per KV block")
     tensor_parallel_size: int | None = _arg(None, "devices the model is split over",
@@ -417,10 +422,11 @@ class EngineArgs:
                      "kv_cache_memory_bytes"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _positive_int(owner, name, getattr(self, name)))
-        utilization = _positive_float(owner, "gpu_memory_utilization", self.gpu_memory_utilization)
-        if utilization > 1:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {shown(utilization)}")
-        object.__setattr__(self, "gpu_memory_utilization", utilization)
+        if self.gpu_memory_utilization is not None:
+            utilization = _positive_float(owner, "gpu_memory_utilization", self.gpu_memory_utilization)
+            if utilization > 1:
+                raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {shown(utilization)}")
+            object.__setattr__(self, "gpu_memory_utilization", utilization)
         object.__setattr__(self, "reserve_bytes", whole_number(self.reserve_bytes, "reserve_bytes", 0, ceiling("")))
         if self.reserve_bytes and self.kv_cache_memory_bytes is not None:
             raise ConfigError("reserve_bytes holds memory back from what the accounting leaves to the KV cache, and "
@@ -457,6 +463,12 @@ def parse_vllm_version(version: str) -> tuple[int, int]:
     return parsed
 
 
+def default_gpu_memory_utilization(vllm_version: str) -> float:
+    """The share of device memory vLLM uses when none is given, in that release."""
+    version = parse_vllm_version(vllm_version)
+    return GPU_MEMORY_UTILIZATION_DEFAULTS[max(v for v in GPU_MEMORY_UTILIZATION_DEFAULTS if v <= version)]
+
+
 def as_served(model: ModelConfig, hardware: HardwareSpec) -> ModelConfig:
     """The model as vLLM's --dtype auto serves it: a float32 checkpoint computes (and caches K/V) in
     16 bits on a GPU, bf16 where the device has it, else fp16; on a CPU it stays float32."""
@@ -483,6 +495,7 @@ class ResolvedArgs:
     tensor_parallel_size: int
     kv_cache_memory_bytes: int | None = None  # per device; None: memory x utilization - weights - reserve
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION_DEFAULTS[CUDA_GRAPHS_PROFILED_FROM]
 
 
 def _large_gpu(hardware: HardwareSpec) -> bool:
@@ -552,5 +565,6 @@ def resolve_engine_args(args: EngineArgs, model: ModelConfig, hardware: Hardware
         tensor_parallel_size=tp,
         kv_cache_memory_bytes=kv_budget,
         max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization or default_gpu_memory_utilization(args.vllm_version),
     )
 

@@ -298,7 +298,7 @@ class Engine:
         args, resolved = self.args, self.resolved
         return {
             "block_size": args.block_size,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "gpu_memory_utilization": resolved.gpu_memory_utilization,
             "kv_cache_memory_bytes": resolved.kv_cache_memory_bytes,
             "max_model_len": resolved.max_model_len,
             "max_num_seqs": self.resolved.max_num_seqs,

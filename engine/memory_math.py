@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, ConfigError, HardwareSpec, ModelConfig,
-                                   ResolvedArgs, as_served, parse_vllm_version)
+from kvscope.engine.config import (CUDA_GRAPHS_PROFILED_FROM, KV_CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, ConfigError,
+                                   HardwareSpec, ModelConfig, ResolvedArgs, as_served, parse_vllm_version)
 from kvscope.engine.kv_layout import KVLayout, kv_bytes_per_token_of, lesson_layout, tokens_in_flight, vllm_layout
 from kvscope.engine.checks import MAX_NUM_BLOCKS
 from kvscope.engine.units import GiB, MiB, format_bytes, format_parameters
@@ -135,7 +135,7 @@ NVLINK_BYTES_PER_S = 300e9
 # logs above (0.52 - 1.92 GiB; typical error 0.2 GiB).
 CUDA_GRAPH_BASE_BYTES = int(0.40 * GiB)
 CUDA_GRAPH_BYTES_PER_LAYER = int(0.0158 * GiB)
-CUDA_GRAPHS_SUBTRACTED_FROM = (0, 21)
+CUDA_GRAPHS_SUBTRACTED_FROM = CUDA_GRAPHS_PROFILED_FROM
 V1_FROM = (0, 8)  # the V1 engine (its profiler and hybrid allocator) is the default from 0.8
 KV_SIZE_IS_CONCURRENCY_FROM = (0, 20)  # "GPU KV cache size" = concurrency x max_model_len (0.24, 0.33)
 MAMBA_ALIGN_FROM = (0, 24)  # prefix caching on a hybrid model keeps two state blocks per request
@@ -264,7 +264,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
     if served is not model:
         weights_source += f"; the float32 checkpoint served in {served.weight_dtype}, as vLLM's --dtype auto does"
     model = served
-    usable_per_device = hardware.memory_bytes * args.gpu_memory_utilization
+    usable_per_device = hardware.memory_bytes * resolved.gpu_memory_utilization
     tokens = profiled_tokens(resolved, version)
     activation = non_torch = graphs = 0
     if resolved.kv_cache_memory_bytes is not None:
@@ -299,7 +299,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
         hardware=hardware.name,
         tensor_parallel_size=tp,
         memory_bytes=hardware.memory_bytes * tp,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+        gpu_memory_utilization=resolved.gpu_memory_utilization,
         weights_bytes=weights,
         weights_source=weights_source,
         held_back_bytes=(activation + non_torch + graphs + args.reserve_bytes) * tp,

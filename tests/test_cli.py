@@ -147,8 +147,8 @@ def test_math_prints_a_readable_table_with_units(capsys):
     assert "1.00 GiB" in rows["KV per sequence"] and "8,192 tokens" in rows["KV per sequence"]
     assert "GiB" in rows["KV pool"] and "GiB" in rows["weights"]
     assert "16 tokens = 2.00 MiB" in rows["block"]
-    assert "28,832" in rows["blocks"]  # (0.9 x 79.19 GiB - 14.96 GiB) / 2 MiB
-    assert "56.31" in rows["max concurrent sequences"]
+    assert "29,643" in rows["blocks"]  # (0.92, vLLM 0.33's default, x 79.19 GiB - 14.96 GiB) / 2 MiB
+    assert "57.90" in rows["max concurrent sequences"]
     assert "does not fit" not in out
 
 
@@ -162,11 +162,11 @@ def test_math_json_is_one_object_with_consistent_numbers(capsys):
     for key in MATH_KEYS[:-1]:
         assert isinstance(plan[key], int), (key, plan[key])
     assert isinstance(plan["max_concurrent_sequences"], float)
-    # defaults but the GPU (the seeds' H100): llama-3-8b, bf16 KV, 0.9 utilisation, block 16, max_model_len 8192
+    # defaults but the GPU (the seeds' H100): llama-3-8b, bf16 KV, vLLM 0.33's 0.92 utilisation, block 16, max_model_len 8192
     assert plan["model"] == "llama-3-8b" and plan["hardware"] == "h100-80gb"
     assert plan["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
     assert plan["kv_bytes_per_sequence"] == plan["kv_bytes_per_token"] * 8192
-    assert plan["kv_pool_bytes"] == int(H100_MEMORY * 0.9 - plan["weights_bytes"])
+    assert plan["kv_pool_bytes"] == int(H100_MEMORY * 0.92 - plan["weights_bytes"])
     block_bytes = 16 * plan["kv_bytes_per_token"]
     assert plan["num_blocks"] == plan["kv_pool_bytes"] // block_bytes
     assert plan["max_concurrent_sequences"] == pytest.approx(plan["num_blocks"] / (8192 / 16))
@@ -500,7 +500,7 @@ def test_every_engine_argument_with_a_flag_is_generated_from_engine_args(capsys)
         if field.metadata["default_text"] is None and type(field.default) in (int, float):
             assert f"{field.metadata['help']} (default {field.default:g})" in text, flag
     assert "(vLLM's: 1,024 on GPUs of 70 GiB or more other than the A100, else 256)" in text
-    assert "(default 0.9)" in text and "(default 16)" in text
+    assert "(default: vLLM's, 0.92 from vLLM 0.21, 0.9 before)" in text and "(default 16)" in text
     # no flags given: every engine argument is at EngineArgs' default
     from kvscope.app.cli.main import build_parser
 
@@ -585,7 +585,7 @@ def test_run_json_fields(capsys):
     assert report["model"] == "llama-3-8b" and report["hardware"] == "h100-80gb" and report["workload"] == "chat"
     assert report["seed"] == 0
     assert report["engine_args"] == {
-        "block_size": 16, "gpu_memory_utilization": 0.9, "kv_cache_memory_bytes": None, "max_model_len": 8192,
+        "block_size": 16, "gpu_memory_utilization": 0.92, "kv_cache_memory_bytes": None, "max_model_len": 8192,
         "max_num_seqs": 1024,  # vLLM's default on an H100
         "max_num_batched_tokens": 8192, "kv_cache_dtype": "bf16", "enable_prefix_caching": True,
         "enable_chunked_prefill": True, "tensor_parallel_size": 1, "scheduling": "continuous", "allocation": "paged",
@@ -666,8 +666,8 @@ def test_run_prefix_caching_switch(capsys):
 
 
 def test_run_small_memory_preempts_and_fills_the_pool(capsys):
-    # ~83 blocks left after llama-3-8b's weights, by the lesson's accounting (vLLM's reserve would leave none)
-    report = run_json(capsys, "--memory-gib", 16.8, "--accounting", "lesson")
+    # ~67 blocks left after llama-3-8b's weights, by the lesson's accounting (vLLM's reserve would leave none)
+    report = run_json(capsys, "--memory-gib", 16.4, "--accounting", "lesson")
     assert report["num_blocks"] < 100
     assert report["peak_kv_usage"] == pytest.approx(1.0)
     assert report["preemptions"] > 0
@@ -1065,7 +1065,7 @@ def test_math_says_how_short_the_memory_is_instead_of_a_negative_pool(capsys):
     rc, out, _ = cli(capsys, "math", "--model", "llama-2-7b", "--memory-gib", 10)
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[2:]}
     assert rc == 0
-    assert "none: 4.90 GiB" in rows["KV pool"] and "short" in rows["KV pool"] and "-" not in rows["KV pool"].split("(")[0]
+    assert "none: 4.70 GiB" in rows["KV pool"] and "short" in rows["KV pool"] and "-" not in rows["KV pool"].split("(")[0]
     # what vLLM holds back is named, not called the reserve (which is --reserve-bytes, 0 here)
     assert "held back: activation peak, non-torch memory, CUDA graphs" in rows["does not fit"]
     assert "reserve)" not in rows["does not fit"]

@@ -155,7 +155,7 @@ def test_a_multi_gpu_preset_is_planned_over_its_devices_as_math_plans_it(capsys)
     import json
 
     assert blocks.predicted == json.loads(out)["num_blocks"] > 0
-    assert "8x-h100-80gb (tensor parallel 8) x gpu_memory_utilization 0.9" in blocks.note
+    assert "8x-h100-80gb (tensor parallel 8) x gpu_memory_utilization 0.92" in blocks.note
 
 
 def test_a_model_that_leaves_no_room_is_no_prediction_of_zero_blocks():
@@ -163,7 +163,7 @@ def test_a_model_that_leaves_no_room_is_no_prediction_of_zero_blocks():
     assert blocks.predicted is None and blocks.error is None and concurrency.predicted is None
     assert "llama-3-70b leaves no room for a KV cache from h100-80gb" in blocks.note
     fits, _ = predict(CACHE, "0.33.0", load_model("llama-3-8b"), load_hardware("h100-80gb"))
-    assert fits.predicted == 27_276 and "from h100-80gb x gpu_memory_utilization 0.9" in fits.note
+    assert fits.predicted == 28_087 and "from h100-80gb x gpu_memory_utilization 0.92" in fits.note  # 0.33.0's default
 
 
 def test_a_cpu_presets_pool_is_said_as_its_set_budget():
@@ -222,3 +222,11 @@ def test_weights_past_this_machine_come_before_the_budgets_room(capsys, monkeypa
                        "--requests", "1")
     refused(rc, err, "for its weights as fp32")
     assert "max_model_len" not in err and "loading" not in err
+
+
+def test_a_server_that_gives_no_share_is_planned_at_its_releases_default():
+    """A cache_config_info without gpu_memory_utilization: vLLM 0.19 took 0.9, 0.21 on take 0.92."""
+    older, _ = predict(CACHE, "0.19.1", load_model("llama-3-8b"), load_hardware("h100-80gb"))
+    newer, _ = predict(CACHE, "0.33.0", load_model("llama-3-8b"), load_hardware("h100-80gb"))
+    assert "x gpu_memory_utilization 0.9 " in older.note + " " and "x gpu_memory_utilization 0.92" in newer.note
+    assert older.predicted < newer.predicted

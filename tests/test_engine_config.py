@@ -98,7 +98,8 @@ def test_the_settings_form_offers_the_engine_lists_and_starts_at_its_defaults():
     assert choices["backend"][0][0] == "real"  # the window starts on it
     assert weight_dtype_choices() == tuple(WEIGHT_DTYPE_BYTES)
     defaults = EngineArgs()
-    assert engine_defaults() == {name: getattr(defaults, name) for name in FORM_ENGINE_FIELDS}
+    resolved_share = {"gpu_memory_utilization": 0.92}  # vLLM 0.33's (EngineArgs leaves it to the version)
+    assert engine_defaults() == {name: getattr(defaults, name) for name in FORM_ENGINE_FIELDS} | resolved_share
     assert EngineArgs().block_size in BLOCK_SIZES  # the form can show the default
 
 
@@ -152,3 +153,20 @@ def test_the_default_backend_is_written_once_in_the_engine_config():
     add_backend_options(parser)
     assert parser.parse_args([]).backend == DEFAULT_BACKEND
     assert f"(default {DEFAULT_BACKEND})" in " ".join(parser.format_help().split())
+
+
+def test_the_memory_share_defaults_to_the_vllm_release_modelled():
+    """vLLM raised --gpu-memory-utilization's default to 0.92 in 0.21, as it began holding back its
+    CUDA-graph estimate (PR 38284): at 0.9 the default plan's KV pool was 12 % short on the L4."""
+    from kvscope.app.lab.presets import load_hardware, load_model
+    from kvscope.engine.config import default_gpu_memory_utilization, resolve_engine_args
+    from kvscope.engine.memory_math import plan_memory
+
+    assert [default_gpu_memory_utilization(v) for v in ("0.2", "0.20.1", "0.21", "0.33")] == [0.9, 0.9, 0.92, 0.92]
+    model, hardware = load_model("llama-3-8b"), load_hardware("l4-24gb")
+    for version, share in (("0.19", 0.9), ("0.33", 0.92)):
+        resolved = resolve_engine_args(EngineArgs(vllm_version=version), model, hardware)
+        assert resolved.gpu_memory_utilization == share
+        assert plan_memory(model, hardware, resolved).gpu_memory_utilization == share
+    typed = resolve_engine_args(EngineArgs(gpu_memory_utilization=0.5), model, hardware)
+    assert typed.gpu_memory_utilization == 0.5  # a share given is kept, whatever the release

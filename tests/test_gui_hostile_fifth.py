@@ -89,10 +89,10 @@ def test_apply_with_a_typed_number_the_box_cannot_take_is_refused_with_why_and_k
     settings = window.settings
     before = window.config
     box = settings.gpu_memory_utilization
-    select_typed(qtbot, box, "0")  # below 0.05: Enter would put 0.90 back
+    select_typed(qtbot, box, "0")  # below 0.05: Enter would put 0.92 back
     qtbot.keyClick(box.lineEdit(), Qt.Key_Return, Qt.ControlModifier)
-    assert window.config is before  # nothing applied: not the 0.90 the user did not ask for
-    said = "0 is below the smallest value this field takes, 0.05: kept 0.90"
+    assert window.config is before  # nothing applied: not the 0.92 the user did not ask for
+    said = "0 is below the smallest value this field takes, 0.05: kept 0.92"
     assert said in settings.errors["gpu_memory_utilization"].text()
     assert said in window.statusBar().currentMessage() and window.statusBar().currentMessage().startswith("not applied")
     assert box.lineEdit().text() == "0"  # still there, to be mended

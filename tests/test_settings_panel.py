@@ -143,13 +143,13 @@ def _type_and_enter(qtbot, box, text: str) -> None:
 
 def test_a_typed_value_the_box_puts_back_says_why_under_its_field(window, qtbot):
     """Qt puts back the previous value of a box given text below its smallest value; the form
-    says so instead of leaving the user to wonder why 0 became 0.90 again."""
+    says so instead of leaving the user to wonder why 0 became 0.92 again."""
     tabs = window.settings_form.dock.widget()
     box, label = window.settings.gpu_memory_utilization, window.settings.errors["gpu_memory_utilization"]
     _type_and_enter(qtbot, box, "0")
-    assert box.value() == pytest.approx(0.9)
+    assert box.value() == pytest.approx(0.92)
     assert label.isVisibleTo(window.settings)
-    assert "0 is below the smallest value this field takes, 0.05: kept 0.90" in label.text()
+    assert "0 is below the smallest value this field takes, 0.05: kept 0.92" in label.text()
     tabs.setCurrentIndex(1)
     memory = window.editor.memory_gib
     before = memory.value()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from kvscope.engine.config import KV_CACHE_DTYPE_BYTES, ConfigError, parse_vllm_version, resolve_engine_args
+from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, ConfigError, default_gpu_memory_utilization, parse_vllm_version,
+                                   resolve_engine_args)
 from kvscope.engine.memory_math import CUDA_GRAPHS_SUBTRACTED_FROM, full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
@@ -88,6 +89,13 @@ def _no_graphs_reason(plan, hardware) -> str:
     return "none captured (--enforce-eager)"
 
 
+def _share_origin(plan) -> str:
+    """Where a share vLLM would also take by itself comes from: its release's default moved (0.92 from 0.21)."""
+    if plan.gpu_memory_utilization == default_gpu_memory_utilization(plan.vllm_version):
+        return f" (vLLM {plan.vllm_version}'s default)"
+    return ""
+
+
 def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     tp = plan.tensor_parallel_size
     devices = f" on {tp} devices" if tp > 1 else ""
@@ -108,7 +116,7 @@ def math_rows(plan, model, hardware) -> list[tuple[str, str]]:
     rows += [
         ("device memory", f"{format_bytes(plan.memory_bytes)}{devices}, " + (
             "gpu_memory_utilization not applied (as in vLLM, a set KV budget replaces it)" if plan.is_set_budget else
-            f"x gpu_memory_utilization {plan.gpu_memory_utilization:g} = {format_bytes(usable)}")),
+            f"x gpu_memory_utilization {plan.gpu_memory_utilization:g}{_share_origin(plan)} = {format_bytes(usable)}")),
         ("weights", f"{format_bytes(plan.weights_bytes)}  ({plan.weights_source})"),
     ]
     if plan.is_set_budget:

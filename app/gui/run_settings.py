@@ -20,6 +20,7 @@ from kvscope.engine.config import (
     WEIGHT_DTYPE_BYTES,
     ConfigError,
     EngineArgs,
+    default_gpu_memory_utilization,
     resolve_engine_args,
 )
 from kvscope.app.lab.models.config_json import load_hf_config
@@ -93,9 +94,12 @@ def weight_dtype_choices() -> tuple[str, ...]:
 
 
 def engine_defaults() -> dict:
-    """The form's engine fields at EngineArgs' defaults."""
+    """The form's engine fields at EngineArgs' defaults; the memory share as the vLLM release modelled
+    takes it (the form has no "vLLM's default" of its own to show)."""
     defaults = EngineArgs()
-    return {name: getattr(defaults, name) for name in FORM_ENGINE_FIELDS}
+    values = {name: getattr(defaults, name) for name in FORM_ENGINE_FIELDS}
+    values["gpu_memory_utilization"] = default_gpu_memory_utilization(defaults.vllm_version)
+    return values
 
 
 def field_of(message: str) -> str:

@@ -18,6 +18,7 @@ from kvscope.app.gui.series import RunSeries
 from kvscope.app.host.block_flashes import FLASH_KINDS
 from kvscope.app.host.protocol import EVENT_KIND_CODES, FrameDelta, StepTable
 from kvscope.app.lab.calibration import calibration_note
+from kvscope.engine.config import default_gpu_memory_utilization
 from kvscope.engine.events import EventKind
 from kvscope.engine.units import format_percent
 from kvscope.widgets.palette import THEMES
@@ -254,6 +255,8 @@ def values_from_engine_info(info) -> dict:
                 "scheduling"):
         if hasattr(args, key):
             values[key] = getattr(args, key)
+    if values.get("gpu_memory_utilization", 0) is None:  # the share vLLM's release took by itself
+        values["gpu_memory_utilization"] = default_gpu_memory_utilization(args.vllm_version)
     if getattr(workload, "name", None):
         values["workload"] = workload.name
     if isinstance(getattr(workload, "num_requests", None), int):

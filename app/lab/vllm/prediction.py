@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from kvscope.engine.config import (DEFAULT_VLLM_VERSION, ConfigError, EngineArgs, HardwareSpec, ModelConfig,
-                                   parse_vllm_version, resolve_engine_args)
+                                   default_gpu_memory_utilization, parse_vllm_version, resolve_engine_args)
 from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.cost_model import StepCostModel
 from kvscope.engine.memory_math import plan_memory
@@ -151,7 +151,7 @@ def server_plan(cache_config: dict, version: str, model: ModelConfig, hardware: 
     block_size = _int_label(cache_config, "block_size") or 16
     kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
     dtype = _label(cache_config, "cache_dtype") or "auto"
-    utilization = _float_label(cache_config, "gpu_memory_utilization") or 0.9
+    utilization = _float_label(cache_config, "gpu_memory_utilization")  # None: vLLM's default for its version
     if hardware is None:  # only the KV budget is read from it: a placeholder device that holds it
         if kv_memory is None:
             raise ConfigError("the server sized its cache from GPU memory and no hardware was given")
@@ -173,7 +173,8 @@ def predict(cache_config: dict, version: str, model: ModelConfig | None, hardwar
         observed_concurrency = None  # 1e-300 sequences is no server's; an error against it is 10**300 %
     kv_memory = _int_label(cache_config, "kv_cache_memory_bytes")
     override = _int_label(cache_config, "num_gpu_blocks_override")
-    utilization = _float_label(cache_config, "gpu_memory_utilization") or 0.9
+    utilization = _float_label(cache_config, "gpu_memory_utilization") or default_gpu_memory_utilization(
+        modelled_vllm_version(_version(version) or EngineArgs().vllm_version))
     where = "from kv_cache_memory_bytes"
     why = "no model shape: pass --model-path DIR (its config.json) or --model PRESET" if model is None else \
         unusable_label(cache_config) or ("the server sized its cache from GPU memory: pass --hardware PRESET (what "
