@@ -22,6 +22,8 @@ from kvscope.engine.memory_math import plan_memory
 from kvscope.engine.units import GiB
 
 LLMD = "https://github.com/llm-d-incubation/llm-d-planner/pull/205"  # vLLM 0.19.0 DEBUG logs, H100 80GB
+BUCCANEER = ("https://github.com/TheBuccaneer/vllm-offload-profiles/blob/1e3f023eae1617eb45b94f676d1f5314f866d730/"
+             "data/provenance/gpu_memory_configuration/")  # vLLM 0.17.1 on an RTX 3090 (environment/README.md)
 LLMD_LOG = ("https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/"
             "accuracy/results/v0.19.0/logs/")
 
@@ -206,6 +208,21 @@ CASES = [
     LogCase("deepseek-v2-lite concurrency", LLMD_LOG + "deepseek-ai-deepseek-v2---h100-80gb--tp1pp1dp1--8192.log",
             "DeepSeek-V2-Lite: max concurrency at 8K", DEEPSEEK_V2_LITE, "8x-h100-80gb", _v019(),
             "concurrency", 183.78),
+    # -- V1 on 24 - 48 GB cards, from the memory up ---------------------------------------------------
+    LogCase("rtx-3090 llama-3.1-8b V1", BUCCANEER + "baseline_llama_gmem090_offload0.log",
+            "Llama 3.1 8B, RTX 3090, 8K, util 0.90 by default (vLLM 0.17.1, `vllm serve` --max-model-len 8192)",
+            LLAMA_31_8B, "rtx-3090-24gb", dict(vllm_version="0.17", max_model_len=8192), "tokens", 46544),
+    LogCase("rtx-3090 qwen2.5-7b V1", BUCCANEER + "baseline_qwen_gmem090_offload0.log",
+            "Qwen2.5 7B, RTX 3090, 8K, util 0.90 by default (vLLM 0.17.1, `vllm serve` --max-model-len 8192)",
+            QWEN25_7B, "rtx-3090-24gb", dict(vllm_version="0.17", max_model_len=8192), "tokens", 118304),
+    LogCase("a100-40gb llama-3.1-8b eager", "https://github.com/ilseokoh/vllm-gce",
+            "Llama 3.1 8B, A100 40GB, 128K, enforce_eager, util 0.90 by default (vLLM 0.15.1, offline LLM(): 8,192 "
+            "tokens a step as logged)", LLAMA_31_8B, "a100-40gb",
+            dict(vllm_version="0.15", enforce_eager=True, max_num_batched_tokens=8192), "tokens", 157936),
+    # no flag but the model: the share is vLLM 0.28's default of 0.92 (at 0.9 kvscope was 8.3 % short)
+    LogCase("l40s qwen3-14b default share", "blog post \"LLM 최적화 실전 프로젝트\" by jinwoong, 2026-09-06",
+            "Qwen3 14B, L40S 46GB (44.42 GiB as CUDA reports it), `vllm serve Qwen/Qwen3-14B` (vLLM 0.28.0)",
+            QWEN3_14B, "l4-24gb", dict(vllm_version="0.28"), "tokens", 75824, memory_gib=44.42),
     # -- V0 (before 0.8): the activation peak of a whole max_model_len prompt -------------------------
     LogCase("rtx-3090 llama-3.1-8b 20K", "https://github.com/vllm-project/vllm/issues/10517",
             "Llama 3.1 8B, RTX 3090, 20,000 tokens, util 0.90 (vLLM 0.6.4)", LLAMA_31_8B, "rtx-3090-24gb",
@@ -346,7 +363,8 @@ def markdown_table() -> str:
         unit = {"tokens": " tokens", "blocks": " blocks", "kv_gib": " GiB", "concurrency": "x"}[case.figure]
         fmt = (lambda v: f"{v:,.2f}") if case.figure in ("kv_gib", "concurrency") else (lambda v: f"{v:,.0f}")
         note = case.reason if case.unmatched_pct is not None else ("KV memory as logged" if case.kind == "pool" else "")
-        rows.append(f"| [{case.id}]({case.source}) | {case.setup} | {fmt(case.logged)}{unit} | {fmt(ours)}{unit} | "
+        source = f"[{case.id}]({case.source})" if case.source.startswith("https://") else f"{case.id} ({case.source})"
+        rows.append(f"| {source} | {case.setup} | {fmt(case.logged)}{unit} | {fmt(ours)}{unit} | "
                     f"{error_pct(case):+.1f} % | {note} |")
     return "\n".join(rows)
 
