@@ -90,8 +90,9 @@ def _no_graphs_reason(plan, hardware) -> str:
 
 
 def _share_origin(plan) -> str:
-    """Where a share vLLM would also take by itself comes from: its release's default moved (0.92 from 0.21)."""
-    if plan.gpu_memory_utilization == default_gpu_memory_utilization(plan.vllm_version):
+    """Where a share vLLM would also take by itself comes from: its release's default moved (0.92 from 0.21).
+    The lesson's plan names no release (its formula reads none)."""
+    if plan.vllm_version and plan.gpu_memory_utilization == default_gpu_memory_utilization(plan.vllm_version):
         return f" (vLLM {plan.vllm_version}'s default)"
     return ""
 
