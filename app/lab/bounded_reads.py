@@ -142,10 +142,16 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bo
     except _DuplicateKey as exc:
         raise ConfigError(f"{label}: {exc}") from None
     except UnicodeDecodeError as exc:
+        if bytes(text[:4]) in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):  # its BOM starts as UTF-16's: said as
+            raise ConfigError(f"{label}: UTF-32 text; JSON is read as UTF-8: save it as UTF-8") from None  # UTF-16
         if bytes(text[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # an editor's "Unicode": every other byte is 0
             raise ConfigError(f"{label}: UTF-16 text; JSON is read as UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:
+        if isinstance(text, str) and "\x00" in text[:4]:  # NUL bytes between the characters: UTF-16 or UTF-32
+            # without a byte-order mark, said as "malformed JSON at line 1, column 2: Expecting property name"
+            raise ConfigError(f"{label}: UTF-16 or UTF-32 text without a byte-order mark (NUL bytes between its "
+                              "characters); JSON is read as UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None

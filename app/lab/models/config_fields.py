@@ -47,6 +47,7 @@ HF_FIELDS = {
     "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
+    "num_shared_expert": WHOLE, "use_mixed_mlp_moe": FLAG,  # Hunyuan's shared MLP: num_shared_expert x intermediate_size
     # older names of the fields above (GPT-2's n_layer, MPT's d_model, ...) and the KV head counts vLLM reads
     **NAME_FIELDS,
 }
@@ -105,8 +106,11 @@ QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
 NO_LENGTH = int(1e30)  # transformers' VERY_LARGE_INTEGER: a model_max_length of no limit (a tokenizer's, copied)
 MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stretches to are held to kvscope's ceiling
+# fields a config.json may give as one value per layer (Hunyuan-A13B's moe_topk, moe_intermediate_size and
+# num_shared_expert lists, which vLLM reads layer by layer): refused as "must be a whole number, got [3072, ...]"
+PER_LAYER_LISTS = ("moe_intermediate_size", "moe_topk", "num_shared_expert")
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
-_SIZING = {"n_shared_experts": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16,
+_SIZING = {"n_shared_experts": 1 << 16, "num_shared_expert": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16,
            "decoder_sparse_step": 1 << 16}
 
 
@@ -141,6 +145,25 @@ def _checked(table: dict, kinds: dict, label: str, where: str = "") -> dict:
     return out
 
 
+def _one_per_model(cfg: dict, label: str) -> dict:
+    """cfg with each of PER_LAYER_LISTS given as one value per layer read as that value, when every layer has the
+    same; layers of different sizes are refused (kvscope sizes one MoE shape for every layer)."""
+    lists = {key: cfg[key] for key in PER_LAYER_LISTS if isinstance(cfg.get(key), list)}
+    if not lists:
+        return cfg
+    layers = cfg.get("num_hidden_layers")
+    out = dict(cfg)
+    for key, values in lists.items():
+        if isinstance(layers, int) and not isinstance(layers, bool) and len(values) != layers:
+            raise ConfigError(f"{label}: {key} gives {len(values):,} values, one per layer, but num_hidden_layers is "
+                              f"{shown(layers)}; give one value for each layer, or one number for all of them")
+        if not values or any(value != values[0] or isinstance(value, bool) for value in values):
+            raise ConfigError(f"{label}: {key} gives the layers different values ({shown(values)}); kvscope sizes "
+                              f"one {key} for every layer: give one number, or a list of one value repeated")
+        out[key] = values[0]  # its type and range are checked as the field's own below
+    return out
+
+
 def with_compression_config(cfg):
     """cfg with compressed-tensors' older compression_config read as quantization_config when that is absent, as
     vLLM reads it (llm-compressor's 2024 checkpoints): left out, their int8 and fp8 weights were sized as 16-bit."""
@@ -161,7 +184,7 @@ def checked_hf_fields(cfg, label: str) -> dict:
             raise ConfigError(f"{label}: sliding_window_pattern must be a whole number of layers or letters L "
                               f"(sliding window) and G (full attention) like 'LLLG', got {shown(pattern)}")
         cfg = {k: v for k, v in cfg.items() if k != "sliding_window_pattern"}
-    cfg = _checked(require_table(cfg, f"{label}: config.json"), HF_FIELDS, label)
+    cfg = _checked(_one_per_model(require_table(cfg, f"{label}: config.json"), label), HF_FIELDS, label)
     if isinstance(pattern, str):
         cfg["sliding_window_pattern"] = pattern
     unsized = next((key for key in UNSIZED_LAYOUTS

@@ -27,6 +27,7 @@ from kvscope.app.lab.models.config_names import (
     standard_names,
     text_config_of,
     tied_embeddings,
+    wrapped_text_config,
 )
 from kvscope.app.lab.said_paths import os_error_text
 from kvscope.engine.checks import MAX_BYTES, ceiling, shown, whole_number
@@ -337,11 +338,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     """A ModelConfig from the fields of a Hugging Face config.json; errors start with `label`."""
     label = label or f"config {name}"
     cfg = with_compression_config(cfg)
-    where = "text_config"
-    thinker = cfg.get("thinker_config") if isinstance(cfg, dict) else None
-    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict) and cfg.get("text_config") is None:
-        # Qwen2.5-Omni and Qwen3-Omni: vLLM serves the thinker's text model; it was "missing field(s)" of the top level
-        cfg, where = {**cfg, "text_config": thinker["text_config"]}, "thinker_config.text_config"
+    where, wrapped = wrapped_text_config(cfg, label)
+    if wrapped is not None:  # Qwen2.5-Omni's thinker_config.text_config, InternVL's llm_config, DeepSeek-VL2's
+        # language_config: vLLM serves that text model; it was "missing field(s)" of the top level
+        cfg = {**cfg, "text_config": wrapped}
+    where = where or "text_config"
     if isinstance(cfg, dict) and cfg.get("num_hidden_layers") is None and isinstance(cfg.get("text_config"), dict):
         # (a null num_hidden_layers is absent, as below) the whole model's dtype and quantisation, where the text
         # model does not give its own: a float32 checkpoint was sized as bf16, and a text_config's own

@@ -27,7 +27,8 @@ ALIASES = {
     "head_dim": ("kv_channels",),
     # ERNIE 4.5's MoE (transformers' Ernie4_5_MoeConfig): read as a dense model, its 64 experts were left out
     "num_experts": ("moe_num_experts",),
-    "num_experts_per_tok": ("moe_k",),
+    # moe_topk: Aria's and Hunyuan's (read as absent: "missing num_experts_per_tok" of a file that gives it)
+    "num_experts_per_tok": ("moe_k", "moe_topk"),
     "n_shared_experts": ("moe_num_shared_experts", "num_shared_experts"),  # num_shared_experts: Ling's (bailing_moe)
     "decoder_sparse_step": ("moe_layer_frequency",),  # Arctic's: every n-th layer holds the experts, as Qwen-MoE's
 }
@@ -65,7 +66,31 @@ TEXT_CONFIG_DEFAULTS = {
 # a wrapper's text model when its text_config does not say (transformers' LlavaConfig, Gemma3Config, ... build
 # that class): a Gemma 3 text_config without model_type was read as a Llama (no window layout, an untied head)
 _TEXT_MODEL_OF = {"llava": "llama", "llava_next": "llama", "vipllava": "llama", "llava_next_video": "llama",
-                  "llava_onevision": "qwen2", "mistral3": "mistral", "paligemma": "gemma", "gemma3": "gemma3_text"}
+                  "llava_onevision": "qwen2", "mistral3": "mistral", "paligemma": "gemma", "gemma3": "gemma3_text",
+                  "aria": "aria_text"}
+
+
+# where a multimodal wrapper keeps its language model's config besides text_config (vLLM serves that model):
+# InternVL's, NVLM-D's, Ovis' and Nemotron Nano VL's llm_config, DeepSeek-VL2's language_config, Qwen2.5-Omni's
+# thinker_config.text_config; each was "missing field(s) num_hidden_layers, ..." of the top level
+WRAPPED_TEXT_CONFIGS = ("llm_config", "language_config")
+
+
+def wrapped_text_config(cfg: dict, label: str) -> tuple:
+    """(where, the table) of a wrapper's language model config kept under another name than text_config; (None,
+    None) where there is none, or config.json gives a text_config itself."""
+    if not isinstance(cfg, dict) or cfg.get("text_config") is not None:
+        return None, None
+    thinker = cfg.get("thinker_config")
+    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
+        return "thinker_config.text_config", thinker["text_config"]
+    for key in WRAPPED_TEXT_CONFIGS:
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ConfigError(f"{label}: {key} must be a table (the language model's config.json fields), got "
+                              f"{shown(cfg[key])}")
+        if cfg.get(key) is not None:
+            return key, cfg[key]
+    return None, None
 
 
 def text_config_of(cfg: dict) -> dict:
@@ -125,6 +150,16 @@ def standard_names(cfg: dict, label: str) -> dict:
         # of the others; its experts' intermediate_size was sized as the dense MLP and the shared one left out
         experts = cfg.get("num_local_experts") or cfg.get("num_experts")
         out["shared_expert_intermediate_size" if experts else "intermediate_size"] = cfg["shared_intermediate_size"]
+    if str(cfg.get("model_type")) == "aria_text" and (out.get("num_experts") or 0) > 0:
+        # Aria's experts are intermediate_size wide and its moe_num_shared_experts (its class's default 2, which
+        # the file leaves out) shared ones alike, as transformers and vLLM build them: refused before as missing
+        # num_experts_per_tok (moe_topk)
+        out.setdefault("moe_intermediate_size", out.get("intermediate_size"))
+        out.setdefault("n_shared_experts", 2)
+    if str(cfg.get("model_type")).startswith("hunyuan") and (out.get("num_experts") or 0) > 1 \
+            and cfg.get("use_mixed_mlp_moe", True) and isinstance(out.get("intermediate_size"), int):
+        # Hunyuan's shared MLP beside the experts: num_shared_expert x intermediate_size wide, as vLLM builds it
+        out.setdefault("shared_expert_intermediate_size", cfg.get("num_shared_expert", 1) * out["intermediate_size"])
     if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
         out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
     if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):

@@ -18,6 +18,7 @@ from pathlib import Path
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields, with_compression_config
 from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
+from kvscope.app.lab.models.config_names import WRAPPED_TEXT_CONFIGS
 from kvscope.app.lab.models.safetensors_header import safetensors_header
 from kvscope.app.lab.table_checks import require_table
 from kvscope.engine.checks import shown
@@ -192,7 +193,8 @@ def check_quantised_storage(path: Path, cfg: dict) -> None:
     """For `math --model-path`, which reads config.json alone: a folder whose config.json says its weights
     are stored quantised (fp8, gptq, awq, mxfp4) holds tensors of that kind in its *.safetensors files."""
     quantization = cfg.get("quantization_config")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else \
+        next((cfg[k] for k in WRAPPED_TEXT_CONFIGS if isinstance(cfg.get(k), dict)), {})
     aside = next((n for n in ("quantize_config.json", "quant_config.json") if (path / n).is_file()), None)
     if aside and not quantization and not text.get("quantization_config"):  # AutoGPTQ's and AutoAWQ's older files
         raise ConfigError(f"model directory {path}: {aside} says its weights are quantised, but config.json has no "
