@@ -40,6 +40,7 @@ HF_FIELDS = {
     "full_attention_interval": WHOLE, "linear_num_key_heads": WHOLE, "linear_num_value_heads": WHOLE,
     "linear_key_head_dim": WHOLE, "linear_value_head_dim": WHOLE, "linear_conv_kernel_dim": WHOLE,
     "mamba_ssm_dtype": TEXT, "max_window_layers": WHOLE, "is_encoder_decoder": FLAG,
+    "use_bidirectional_attention": FLAG,
     # multi-head latent attention
     "kv_lora_rank": WHOLE, "qk_rope_head_dim": WHOLE, "q_lora_rank": WHOLE, "v_head_dim": WHOLE,
     "qk_nope_head_dim": WHOLE,

@@ -365,6 +365,11 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
             else "an encoder-decoder"
         raise ConfigError(f"{label}: {kind} model (model_type {shown(cfg.get('model_type', '?'))}); kvscope sizes the "
                           "KV cache of decoder-only models (Llama, Qwen, Mistral, DeepSeek, ...)")
+    if cfg.get("use_bidirectional_attention") is True:  # EmbeddingGemma: sized as a decoder's KV cache, where vLLM
+        # runs its layers as an encoder's (every token attends to every other, one forward a request) and keeps none
+        raise ConfigError(f"{label}: use_bidirectional_attention is true: an encoder (an embedding model such as "
+                          "EmbeddingGemma), which keeps no KV cache; kvscope sizes the KV cache of decoder-only "
+                          "models (Llama, Qwen, Mistral, DeepSeek, ...)")
     cfg = standard_names(cfg, label)  # GPT-2's n_layer, MPT's d_model, ... as transformers' attribute_map reads them
     missing = [k for k in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size") if k not in cfg]
     if missing and {"n_layers", "dim", "n_heads"} <= set(cfg):  # said as missing fields, the file's kind not named
