@@ -122,6 +122,24 @@ def _shown_json(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def wide_unicode(data) -> str | None:
+    """What a file of UTF-16 or UTF-32 text is, said for a reader of UTF-8 (None: it is not such text): by its
+    byte-order mark (UTF-32's begins as UTF-16's, and was said as UTF-16), or, without one, by its first 8 bytes
+    being ASCII characters each followed or preceded by NUL bytes (it was "malformed JSON at line 1, column 2",
+    or "binary data (a NUL byte)")."""
+    head = [ord(c) for c in data[:8]] if isinstance(data, str) else list(bytes(data[:8]))
+    if head[:4] in ([0xFF, 0xFE, 0, 0], [0, 0, 0xFE, 0xFF]):
+        return "UTF-32 text"
+    if head[:2] in ([0xFF, 0xFE], [0xFE, 0xFF]):  # an editor's "Unicode": every other byte is 0
+        return "UTF-16 text"
+    # the places of the characters among each 2 (UTF-16 LE, BE) or 4 bytes (UTF-32 LE, BE)
+    places = ((2, 0), (2, 1), (4, 0), (4, 3))
+    if len(head) == 8 and all(b < 128 for b in head) and any(
+            all((head[i] == 0) == (i % width != at) for i in range(8)) for width, at in places):
+        return "UTF-16 or UTF-32 text without a byte-order mark (NUL bytes between its characters)"
+    return None
+
+
 def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bool = False):
     """Parsed JSON (text or UTF-8 bytes); anything unreadable, or nested deeper than max_depth,
     is a ConfigError naming `label`. unique_keys: a key given twice in one object is refused too
@@ -142,16 +160,12 @@ def load_json(text, label: str, max_depth: int = MAX_JSON_DEPTH, unique_keys: bo
     except _DuplicateKey as exc:
         raise ConfigError(f"{label}: {exc}") from None
     except UnicodeDecodeError as exc:
-        if bytes(text[:4]) in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):  # its BOM starts as UTF-16's: said as
-            raise ConfigError(f"{label}: UTF-32 text; JSON is read as UTF-8: save it as UTF-8") from None  # UTF-16
-        if bytes(text[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # an editor's "Unicode": every other byte is 0
-            raise ConfigError(f"{label}: UTF-16 text; JSON is read as UTF-8: save it as UTF-8") from None
+        if wide := wide_unicode(text):
+            raise ConfigError(f"{label}: {wide}; JSON is read as UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:
-        if isinstance(text, str) and "\x00" in text[:4]:  # NUL bytes between the characters: UTF-16 or UTF-32
-            # without a byte-order mark, said as "malformed JSON at line 1, column 2: Expecting property name"
-            raise ConfigError(f"{label}: UTF-16 or UTF-32 text without a byte-order mark (NUL bytes between its "
-                              "characters); JSON is read as UTF-8: save it as UTF-8") from None
+        if wide := wide_unicode(text):  # UTF-16 without a byte-order mark decodes as UTF-8 (NULs between)
+            raise ConfigError(f"{label}: {wide}; JSON is read as UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise ConfigError(f"{label}: JSON nested deeper than {max_depth} levels") from None

@@ -22,7 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from kvscope.app.lab.bounded_reads import (MAX_JSON_DEPTH, nesting_depth, read_capped, refuse_outsized_whole,
-                                          refuse_toml_dates, unholdable_number)
+                                          refuse_toml_dates, unholdable_number, wide_unicode)
 from kvscope.app.lab.output_path import file_in_place_of_a_folder, write_text_atomic
 from kvscope.app.lab.said_paths import said_path
 from kvscope.app.lab.workload import WorkloadSpec, workload_from_dict
@@ -148,10 +148,12 @@ def read_toml(path, label: str, kind: str | None = None) -> dict:
     try:
         table = tomllib.loads(data.decode("utf-8-sig"))  # a byte-order mark (Windows editors) is not TOML
     except tomllib.TOMLDecodeError as exc:
+        if wide := wide_unicode(data):  # without a byte-order mark it decodes as UTF-8, NULs between its letters
+            raise ConfigError(f"{label}: {wide}; TOML is UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: malformed TOML: {exc}") from None
     except UnicodeDecodeError as exc:
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # an editor's "Unicode": TOML is UTF-8 only
-            raise ConfigError(f"{label}: UTF-16 text; TOML is UTF-8: save it as UTF-8") from None
+        if wide := wide_unicode(data):  # an editor's "Unicode": TOML is UTF-8 only
+            raise ConfigError(f"{label}: {wide}; TOML is UTF-8: save it as UTF-8") from None
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start:,})") from None
     except RecursionError:
         raise ConfigError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels") from None

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from kvscope.app.lab.bounded_reads import packed_kind, read_capped
+from kvscope.app.lab.bounded_reads import packed_kind, read_capped, wide_unicode
 from kvscope.app.lab.chat_workload import ChatScript, chat_requests, chat_script_from_dict
 from kvscope.app.lab.table_checks import require_text, unknown_fields
 from kvscope.engine.checks import real_number, shown, whole_number
@@ -412,8 +412,8 @@ def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRow]:
                           f"{_COLUMN_NAMES['output'][0]}), one request a line")
     nul = data.find(b"\0")  # binary data (a sparse file of zeros): said at once, not after decoding a GiB
     if nul >= 0:
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a spreadsheet's "Unicode text": every other byte is 0
-            raise ConfigError(f"trace {path}: UTF-16 text; save it as CSV in UTF-8")
+        if wide := wide_unicode(data):  # a spreadsheet's "Unicode text": every other byte is 0
+            raise ConfigError(f"trace {path}: {wide}; save it as CSV in UTF-8")
         line = data.count(b"\n", 0, nul) + 1
         raise ConfigError(f"trace {path} line {line}: binary data (a NUL byte), not CSV text")
     if (limit is None or limit >= ALL_ROWS) and data.count(b"\n") > MAX_REQUESTS + 1:  # before parsing them all
