@@ -115,6 +115,19 @@ def config_json_cases(folder: Path, Case, write, base: dict, configs: list, pref
     return cases
 
 
+def config_shape_cases(folder: Path, Case, write, shapes: list, prefix: str = "") -> list:
+    """`math --config` on each (what, its config.json, what math must print) of shapes, written as
+    folder/shapes/s<i>/config.json: real files read, and the shape or size they must be read as."""
+    import json
+
+    cases = []
+    for i, (what, cfg, said) in enumerate(shapes):
+        path = write(folder / "shapes" / f"s{i}" / "config.json", json.dumps(cfg))
+        cases.append(Case(f"{prefix}math --config of {what}", "structure", ["math", "--config", str(path)],
+                          expect="ok", must_say=(said,), must_not_say=PYTHON_WORDS))
+    return cases
+
+
 def model_variant(good: Path, folder: Path, write, files: dict) -> Path:
     """A copy of the good model folder (hostile_model) with these files (name -> text) written into it, and a
     word-level tokenizer of 100 ids (<eos> 0, w1 to w98, [UNK] 99) as its tokenizer.json."""

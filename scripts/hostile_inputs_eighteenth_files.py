@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
+from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, config_shape_cases, pass_cases
 
 NAME = "files18: "  # every case's name starts so: `--only files18` runs this pass's
 
@@ -112,12 +112,7 @@ _SHAPES = [  # (what, its config.json, what math must say)
 
 def _shape_cases(f: Path, Case, write) -> list:
     # was: "missing field(s) num_hidden_layers, ..."; Aria "missing num_experts_per_tok"; Hunyuan's lists refused
-    cases = []
-    for i, (what, cfg, said) in enumerate(_SHAPES):
-        path = write(f / "shapes" / f"s{i}" / "config.json", json.dumps(cfg))
-        cases.append(Case(f"{NAME}math --config of {what}", "structure", ["math", "--config", str(path)],
-                          expect="ok", must_say=(said,), must_not_say=PYTHON_WORDS))
-    return cases
+    return config_shape_cases(f, Case, write, _SHAPES, prefix=NAME)
 
 
 # -- UTF-16 and UTF-32 text where UTF-8 is read ------------------------------------------------------------------

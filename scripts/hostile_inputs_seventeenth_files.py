@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
+from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, config_shape_cases, pass_cases
 
 NAME = "files17: "  # every case's name starts so: `--only files17` runs this pass's
 
@@ -174,12 +174,7 @@ _SHAPES = [  # (what, its config.json, what math must say)
 
 def _shape_cases(f: Path, Case, write) -> list:
     # was: "text_config: missing field(s) ..."; compression_config and modelopt sized as bf16 or refused; 473 B
-    cases = []
-    for i, (what, cfg, said) in enumerate(_SHAPES):
-        path = write(f / "shapes" / f"s{i}" / "config.json", json.dumps(cfg))
-        cases.append(Case(f"{NAME}math --config of {what}", "structure", ["math", "--config", str(path)],
-                          expect="ok", must_say=(said,), must_not_say=PYTHON_WORDS))
-    return cases
+    return config_shape_cases(f, Case, write, _SHAPES, prefix=NAME)
 
 
 # -- ModelOpt's hf_quant_config.json beside config.json --------------------------------------------------------
