@@ -122,11 +122,14 @@ def _shown_json(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_TEXT_BYTES = {0, 9, 10, 13, *range(32, 127)}  # printable ASCII, tab and line ends, and the NULs between them
+
+
 def wide_unicode(data) -> str | None:
     """What a file of UTF-16 or UTF-32 text is, said for a reader of UTF-8 (None: it is not such text): by its
     byte-order mark (UTF-32's begins as UTF-16's, and was said as UTF-16), or, without one, by its first 8 bytes
-    being ASCII characters each followed or preceded by NUL bytes (it was "malformed JSON at line 1, column 2",
-    or "binary data (a NUL byte)")."""
+    being printable ASCII characters each followed or preceded by NUL bytes (it was "malformed JSON at line 1,
+    column 2", or "binary data (a NUL byte)")."""
     head = [ord(c) for c in data[:8]] if isinstance(data, str) else list(bytes(data[:8]))
     if head[:4] in ([0xFF, 0xFE, 0, 0], [0, 0, 0xFE, 0xFF]):
         return "UTF-32 text"
@@ -134,7 +137,7 @@ def wide_unicode(data) -> str | None:
         return "UTF-16 text"
     # the places of the characters among each 2 (UTF-16 LE, BE) or 4 bytes (UTF-32 LE, BE)
     places = ((2, 0), (2, 1), (4, 0), (4, 3))
-    if len(head) == 8 and all(b < 128 for b in head) and any(
+    if len(head) == 8 and all(b in _TEXT_BYTES for b in head) and any(
             all((head[i] == 0) == (i % width != at) for i in range(8)) for width, at in places):
         return "UTF-16 or UTF-32 text without a byte-order mark (NUL bytes between its characters)"
     return None

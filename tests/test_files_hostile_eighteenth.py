@@ -1,0 +1,194 @@
+"""The eighteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
+before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
+language_config (DeepSeek-VL2); Aria's experts (moe_topk, its class's two shared experts); Hunyuan-A13B's MoE fields
+given one value per layer; EmbeddingGemma's use_bidirectional_attention; and UTF-32, or UTF-16 without a
+byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its fix; the
+consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the command
+line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kvscope.app.lab.bounded_reads import load_json, wide_unicode
+from kvscope.app.lab.models.config_json import model_from_hf_config
+from kvscope.app.lab.presets import read_toml
+from kvscope.app.lab.workload import read_trace
+from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import num_parameters
+
+from test_files_hostile_thirteenth import BASE, refused
+
+# real configs, cut to the fields kvscope reads (each as its Hugging Face release writes it)
+QWEN2_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+            "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+            "vocab_size": 151674, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16"}
+INTERNVL3_8B = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat", "llm_config": QWEN2_7B,
+                "vision_config": {"model_type": "intern_vit_6b", "hidden_size": 1024, "num_hidden_layers": 24},
+                "torch_dtype": "bfloat16"}
+DEEPSEEK_VL2 = {"architectures": ["DeepseekVLV2ForCausalLM"], "model_type": "deepseek_vl_v2", "language_config": {
+    "model_type": "deepseek_v2", "hidden_size": 2560, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+    "n_routed_experts": 72, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+    "num_hidden_layers": 30, "num_attention_heads": 32, "num_key_value_heads": 32, "kv_lora_rank": 512,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+    "max_position_embeddings": 4096}, "vision_config": {}}
+ARIA = {"architectures": ["AriaForConditionalGeneration"], "model_type": "aria", "text_config": {
+    "model_type": "aria_text", "hidden_size": 2560, "intermediate_size": 1664, "moe_num_experts": 64, "moe_topk": 6,
+    "num_attention_heads": 20, "num_key_value_heads": 20, "num_hidden_layers": 28, "vocab_size": 100352,
+    "max_position_embeddings": 65536, "tie_word_embeddings": False}}
+HUNYUAN_A13B = {"architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "hunyuan_v1_moe", "hidden_size": 4096,
+                "intermediate_size": 3072, "moe_intermediate_size": [3072] * 32, "num_experts": 64,
+                "moe_topk": [8] * 32, "num_shared_expert": [1] * 32, "use_mixed_mlp_moe": True,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "vocab_size": 128167, "max_position_embeddings": 32768, "tie_word_embeddings": True, "use_cla": False}
+SMALL_HUNYUAN = {"model_type": "hunyuan_v1_moe", "num_experts": 8, "moe_topk": [2] * 4,
+                 "moe_intermediate_size": [64] * 4, "num_shared_expert": [1] * 4}
+
+
+def read(cfg: dict):
+    return model_from_hf_config(cfg, "m", label="config c.json")
+
+
+def billions(model) -> float:
+    return round(num_parameters(model) / 1e9, 2)
+
+
+# -- a wrapper's language model under llm_config / language_config ------------------------------------------------
+
+def test_internvl_llm_config_is_its_language_model():
+    """was: "missing field(s) num_hidden_layers, num_attention_heads, hidden_size, vocab_size"."""
+    model = read(INTERNVL3_8B)
+    assert (model.num_hidden_layers, model.num_attention_heads, model.num_key_value_heads, model.head_dim) == \
+        (28, 28, 4, 128)
+    assert billions(model) == 7.61  # Qwen2.5-7B, InternVL3-8B's language model
+
+
+def test_deepseek_vl2_language_config_is_its_language_model():
+    model = read(DEEPSEEK_VL2)
+    assert (model.num_hidden_layers, model.kv_lora_rank, model.num_experts) == (30, 512, 72)
+    assert billions(model) == 26.96  # of DeepSeek-VL2's 27.5 B with its vision encoder
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"llm_config": [4]}, "llm_config must be a table (the language model's config.json fields), got [4]"),
+    ({"language_config": "qwen2"}, "language_config must be a table"),
+    # the wrapped model's own refusals, named by where they were read
+    ({"llm_config": {**BASE, "model_type": "nemotron_h", "hybrid_override_pattern": "M*M*"}},
+     "config c.json: llm_config: hybrid_override_pattern ('M*M*') lays out Mamba layers (Nemotron-H)"),
+    ({"llm_config": {**BASE, "num_hidden_layers": None}},
+     "config c.json: llm_config: missing field(s) num_hidden_layers"),
+])
+def test_wrapped_language_config_refusals(fields, said):
+    assert said in refused({"model_type": "internvl_chat", "num_hidden_layers": None, **fields})
+
+
+def test_llm_config_beside_a_top_level_shape_of_another():
+    """Read as a text_config beside the top level: two shapes are refused (vLLM reads the wrapped one)."""
+    assert "num_hidden_layers (4) and text_config.num_hidden_layers (2) give the text model two shapes" in \
+        refused({"llm_config": {**BASE, "num_hidden_layers": 2}})
+    assert read({**BASE, "llm_config": BASE}).num_hidden_layers == 4
+
+
+def test_text_config_is_read_before_llm_config():
+    model = read({"model_type": "x", "text_config": BASE, "llm_config": {**BASE, "num_hidden_layers": 2}})
+    assert model.num_hidden_layers == 4
+
+
+# -- Aria's and Hunyuan's experts -----------------------------------------------------------------------------------
+
+def test_aria_experts_and_shared_experts():
+    """was: "a mixture of experts needs ...; missing num_experts_per_tok" of a file that gives moe_topk 6."""
+    model = read(ARIA)
+    assert (model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size) == (64, 6, 1664)
+    assert model.shared_expert_intermediate_size == 2 * 1664  # AriaTextConfig's moe_num_shared_experts, 2
+    assert billions(model) == 24.87  # of Aria's 25.3 B with its vision encoder
+    one = read({**ARIA, "text_config": {**ARIA["text_config"], "moe_num_shared_experts": 1}})
+    assert one.shared_expert_intermediate_size == 1664
+
+
+def test_hunyuan_a13b_per_layer_lists():
+    """was: "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]"."""
+    model = read(HUNYUAN_A13B)
+    assert (model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size) == (64, 8, 3072)
+    assert model.shared_expert_intermediate_size == 3072  # num_shared_expert 1 x intermediate_size
+    assert billions(model) == 80.39  # Hunyuan-A13B: 80 B, 13 B active
+    scalar = {**HUNYUAN_A13B, "moe_intermediate_size": 3072, "moe_topk": 8, "num_shared_expert": 1}
+    assert billions(read(scalar)) == 80.39  # single numbers: was "missing num_experts_per_tok"
+
+
+def test_hunyuan_shared_mlp_follows_num_shared_expert_and_use_mixed_mlp_moe():
+    assert read({**BASE, **SMALL_HUNYUAN, "num_shared_expert": [2] * 4}).shared_expert_intermediate_size == 512
+    assert read({**BASE, **SMALL_HUNYUAN, "use_mixed_mlp_moe": False}).shared_expert_intermediate_size == 0
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"moe_topk": [2, 2, 4, 2]}, "moe_topk gives the layers different values ([2, 2, 4, 2]); kvscope sizes one "
+                                 "moe_topk for every layer: give one number, or a list of one value repeated"),
+    ({"moe_intermediate_size": [64] * 3}, "moe_intermediate_size gives 3 values, one per layer, but "
+                                          "num_hidden_layers is 4"),
+    ({"num_shared_expert": []}, "num_shared_expert gives 0 values, one per layer, but num_hidden_layers is 4"),
+    ({"moe_topk": ["2"] * 4}, "moe_topk must be a whole number"),
+    ({"moe_topk": [True] * 4}, "moe_topk gives the layers different values"),
+    ({"moe_topk": [0] * 4}, "num_experts_per_tok"),
+])
+def test_per_layer_list_refusals(fields, said):
+    assert said in refused({**SMALL_HUNYUAN, **fields})
+
+
+# -- EmbeddingGemma -------------------------------------------------------------------------------------------------
+
+def test_bidirectional_attention_is_an_encoder():
+    """was: sized as a decoder's KV cache (vLLM runs EmbeddingGemma as an encoder that keeps none)."""
+    said = refused({"model_type": "gemma3_text", "use_bidirectional_attention": True})
+    assert "use_bidirectional_attention is true: an encoder (an embedding model such as EmbeddingGemma), which " \
+           "keeps no KV cache" in said
+    assert "use_bidirectional_attention must be true or false, got 'yes'" in \
+        refused({"use_bidirectional_attention": "yes"})
+    assert read({**BASE, "use_bidirectional_attention": False}).num_hidden_layers == 4
+
+
+# -- UTF-16 and UTF-32 where UTF-8 is read --------------------------------------------------------------------------
+
+NO_BOM = "UTF-16 or UTF-32 text without a byte-order mark (NUL bytes between its characters)"
+
+
+@pytest.mark.parametrize("encoding, said", [
+    ("utf-32", "UTF-32 text"), ("utf-32-le", NO_BOM), ("utf-32-be", NO_BOM), ("utf-16-le", NO_BOM),
+    ("utf-16-be", NO_BOM), ("utf-16", "UTF-16 text"),
+])
+def test_wide_unicode_json(encoding, said):
+    with pytest.raises(ConfigError) as caught:
+        load_json('{"num_hidden_layers": 4}'.encode(encoding), "config c.json")
+    assert str(caught.value) == f"config c.json: {said}; JSON is read as UTF-8: save it as UTF-8"
+
+
+def test_wide_unicode_is_not_said_of_binary_data_or_utf8():
+    assert wide_unicode(bytes(16)) is None  # NUL bytes alone: binary data
+    assert wide_unicode(b'{"a": 1}') is None
+    assert wide_unicode(b"\x00\x01\x00\x02\x00\x03\x00\x04") is None  # not ASCII letters between the NULs
+    assert wide_unicode('{"a": 1}') is None
+
+
+def test_wide_unicode_toml_and_trace(tmp_path):
+    toml = tmp_path / "w.toml"
+    toml.write_bytes('name = "w"\n'.encode("utf-16-le"))
+    said = f"workload file {toml}: {NO_BOM}; TOML is UTF-8: save it as UTF-8"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        read_toml(toml, f"workload file {toml}", "workload")
+    toml.write_bytes('name = "w"\n'.encode("utf-32"))
+    with pytest.raises(ConfigError, match="UTF-32 text; TOML is UTF-8"):
+        read_toml(toml, f"workload file {toml}", "workload")
+    trace = tmp_path / "t.csv"
+    rows = "TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n"
+    trace.write_bytes(rows.encode("utf-16-le"))
+    with pytest.raises(ConfigError, match=re.escape(f"trace {trace}: {NO_BOM}; save it as CSV in UTF-8")):
+        read_trace(trace)
+    trace.write_bytes(rows.encode("utf-32"))
+    with pytest.raises(ConfigError, match="UTF-32 text; save it as CSV"):
+        read_trace(trace)
+    trace.write_bytes(bytes(64))  # still binary data
+    with pytest.raises(ConfigError, match="binary data \\(a NUL byte\\)"):
+        read_trace(trace)
