@@ -32,6 +32,9 @@ ALIASES = {
     "n_shared_experts": ("moe_num_shared_experts", "num_shared_experts"),  # num_shared_experts: Ling's (bailing_moe)
     "decoder_sparse_step": ("moe_layer_frequency",),  # Arctic's: every n-th layer holds the experts, as Qwen-MoE's
 }
+# model types whose intermediate_size is the gate and up projections' width together (their fused matrix), each half
+# of it, as vLLM builds them: Molmo-7B-D's 37,888 (Qwen2-7B's MLP of 18,944) was sized at 13.32 B parameters for 7.6
+_FUSED_MLP_WIDTH = {"qwen", "molmo"}
 _SIZES = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size", "head_dim")
 KV_HEAD_FIELDS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 # the config classes whose multi_query is true when config.json leaves it out (transformers' and vLLM's default)
@@ -160,8 +163,8 @@ def standard_names(cfg: dict, label: str) -> dict:
             and cfg.get("use_mixed_mlp_moe", True) and isinstance(out.get("intermediate_size"), int):
         # Hunyuan's shared MLP beside the experts: num_shared_expert x intermediate_size wide, as vLLM builds it
         out.setdefault("shared_expert_intermediate_size", cfg.get("num_shared_expert", 1) * out["intermediate_size"])
-    if str(cfg.get("model_type")) == "qwen" and isinstance(out.get("intermediate_size"), int):
-        out["intermediate_size"] //= 2  # Qwen (1)'s MLP is half its intermediate_size wide, as vLLM builds it
+    if str(cfg.get("model_type")) in _FUSED_MLP_WIDTH and isinstance(out.get("intermediate_size"), int):
+        out["intermediate_size"] //= 2  # Qwen (1)'s and Molmo's MLP: half its intermediate_size wide, as vLLM builds it
     if any(cfg.get(key) is not None for key in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")):
         out["mlp_only_layers"] = _ernie_dense_layers(out, label)
     if str(cfg.get("model_type")) == "llama4_text" or cfg.get("interleave_moe_layer_step") is not None:
