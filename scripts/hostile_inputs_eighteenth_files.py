@@ -3,7 +3,8 @@ name begins "files18: " (`--only files18` runs them). Real config.json files of 
 a multimodal wrapper that keeps its language model's config as llm_config (InternVL 3, Ovis 2, NVLM-D, Nemotron
 Nano VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's experts (moe_num_experts, moe_topk,
 its class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer
-(moe_topk, moe_intermediate_size, num_shared_expert) and its shared MLP; EmbeddingGemma's
+(moe_topk, moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its
+fused gate and up projections (two of half that width); EmbeddingGemma's
 use_bidirectional_attention (an encoder). And the encodings of the three kinds of text file kvscope reads (JSON,
 TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
 
@@ -12,7 +13,8 @@ num_attention_heads, hidden_size, vocab_size", where vLLM serves their language 
 layers were never named); Aria (24.87 B parameters in its language model) was "a mixture of experts needs
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
-single numbers "missing num_experts_per_tok" (its moe_topk); EmbeddingGemma was sized as a decoder's KV cache (24
+single numbers "missing num_experts_per_tok" (its moe_topk); Molmo-7B-D was sized at 13.32 B parameters for its
+7.6 B language model (Qwen2-7B's, an MLP of 18,944), without a word; EmbeddingGemma was sized as a decoder's KV cache (24
 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a
 file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed
 in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary
@@ -107,6 +109,12 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128167, "max_position_embeddings": 32768,
       "tie_word_embeddings": True, "use_cla": False, "cla_share_factor": 2},
      "80.39 B parameters"),
+    ("Molmo-7B-D (intermediate_size the fused gate and up width)",
+     {"architectures": ["MolmoForCausalLM"], "model_type": "molmo", "embedding_size": 152064, "hidden_size": 3584,
+      "intermediate_size": 37888, "max_position_embeddings": 4096, "num_attention_heads": 28, "num_hidden_layers": 28,
+      "num_key_value_heads": 4, "qkv_bias": True, "tie_word_embeddings": False, "torch_dtype": "float32",
+      "vocab_size": 152064, "weight_tying": False},
+     "7.62 B parameters"),
 ]
 
 

@@ -1,10 +1,10 @@
 """The eighteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
 language_config (DeepSeek-VL2); Aria's experts (moe_topk, its class's two shared experts); Hunyuan-A13B's MoE fields
-given one value per layer; EmbeddingGemma's use_bidirectional_attention; and UTF-32, or UTF-16 without a
-byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its fix; the
-consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the command
-line."""
+given one value per layer; Molmo's fused MLP width; EmbeddingGemma's use_bidirectional_attention; and UTF-32, or
+UTF-16 without a byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before
+its fix; the consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through
+the command line."""
 
 from __future__ import annotations
 
@@ -136,6 +136,14 @@ def test_hunyuan_shared_mlp_follows_num_shared_expert_and_use_mixed_mlp_moe():
 ])
 def test_per_layer_list_refusals(fields, said):
     assert said in refused({**SMALL_HUNYUAN, **fields})
+
+
+def test_molmo_mlp_is_half_its_intermediate_size():
+    """was: 13.32 B parameters for Molmo-7B-D's 7.6 B language model (Qwen2-7B's MLP of 18,944), no word said."""
+    molmo = {**QWEN2_7B, "model_type": "molmo", "intermediate_size": 37888, "vocab_size": 152064}
+    model = read(molmo)
+    assert model.intermediate_size == 18944
+    assert billions(model) == 7.62
 
 
 # -- EmbeddingGemma -------------------------------------------------------------------------------------------------
