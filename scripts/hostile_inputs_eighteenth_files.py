@@ -14,11 +14,11 @@ layers were never named); Aria (24.87 B parameters in its language model) was "a
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
 single numbers "missing num_experts_per_tok" (its moe_topk); Molmo-7B-D was sized at 13.32 B parameters for its
-7.6 B language model (Qwen2-7B's, an MLP of 18,944), without a word; EmbeddingGemma was sized as a decoder's KV cache (24
-KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a
-file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed
-in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary
-data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
+7.6 B language model (Qwen2-7B's, an MLP of 18,944), without a word; EmbeddingGemma was sized as a decoder's KV
+cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text",
+and a file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name
+enclosed in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1:
+binary data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
