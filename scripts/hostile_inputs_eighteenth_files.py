@@ -62,6 +62,10 @@ _CONFIGS = [
     ("an empty num_shared_expert list", {**_HUNYUAN, "num_shared_expert": []},
      ("num_shared_expert gives 0 values, one per layer, but num_hidden_layers is 4",)),
     ("a moe_topk list of text", {**_HUNYUAN, "moe_topk": ["2"] * 4}, ("moe_topk must be a whole number",)),
+    # not Hunyuan's: ERNIE 4.5 VL's [1536, 512] is its text and vision experts' widths, not one per layer
+    ("ERNIE 4.5 VL's moe_intermediate_size of two kinds of experts",
+     {"model_type": "ernie4_5_moe_vl", "moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": [64, 32]},
+     ("moe_intermediate_size must be a whole number from 0 to 4,194,304, got [64, 32]",)),
     ("EmbeddingGemma's use_bidirectional_attention", {"model_type": "gemma3_text", "use_bidirectional_attention": True},
      ("use_bidirectional_attention is true: an encoder (an embedding model such as EmbeddingGemma), which keeps "
       "no KV cache",)),

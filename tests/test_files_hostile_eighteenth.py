@@ -138,6 +138,13 @@ def test_per_layer_list_refusals(fields, said):
     assert said in refused({**SMALL_HUNYUAN, **fields})
 
 
+def test_lists_of_other_models_are_not_read_per_layer():
+    """ERNIE 4.5 VL's moe_intermediate_size [1536, 512] is its text and vision experts', not one per layer."""
+    said = refused({"model_type": "ernie4_5_moe_vl", "moe_num_experts": 8, "moe_k": 2,
+                    "moe_intermediate_size": [64, 32, 64, 32]})
+    assert "moe_intermediate_size must be a whole number" in said and "per layer" not in said
+
+
 def test_molmo_mlp_is_half_its_intermediate_size():
     """was: 13.32 B parameters for Molmo-7B-D's 7.6 B language model (Qwen2-7B's MLP of 18,944), no word said."""
     molmo = {**QWEN2_7B, "model_type": "molmo", "intermediate_size": 37888, "vocab_size": 152064}

@@ -48,7 +48,8 @@ HF_FIELDS = {
     "num_experts": WHOLE, "n_routed_experts": WHOLE, "num_local_experts": WHOLE, "num_experts_per_tok": WHOLE,
     "experts_per_token": WHOLE, "moe_intermediate_size": WHOLE, "shared_expert_intermediate_size": WHOLE,
     "n_shared_experts": WHOLE, "first_k_dense_replace": WHOLE, "mlp_only_layers": LIST, "decoder_sparse_step": WHOLE,
-    "num_shared_expert": WHOLE, "use_mixed_mlp_moe": FLAG,  # Hunyuan's shared MLP: num_shared_expert x intermediate_size
+    # Hunyuan's shared MLP, num_shared_expert x intermediate_size wide
+    "num_shared_expert": WHOLE, "use_mixed_mlp_moe": FLAG,
     # older names of the fields above (GPT-2's n_layer, MPT's d_model, ...) and the KV head counts vLLM reads
     **NAME_FIELDS,
 }
@@ -107,11 +108,12 @@ QUANTIZATION_FIELDS = {"quant_method": TEXT, "load_in_4bit": FLAG, "load_in_8bit
 ROPE_FIELDS = {"rope_type": TEXT, "type": TEXT, "factor": FACTOR, "original_max_position_embeddings": WHOLE}
 NO_LENGTH = int(1e30)  # transformers' VERY_LARGE_INTEGER: a model_max_length of no limit (a tokenizer's, copied)
 MAX_ROPE_FACTOR = sys.float_info.max  # any finite factor: the positions it stretches to are held to kvscope's ceiling
-# fields a config.json may give as one value per layer (Hunyuan-A13B's moe_topk, moe_intermediate_size and
+# fields Hunyuan's config.json may give as one value per layer (Hunyuan-A13B's moe_topk, moe_intermediate_size and
 # num_shared_expert lists, which vLLM reads layer by layer): refused as "must be a whole number, got [3072, ...]"
 PER_LAYER_LISTS = ("moe_intermediate_size", "moe_topk", "num_shared_expert")
 # counts that size a list kvscope builds (one entry per layer): bounded before anything is built
-_SIZING = {"n_shared_experts": 1 << 16, "num_shared_expert": 1 << 16, "full_attention_interval": 1 << 16, "sliding_window_pattern": 1 << 16,
+_SIZING = {"n_shared_experts": 1 << 16, "num_shared_expert": 1 << 16, "full_attention_interval": 1 << 16,
+           "sliding_window_pattern": 1 << 16,
            "decoder_sparse_step": 1 << 16}
 
 
@@ -150,7 +152,9 @@ def _one_per_model(cfg: dict, label: str) -> dict:
     """cfg with each of PER_LAYER_LISTS given as one value per layer read as that value, when every layer has the
     same; layers of different sizes are refused (kvscope sizes one MoE shape for every layer)."""
     lists = {key: cfg[key] for key in PER_LAYER_LISTS if isinstance(cfg.get(key), list)}
-    if not lists:
+    if not lists or not str(cfg.get("model_type", "")).startswith("hunyuan"):  # vLLM reads them per layer for
+        # Hunyuan's alone (ERNIE 4.5 VL's moe_intermediate_size [1536, 512] is its text and vision experts'): the
+        # field's own check says the others
         return cfg
     layers = cfg.get("num_hidden_layers")
     out = dict(cfg)
