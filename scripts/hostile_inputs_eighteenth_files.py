@@ -4,7 +4,7 @@ a multimodal wrapper that keeps its language model's config as llm_config (Inter
 Nano VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's experts (moe_num_experts, moe_topk,
 its class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer
 (moe_topk, moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its
-fused gate and up projections (two of half that width); EmbeddingGemma's
+fused gate and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's
 use_bidirectional_attention (an encoder). And the encodings of the three kinds of text file kvscope reads (JSON,
 TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
 
@@ -14,7 +14,8 @@ layers were never named); Aria (24.87 B parameters in its language model) was "a
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
 single numbers "missing num_experts_per_tok" (its moe_topk); Molmo-7B-D was sized at 13.32 B parameters for its
-7.6 B language model (Qwen2-7B's, an MLP of 18,944), without a word; EmbeddingGemma was sized as a decoder's KV
+7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B at 11.81 B for 9.4 (a gated MLP it does not have),
+without a word; EmbeddingGemma was sized as a decoder's KV
 cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text",
 and a file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name
 enclosed in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1:
@@ -119,6 +120,13 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "num_key_value_heads": 4, "qkv_bias": True, "tie_word_embeddings": False, "torch_dtype": "float32",
       "vocab_size": 152064, "weight_tying": False},
      "7.62 B parameters"),
+    ("Fuyu-8B (a Persimmon's ungated MLP, its shape given at the top level too)",
+     {"architectures": ["FuyuForCausalLM"], "model_type": "fuyu", "hidden_size": 4096, "intermediate_size": 16384,
+      "num_hidden_layers": 36, "num_attention_heads": 64, "vocab_size": 262144, "max_position_embeddings": 16384,
+      "partial_rotary_factor": 0.5, "tie_word_embeddings": False, "text_config": {
+          "model_type": "persimmon", "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 36,
+          "num_attention_heads": 64, "vocab_size": 262144, "max_position_embeddings": 16384}},
+     "9.40 B parameters"),
 ]
 
 

@@ -1,10 +1,10 @@
 """The eighteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
 language_config (DeepSeek-VL2); Aria's experts (moe_topk, its class's two shared experts); Hunyuan-A13B's MoE fields
-given one value per layer; Molmo's fused MLP width; EmbeddingGemma's use_bidirectional_attention; and UTF-32, or
-UTF-16 without a byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before
-its fix; the consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through
-the command line."""
+given one value per layer; Molmo's fused MLP width, Fuyu's ungated one; EmbeddingGemma's
+use_bidirectional_attention; and UTF-32, or UTF-16 without a byte-order mark, where kvscope reads UTF-8 (config.json,
+TOML, a trace CSV). Each test failed before its fix; the consistent neighbours beside them pass.
+scripts/hostile_inputs_eighteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
 
@@ -151,6 +151,16 @@ def test_molmo_mlp_is_half_its_intermediate_size():
     model = read(molmo)
     assert model.intermediate_size == 18944
     assert billions(model) == 7.62
+
+
+def test_fuyu_mlp_is_ungated():
+    """was: 11.81 B parameters for Fuyu-8B's 9.4 B (its Persimmon MLP sized as a gated one)."""
+    fuyu = {"model_type": "fuyu", "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 36,
+            "num_attention_heads": 64, "vocab_size": 262144, "max_position_embeddings": 16384,
+            "tie_word_embeddings": False}
+    assert not read(fuyu).gated_mlp
+    assert billions(read(fuyu)) == 9.40
+    assert billions(read({**fuyu, "text_config": {**fuyu, "model_type": "persimmon"}})) == 9.40
 
 
 # -- EmbeddingGemma -------------------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}  # a sliding_window, when se
 # counted as three matrices, a StarCoder's weights were 43.6 GB for about 31
 _UNGATED_MLP = {"gpt2", "gptj", "gpt_neo", "gpt_neox", "gpt_bigcode", "codegen", "falcon", "RefinedWeb",
                 "RefinedWebModel", "mpt", "opt", "bloom", "phi", "starcoder2", "xglm", "persimmon", "nemotron",
-                "apertus", "arcee"}  # Apertus' xIELU and Arcee AFM's ReLU^2: Apertus-8B was sized at 10.9 B
+                "apertus", "arcee", "fuyu"}  # Apertus' xIELU and Arcee AFM's ReLU^2: Apertus-8B was sized at 10.9 B;
+# Fuyu's text model is a Persimmon (its config.json gives the shape at the top level too): Fuyu-8B was 11.81 B for 9.4
 
 
 def modelopt_dtype(algo, where: str) -> str:
