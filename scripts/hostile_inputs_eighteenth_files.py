@@ -13,7 +13,8 @@ num_attention_heads, hidden_size, vocab_size", where vLLM serves their language 
 layers were never named); Aria (24.87 B parameters in its language model) was "a mixture of experts needs
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
-single numbers "missing num_experts_per_tok" (its moe_topk); Molmo-7B-D was sized at 13.32 B parameters for its
+single numbers "missing num_experts_per_tok" (its moe_topk), as was the dense Hunyuan-7B (num_experts 1, moe_topk
+1); Molmo-7B-D was sized at 13.32 B parameters for its
 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B at 11.81 B for 9.4 (a gated MLP it does not have),
 without a word; EmbeddingGemma was sized as a decoder's KV
 cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text",
@@ -120,6 +121,12 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "num_key_value_heads": 4, "qkv_bias": True, "tie_word_embeddings": False, "torch_dtype": "float32",
       "vocab_size": 152064, "weight_tying": False},
      "7.62 B parameters"),
+    ("Hunyuan-7B (a dense model of num_experts 1, moe_topk 1)",
+     {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense", "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 32768, "num_experts": 1, "moe_topk": 1,
+      "use_mixed_mlp_moe": False, "use_cla": False, "tie_word_embeddings": True},
+     "32 layers, 32 attention heads, 8 KV heads x head_dim 128\n"),
     ("Fuyu-8B (a Persimmon's ungated MLP, its shape given at the top level too)",
      {"architectures": ["FuyuForCausalLM"], "model_type": "fuyu", "hidden_size": 4096, "intermediate_size": 16384,
       "num_hidden_layers": 36, "num_attention_heads": 64, "vocab_size": 262144, "max_position_embeddings": 16384,

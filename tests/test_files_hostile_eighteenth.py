@@ -124,6 +124,14 @@ def test_hunyuan_shared_mlp_follows_num_shared_expert_and_use_mixed_mlp_moe():
     assert read({**BASE, **SMALL_HUNYUAN, "use_mixed_mlp_moe": False}).shared_expert_intermediate_size == 0
 
 
+def test_hunyuan_of_one_expert_is_dense():
+    """Hunyuan-7B's num_experts 1, moe_topk 1: was "missing num_experts_per_tok", then "1 experts (1 per token)"."""
+    model = read({**BASE, "model_type": "hunyuan_v1_dense", "num_experts": 1, "moe_topk": 1,
+                  "use_mixed_mlp_moe": False})
+    assert not model.num_experts and model.shared_expert_intermediate_size == 0
+    assert num_parameters(model) == num_parameters(read(BASE))
+
+
 @pytest.mark.parametrize("fields, said", [
     ({"moe_topk": [2, 2, 4, 2]}, "moe_topk gives the layers different values ([2, 2, 4, 2]); kvscope sizes one "
                                  "moe_topk for every layer: give one number, or a list of one value repeated"),

@@ -159,6 +159,10 @@ def standard_names(cfg: dict, label: str) -> dict:
         # num_experts_per_tok (moe_topk)
         out.setdefault("moe_intermediate_size", out.get("intermediate_size"))
         out.setdefault("n_shared_experts", 2)
+    if str(cfg.get("model_type")).startswith("hunyuan") and out.get("num_experts") == 1:
+        # Hunyuan's dense models (Hunyuan-7B) give num_experts 1 and moe_topk 1: vLLM builds a dense MLP, not an
+        # expert; read as one, they were "missing num_experts_per_tok" (moe_topk) or "1 experts (1 per token)"
+        out = {k: v for k, v in out.items() if k not in ("num_experts", "num_experts_per_tok")}
     if str(cfg.get("model_type")).startswith("hunyuan") and (out.get("num_experts") or 0) > 1 \
             and cfg.get("use_mixed_mlp_moe", True) and isinstance(out.get("intermediate_size"), int):
         # Hunyuan's shared MLP beside the experts: num_shared_expert x intermediate_size wide, as vLLM builds it
