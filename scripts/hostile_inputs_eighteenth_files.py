@@ -1,12 +1,12 @@
-"""The eighteenth hostile pass's cases (2026-11-29): the FILES kvscope reads, for scripts/hostile_inputs.py; every
-name begins "files18: " (`--only files18` runs them). Real config.json files of checkpoint formats no pass had met:
-a multimodal wrapper that keeps its language model's config as llm_config (InternVL 3, Ovis 2, NVLM-D, Nemotron
-Nano VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's experts (moe_num_experts, moe_topk,
-its class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer
-(moe_topk, moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its
-fused gate and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's
-use_bidirectional_attention (an encoder). And the encodings of the three kinds of text file kvscope reads (JSON,
-TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
+"""The eighteenth hostile pass's cases (2026-11-29): the FILES kvscope reads, for scripts/hostile_inputs.py; every name
+begins "files18: " (`--only files18` runs them). Real config.json files of checkpoint formats no pass had met: a
+multimodal wrapper that keeps its language model's config as llm_config (InternVL 3, Ovis 2, NVLM-D, Nemotron Nano
+VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's experts (moe_num_experts, moe_topk, its
+class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer (moe_topk,
+moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its fused gate
+and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's use_bidirectional_attention (an
+encoder); torchao's and FP-Quant's quantisation. And the encodings of the three kinds of text file kvscope reads
+(JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
 
 Before the fixes: InternVL3-8B, Ovis2-8B and DeepSeek-VL2 were "missing field(s) num_hidden_layers,
 num_attention_heads, hidden_size, vocab_size", where vLLM serves their language model (and Nemotron Nano VL's Mamba
@@ -14,13 +14,13 @@ layers were never named); Aria (24.87 B parameters in its language model) was "a
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
 single numbers "missing num_experts_per_tok" (its moe_topk), as was the dense Hunyuan-7B (num_experts 1, moe_topk
-1); Molmo-7B-D was sized at 13.32 B parameters for its
-7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B at 11.81 B for 9.4 (a gated MLP it does not have),
-without a word; EmbeddingGemma was sized as a decoder's KV
-cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text",
-and a file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name
-enclosed in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1:
-binary data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
+1); torchao's and FP-Quant's checkpoints (quant_method torchao, fp_quant; vLLM serves both) were "not one kvscope
+sizes"; Molmo-7B-D was sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and
+Fuyu-8B at 11.81 B for 9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's
+KV cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16
+text", and a file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property
+name enclosed in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line
+1: binary data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -72,6 +72,14 @@ _CONFIGS = [
      ("use_bidirectional_attention is true: an encoder (an embedding model such as EmbeddingGemma), which keeps "
       "no KV cache",)),
     ("use_bidirectional_attention false", {"use_bidirectional_attention": False}, None),
+    ("torchao's IntxWeightOnlyConfig", {"quantization_config": {"quant_method": "torchao", "quant_type": {
+        "default": {"_type": "IntxWeightOnlyConfig", "_data": {}}}}},
+     ("torchao with quant_type {'default': {'_type': 'IntxWeightOnlyConfig'", "kvscope sizes its Int4, Int8 and "
+      "Float8 weights")),
+    ("torchao without quant_type", {"quantization_config": {"quant_method": "torchao"}},
+     ("torchao with quant_type not given",)),
+    ("FP-Quant's forward_dtype bf16", {"quantization_config": {"quant_method": "fp_quant", "forward_dtype": "bf16"}},
+     ("fp_quant with forward_dtype 'bf16': kvscope sizes its mxfp4 and nvfp4 weights",)),
     ("use_bidirectional_attention 'yes'", {"use_bidirectional_attention": "yes"},
      ("use_bidirectional_attention must be true or false, got 'yes'",)),
 ]
@@ -121,6 +129,15 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "num_key_value_heads": 4, "qkv_bias": True, "tie_word_embeddings": False, "torch_dtype": "float32",
       "vocab_size": 152064, "weight_tying": False},
      "7.62 B parameters"),
+    ("torchao's Int4WeightOnlyConfig", {**SMALL_LLAMA, "quantization_config": {"quant_method": "torchao",
+     "quant_type": {"default": {"_type": "Int4WeightOnlyConfig", "_version": 2, "_data": {"group_size": 128}}}}},
+     "int4 (0.5 B) but 16-bit embeddings"),
+    ("torchao's Float8DynamicActivationFloat8WeightConfig", {**SMALL_LLAMA, "quantization_config": {
+        "quant_method": "torchao", "quant_type": {"default": {"_type": "Float8DynamicActivationFloat8WeightConfig"}}}},
+     "fp8 (1 B) but 16-bit embeddings"),
+    ("FP-Quant's MXFP4", {**SMALL_LLAMA, "quantization_config": {"quant_method": "fp_quant", "forward_dtype": "mxfp4",
+                                                                  "hadamard_group_size": 32}},
+     "int4 (0.5 B) but 16-bit embeddings"),
     ("Hunyuan-7B (a dense model of num_experts 1, moe_topk 1)",
      {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense", "hidden_size": 4096,
       "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

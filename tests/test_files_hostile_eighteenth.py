@@ -2,9 +2,9 @@
 before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
 language_config (DeepSeek-VL2); Aria's experts (moe_topk, its class's two shared experts); Hunyuan-A13B's MoE fields
 given one value per layer; Molmo's fused MLP width, Fuyu's ungated one; EmbeddingGemma's
-use_bidirectional_attention; and UTF-32, or UTF-16 without a byte-order mark, where kvscope reads UTF-8 (config.json,
-TOML, a trace CSV). Each test failed before its fix; the consistent neighbours beside them pass.
-scripts/hostile_inputs_eighteenth_files.py runs them through the command line."""
+use_bidirectional_attention; torchao's and FP-Quant's quantisation; and UTF-32, or UTF-16 without a byte-order mark,
+where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its fix; the consistent
+neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
 
@@ -169,6 +169,36 @@ def test_fuyu_mlp_is_ungated():
     assert not read(fuyu).gated_mlp
     assert billions(read(fuyu)) == 9.40
     assert billions(read({**fuyu, "text_config": {**fuyu, "model_type": "persimmon"}})) == 9.40
+
+
+# -- torchao and FP-Quant -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("quant, kind", [
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int4WeightOnlyConfig", "_data": {}}}}, "int4"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int8DynamicActivationInt4WeightConfig"}}},
+     "int4"),  # the weights' kind, not the activations'
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int8WeightOnlyConfig"}}}, "int8"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Float8WeightOnlyConfig"}}}, "fp8"),
+    ({"quant_method": "torchao", "quant_type": "int4_weight_only", "quant_type_kwargs": {"group_size": 128}}, "int4"),
+    ({"quant_method": "fp_quant", "forward_dtype": "mxfp4"}, "int4"),
+    ({"quant_method": "fp_quant", "forward_dtype": "nvfp4"}, "int4"),
+])
+def test_torchao_and_fp_quant_weights(quant, kind):
+    """was: "quant_method 'torchao' is not one kvscope sizes" (vLLM serves both)."""
+    assert read({**BASE, "quantization_config": quant}).weight_dtype == kind
+
+
+@pytest.mark.parametrize("quant, said", [
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "UIntXWeightOnlyConfig"}}},
+     "torchao with quant_type {'default': {'_type': 'UIntXWeightOnlyConfig'}}: kvscope sizes its Int4, Int8 and "
+     "Float8 weights"),
+    ({"quant_method": "torchao", "quant_type": ["int4"]}, "torchao with quant_type ['int4']"),
+    ({"quant_method": "torchao"}, "torchao with quant_type not given"),
+    ({"quant_method": "fp_quant", "forward_dtype": 4}, "fp_quant with forward_dtype 4: kvscope sizes its mxfp4 and "
+                                                        "nvfp4 weights"),
+])
+def test_torchao_and_fp_quant_refusals(quant, said):
+    assert said in refused({"quantization_config": quant})
 
 
 # -- EmbeddingGemma -------------------------------------------------------------------------------------------------

@@ -58,6 +58,25 @@ def modelopt_dtype(algo, where: str) -> str:
     return kind
 
 
+# the weights' part of torchao's config names (Int8DynamicActivationInt4WeightConfig: int4 weights; the older
+# int4_weight_only) -> the weights' kind
+_TORCHAO_WEIGHTS = re.compile(r"(int4|int8|float8)_?weight")
+_TORCHAO_KINDS = {"int4": "int4", "int8": "int8", "float8": "fp8"}
+
+
+def _torchao_dtype(quant_type) -> str:
+    """The weights' kind of torchao's quant_type: its "default" config's _type as transformers writes it
+    ({"default": {"_type": "Int4WeightOnlyConfig", ...}}), or the older name ("int4_weight_only")."""
+    kind = quant_type.get("default") if isinstance(quant_type, dict) else None
+    name = kind.get("_type") if isinstance(kind, dict) else quant_type
+    found = _TORCHAO_WEIGHTS.search(name.lower()) if isinstance(name, str) else None
+    if found is None:
+        said = "not given" if quant_type is None else shown(quant_type)
+        raise ConfigError(f"quantization_config: torchao with quant_type {said}: kvscope sizes its Int4, "
+                          'Int8 and Float8 weights ({"default": {"_type": "Int4WeightOnlyConfig", ...}})')
+    return _TORCHAO_KINDS[found[1]]
+
+
 def _weight_dtype_from_hf(cfg: dict) -> str:
     mlx = cfg.get("quantization")
     if isinstance(mlx, dict) and "bits" in mlx and not cfg.get("quantization_config"):  # sized as 16-bit weights
@@ -97,6 +116,14 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
         said = "not given" if weight is None else shown(weight)
         raise ConfigError(f"quantization_config: quark with global_quant_config.weight {said}: kvscope sizes "
                           'its weights of dtype fp8_e4m3, int8, int4 or fp4 ({"dtype": "fp8_e4m3", ...})')
+    if method == "fp_quant":  # FP-Quant's MXFP4 / NVFP4 checkpoints, as vLLM reads them: refused before
+        forward = str(quant.get("forward_dtype", "mxfp4")).lower()
+        if forward not in ("mxfp4", "nvfp4"):
+            raise ConfigError(f"quantization_config: fp_quant with forward_dtype {shown(quant.get('forward_dtype'))}: "
+                              "kvscope sizes its mxfp4 and nvfp4 weights")
+        return "int4"
+    if method == "torchao":  # torchao's checkpoints (pytorch/...-INT4, -FP8), as vLLM reads them: refused before
+        return _torchao_dtype(quant.get("quant_type"))
     if method in ("gptq", "awq", "auto-round"):  # auto-round: Intel's AutoRound, packed as GPTQ's
         bits = quant.get("bits", quant.get("w_bit") if method == "awq" else None)  # AutoAWQ's w_bit, as vLLM reads
         if method == "awq" and quant.get("w_bit", bits) != bits:  # it; "bits None" was said of a file giving w_bit 4
@@ -129,7 +156,7 @@ def _weight_dtype_from_hf(cfg: dict) -> str:
     if quant and method not in ("", "compressed-tensors"):  # sized as 16-bit weights it would be 2 - 4x off, silently
         raise ConfigError(f"quantization_config: quant_method {quant.get('quant_method')!r} is not one kvscope sizes "
                           "(fp8, fbgemm_fp8, mxfp4, modelopt, quark, bitsandbytes, gptq, awq, auto-round, "
-                          "compressed-tensors)")
+                          "compressed-tensors, fp_quant, torchao)")
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bf16"
     kind = normalize_dtype(dtype, WEIGHT_DTYPE_BYTES, "torch_dtype")
     if cfg.get("torch_dtype") and cfg.get("dtype"):  # transformers' new name beside its old one: torch_dtype was taken
