@@ -5,8 +5,9 @@ VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's exp
 class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer (moe_topk,
 moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its fused gate
 and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's use_bidirectional_attention (an
-encoder); torchao's and FP-Quant's quantisation. And the encodings of the three kinds of text file kvscope reads
-(JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
+encoder); torchao's and FP-Quant's quantisation; a Qwen2-VL / Qwen2.5-VL / Qwen3-VL text_config written as its
+difference from its class (a 72B's gives no shape at all). And the encodings of the three kinds of text file kvscope
+reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
 
 Before the fixes: InternVL3-8B, Ovis2-8B and DeepSeek-VL2 were "missing field(s) num_hidden_layers,
 num_attention_heads, hidden_size, vocab_size", where vLLM serves their language model (and Nemotron Nano VL's Mamba
@@ -15,12 +16,13 @@ num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
 single numbers "missing num_experts_per_tok" (its moe_topk), as was the dense Hunyuan-7B (num_experts 1, moe_topk
 1); torchao's and FP-Quant's checkpoints (quant_method torchao, fp_quant; vLLM serves both) were "not one kvscope
-sizes"; Molmo-7B-D was sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and
-Fuyu-8B at 11.81 B for 9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's
-KV cache (24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16
-text", and a file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property
-name enclosed in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line
-1: binary data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
+sizes"; a Qwen2.5-VL-72B text_config of its class's defaults was "missing field(s) num_hidden_layers, ...";
+Molmo-7B-D was sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B
+at 11.81 B for 9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's KV cache
+(24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a
+file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed
+in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary
+data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -138,6 +140,11 @@ _SHAPES = [  # (what, its config.json, what math must say)
     ("FP-Quant's MXFP4", {**SMALL_LLAMA, "quantization_config": {"quant_method": "fp_quant", "forward_dtype": "mxfp4",
                                                                   "hadamard_group_size": 32}},
      "int4 (0.5 B) but 16-bit embeddings"),
+    ("a Qwen2.5-VL-72B text_config as transformers 4.52+ writes it (its class's defaults left out)",
+     {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "text_config": {
+         "model_type": "qwen2_5_vl_text", "rope_scaling": {"mrope_section": [16, 24, 24], "rope_type": "default"},
+         "torch_dtype": "bfloat16"}, "vision_config": {"hidden_size": 1280, "out_hidden_size": 8192}},
+     "80 layers, 64 attention heads, 8 KV heads x head_dim 128"),
     ("Hunyuan-7B (a dense model of num_experts 1, moe_topk 1)",
      {"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense", "hidden_size": 4096,
       "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

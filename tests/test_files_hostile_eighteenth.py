@@ -1,10 +1,11 @@
 """The eighteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
-language_config (DeepSeek-VL2); Aria's experts (moe_topk, its class's two shared experts); Hunyuan-A13B's MoE fields
-given one value per layer; Molmo's fused MLP width, Fuyu's ungated one; EmbeddingGemma's
-use_bidirectional_attention; torchao's and FP-Quant's quantisation; and UTF-32, or UTF-16 without a byte-order mark,
-where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its fix; the consistent
-neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the command line."""
+language_config (DeepSeek-VL2); a Qwen-VL text_config of its class's defaults; Aria's experts (moe_topk, its class's
+two shared experts); Hunyuan-A13B's MoE fields given one value per layer; Molmo's fused MLP width, Fuyu's ungated
+one; EmbeddingGemma's use_bidirectional_attention; torchao's and FP-Quant's quantisation; and UTF-32, or UTF-16
+without a byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its
+fix; the consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the
+command line."""
 
 from __future__ import annotations
 
@@ -95,6 +96,17 @@ def test_llm_config_beside_a_top_level_shape_of_another():
 def test_text_config_is_read_before_llm_config():
     model = read({"model_type": "x", "text_config": BASE, "llm_config": {**BASE, "num_hidden_layers": 2}})
     assert model.num_hidden_layers == 4
+
+
+def test_qwen_vl_text_config_of_its_class_defaults():
+    """transformers 4.52+ writes Qwen2.5-VL's text model as a text_config of what differs from its class: a 72B's
+    gives no shape (was "missing field(s) num_hidden_layers, num_attention_heads, hidden_size, vocab_size")."""
+    model = read({"model_type": "qwen2_5_vl", "text_config": {"model_type": "qwen2_5_vl_text"}})
+    assert (model.num_hidden_layers, model.num_attention_heads, model.num_key_value_heads, model.hidden_size) == \
+        (80, 64, 8, 8192)
+    assert billions(model) == 72.71  # Qwen2.5-VL-72B's language model
+    assert read({"model_type": "qwen3_vl", "text_config": {"num_hidden_layers": 36, "intermediate_size": 12288,
+                                                           "num_key_value_heads": 8}}).head_dim == 128
 
 
 # -- Aria's and Hunyuan's experts -----------------------------------------------------------------------------------

@@ -352,7 +352,9 @@ def test_qwen_omni_thinker_text_config_is_read():
         read({**omni, "thinker_config": {"text_config": {**text, "num_attention_heads": 0}}})
 
 
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text",
+                                        # the eighteenth pass's (transformers imported once, here)
+                                        "qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text"])
 def test_the_text_config_defaults_are_transformers_own(model_type):
     """config_names keeps the text models' config-class defaults by hand (reading them from transformers would
     import it, seconds, for `kvscope math`): they must be the ones transformers fills a text_config with."""

@@ -56,6 +56,8 @@ _LLAMA = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, 
 _GEMMA2 = {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
            "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 8192,
            "sliding_window": 4096}
+_QWEN2_VL_72B = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+                 "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768}
 TEXT_CONFIG_DEFAULTS = {
     "llama": _LLAMA,
     "mistral": {**_LLAMA, "intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -65,12 +67,20 @@ TEXT_CONFIG_DEFAULTS = {
               "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192},
     "gemma2": _GEMMA2,
     "gemma3_text": {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072},
+    # transformers 4.52+ writes Qwen2-VL's and Qwen2.5-VL's text model as a text_config, a difference from these
+    # (Qwen2-VL-72B's shape): a 72B fine-tune saved so gives no width, layers nor heads ("missing field(s) ...")
+    "qwen2_vl_text": _QWEN2_VL_72B,
+    "qwen2_5_vl_text": _QWEN2_VL_72B,
+    "qwen3_vl_text": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+                      "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128,
+                      "max_position_embeddings": 128000},
 }
 # a wrapper's text model when its text_config does not say (transformers' LlavaConfig, Gemma3Config, ... build
 # that class): a Gemma 3 text_config without model_type was read as a Llama (no window layout, an untied head)
 _TEXT_MODEL_OF = {"llava": "llama", "llava_next": "llama", "vipllava": "llama", "llava_next_video": "llama",
                   "llava_onevision": "qwen2", "mistral3": "mistral", "paligemma": "gemma", "gemma3": "gemma3_text",
-                  "aria": "aria_text"}
+                  "aria": "aria_text", "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+                  "qwen3_vl": "qwen3_vl_text"}
 
 
 # where a multimodal wrapper keeps its language model's config besides text_config (vLLM serves that model):
