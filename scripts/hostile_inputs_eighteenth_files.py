@@ -7,7 +7,8 @@ moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermedia
 and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's use_bidirectional_attention (an
 encoder); torchao's and FP-Quant's quantisation; a Qwen2-VL / Qwen2.5-VL / Qwen3-VL text_config written as its
 difference from its class (a 72B's gives no shape at all). And the encodings of the three kinds of text file kvscope
-reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one.
+reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one; a trace whose first line is
+a spreadsheet's "sep=,".
 
 Before the fixes: InternVL3-8B, Ovis2-8B and DeepSeek-VL2 were "missing field(s) num_hidden_layers,
 num_attention_heads, hidden_size, vocab_size", where vLLM serves their language model (and Nemotron Nano VL's Mamba
@@ -198,6 +199,16 @@ def _encoding_cases(f: Path, Case, write) -> list:
         path = write(f / "encodings" / name, data)
         cases.append(Case(f"{NAME}{argv[0]} of {what}", "files", [*argv, str(path)],
                           must_say=(str(path), said), must_not_say=PYTHON_WORDS, protected=[str(path)]))
+    # Excel's and LibreOffice's "sep=," first line: was "line 1: no arrival column" of a trace that has one
+    sep = write(f / "encodings" / "sep.csv", "sep=,\r\n" + _TRACE.replace("\n", "\r\n"))
+    cases.append(Case(f"{NAME}run of a trace whose first line is a spreadsheet's sep=,", "files",
+                      ["run", "--requests", "2", "--trace", str(sep)], expect="ok", must_not_say=PYTHON_WORDS,
+                      protected=[str(sep)]))
+    only = write(f / "encodings" / "sep-only.csv", "sep=,\n")
+    cases.append(Case(f"{NAME}run of a trace of a sep=, line alone", "files",
+                      ["run", "--requests", "2", "--trace", str(only)],
+                      must_say=(str(only), "only a sep=, line (the separator a spreadsheet names), no header and no "
+                                "requests"), must_not_say=PYTHON_WORDS))
     # a file of NUL bytes is still binary data, not text
     zeros = write(f / "encodings" / "zeros.csv", bytes(64))
     cases.append(Case(f"{NAME}run of a trace of NUL bytes", "files", ["run", "--requests", "2", "--trace", str(zeros)],

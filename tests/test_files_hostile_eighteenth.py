@@ -267,3 +267,17 @@ def test_wide_unicode_toml_and_trace(tmp_path):
     trace.write_bytes(bytes(64))  # still binary data
     with pytest.raises(ConfigError, match="binary data \\(a NUL byte\\)"):
         read_trace(trace)
+
+
+def test_trace_after_a_spreadsheets_sep_line(tmp_path):
+    """Excel's and LibreOffice's "sep=," first line: was "line 1: no arrival column" of a trace that has one."""
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"\xef\xbb\xbfsep=,\r\nTIMESTAMP,ContextTokens,GeneratedTokens\r\n0,10,5\r\n2,12,6\r\n")
+    rows = read_trace(trace)
+    assert [(r.arrival_time_s, r.prompt_tokens, r.output_tokens) for r in rows] == [(0, 10, 5), (2, 12, 6)]
+    trace.write_bytes(b"sep=,\n")
+    with pytest.raises(ConfigError, match="only a sep=, line"):
+        read_trace(trace)
+    trace.write_bytes(b"sep=,\nsep=,\nTIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n")  # once, first
+    with pytest.raises(ConfigError, match="line 2: no arrival column"):
+        read_trace(trace)

@@ -442,8 +442,16 @@ _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     rows: list[TraceRow] = []
     header = next(reader, None)
+    if header is not None and [cell.strip().lower() for cell in header] == ["sep=", ""]:
+        # Excel's and LibreOffice's "sep=," line, which names the separator, not the columns: the header was said to
+        # have "no arrival column" when the next line names it
+        header = next(reader, None)
+        if header is None:
+            raise ConfigError(f"trace {path}: only a sep=, line (the separator a spreadsheet names), no header "
+                              "and no requests")
     if header is None:
         raise ConfigError(f"trace {path}: the file is empty")
+    header_line = reader.line_num  # 2 after a sep=, line
     columns = {}
     for role, names in _COLUMN_NAMES.items():
         found = [i for i, h in enumerate(header) if h.strip() in names]
@@ -451,14 +459,14 @@ def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
             separator = next((name for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars"))
                               if len(header) == 1 and sep in header[0]), None)
             if separator:  # a spreadsheet's export in a locale whose decimal mark is a comma
-                raise ConfigError(f"trace {path} line 1: its columns are separated by {separator}; kvscope reads "
-                                  f"comma-separated values (columns {_COLUMN_NAMES['arrival'][0]}, "
+                raise ConfigError(f"trace {path} line {header_line}: its columns are separated by {separator}; "
+                                  f"kvscope reads comma-separated values (columns {_COLUMN_NAMES['arrival'][0]}, "
                                   f"{_COLUMN_NAMES['prompt'][0]}, {_COLUMN_NAMES['output'][0]})")
             raise ConfigError(
-                f"trace {path} line 1: no {role} column; expected one of {', '.join(names)}"
+                f"trace {path} line {header_line}: no {role} column; expected one of {', '.join(names)}"
             )
         if len(found) > 1:  # which one is meant cannot be told; the first would be taken without a word
-            raise ConfigError(f"trace {path} line 1: {len(found)} {role} columns "
+            raise ConfigError(f"trace {path} line {header_line}: {len(found)} {role} columns "
                               f"({', '.join(header[i].strip() for i in found)}); keep one")
         columns[role] = found[0]
     limit = min(limit, ALL_ROWS) if limit is not None else ALL_ROWS
