@@ -5,10 +5,10 @@ VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's exp
 class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer (moe_topk,
 moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its fused gate
 and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's use_bidirectional_attention (an
-encoder); torchao's and FP-Quant's quantisation; a Qwen2-VL / Qwen2.5-VL / Qwen3-VL text_config written as its
-difference from its class (a 72B's gives no shape at all). And the encodings of the three kinds of text file kvscope
-reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16 and UTF-32 without one; a trace whose first line is
-a spreadsheet's "sep=,".
+encoder); torchao's and FP-Quant's quantisation; Step3's attention (one KV head for 64 query heads); a Qwen2-VL /
+Qwen2.5-VL / Qwen3-VL text_config written as its difference from its class (a 72B's gives no shape at all). And the
+encodings of the three kinds of text file kvscope reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16
+and UTF-32 without one; a trace whose first line is a spreadsheet's "sep=,".
 
 Before the fixes: InternVL3-8B, Ovis2-8B and DeepSeek-VL2 were "missing field(s) num_hidden_layers,
 num_attention_heads, hidden_size, vocab_size", where vLLM serves their language model (and Nemotron Nano VL's Mamba
@@ -16,14 +16,15 @@ layers were never named); Aria (24.87 B parameters in its language model) was "a
 num_experts, num_experts_per_tok, moe_intermediate_size; missing num_experts_per_tok" of a file that gives moe_topk;
 Hunyuan-A13B was "moe_intermediate_size must be a whole number from 0 to 4,194,304, got [3072, ...]", and given as
 single numbers "missing num_experts_per_tok" (its moe_topk), as was the dense Hunyuan-7B (num_experts 1, moe_topk
-1); torchao's and FP-Quant's checkpoints (quant_method torchao, fp_quant; vLLM serves both) were "not one kvscope
-sizes"; a Qwen2.5-VL-72B text_config of its class's defaults was "missing field(s) num_hidden_layers, ...";
-Molmo-7B-D was sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B
-at 11.81 B for 9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's KV cache
-(24 KiB a token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a
-file of UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed
-in double quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary
-data (a NUL byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
+1); Step3 was "missing num_experts_per_tok" (its moe_top_k), its one KV head about to be read as 64; torchao's and
+FP-Quant's checkpoints (quant_method torchao, fp_quant; vLLM serves both) were "not one kvscope sizes"; a
+Qwen2.5-VL-72B text_config of its class's defaults was "missing field(s) num_hidden_layers, ..."; Molmo-7B-D was
+sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B at 11.81 B for
+9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's KV cache (24 KiB a
+token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a file of
+UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed in double
+quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary data (a NUL
+byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ _CONFIGS = [
      ("use_bidirectional_attention is true: an encoder (an embedding model such as EmbeddingGemma), which keeps "
       "no KV cache",)),
     ("use_bidirectional_attention false", {"use_bidirectional_attention": False}, None),
+    ("Step3's text_config (share_q_dim, num_attention_groups)",
+     {"model_type": "step3_vl", "num_hidden_layers": None, "text_config": {
+         **SMALL_LLAMA, "model_type": "step3_text", "num_key_value_heads": None, "num_attention_groups": 1,
+         "share_q_dim": 64, "moe_num_experts": 8, "moe_top_k": 2, "moe_intermediate_size": 64}},
+     ("text_config: share_q_dim (64) gives Step3's attention a low-rank query and num_attention_groups KV heads, "
+      "which kvscope does not size",)),
     ("torchao's IntxWeightOnlyConfig", {"quantization_config": {"quant_method": "torchao", "quant_type": {
         "default": {"_type": "IntxWeightOnlyConfig", "_data": {}}}}},
      ("torchao with quant_type {'default': {'_type': 'IntxWeightOnlyConfig'", "kvscope sizes its Int4, Int8 and "

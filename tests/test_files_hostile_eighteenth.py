@@ -2,10 +2,10 @@
 before. A multimodal wrapper's language model kept as llm_config (InternVL 3, Ovis 2, Nemotron Nano VL) or
 language_config (DeepSeek-VL2); a Qwen-VL text_config of its class's defaults; Aria's experts (moe_topk, its class's
 two shared experts); Hunyuan-A13B's MoE fields given one value per layer; Molmo's fused MLP width, Fuyu's ungated
-one; EmbeddingGemma's use_bidirectional_attention; torchao's and FP-Quant's quantisation; and UTF-32, or UTF-16
-without a byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test failed before its
-fix; the consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs them through the
-command line."""
+one; EmbeddingGemma's use_bidirectional_attention; Step3's attention; torchao's and FP-Quant's quantisation; and
+UTF-32, or UTF-16 without a byte-order mark, where kvscope reads UTF-8 (config.json, TOML, a trace CSV). Each test
+failed before its fix; the consistent neighbours beside them pass. scripts/hostile_inputs_eighteenth_files.py runs
+them through the command line."""
 
 from __future__ import annotations
 
@@ -181,6 +181,16 @@ def test_fuyu_mlp_is_ungated():
     assert not read(fuyu).gated_mlp
     assert billions(read(fuyu)) == 9.40
     assert billions(read({**fuyu, "text_config": {**fuyu, "model_type": "persimmon"}})) == 9.40
+
+
+def test_step3_attention_is_refused_by_name():
+    """Step3's text model: one KV head (num_attention_groups) for 64 query heads, a low-rank query (share_q_dim);
+    was "missing num_experts_per_tok" of a file that gives moe_top_k, its KV heads about to be read as 64."""
+    said = refused({"model_type": "step3_text", "num_key_value_heads": None, "num_attention_groups": 1,
+                    "share_q_dim": 64, "moe_num_experts": 8, "moe_top_k": 2})
+    assert "share_q_dim (64) gives Step3's attention a low-rank query and num_attention_groups KV heads, which " \
+           "kvscope does not size" in said
+    assert read({**BASE, "share_q_dim": None}).num_key_value_heads == 2  # null: not there
 
 
 # -- torchao and FP-Quant -------------------------------------------------------------------------------------------

@@ -72,6 +72,9 @@ UNSIZED_LAYOUTS = {
     # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
+    # Step3's text model: one KV head (num_attention_groups) for its 64 query heads, the query low-rank; read as a
+    # KV head per query head it was "missing num_experts_per_tok" (its moe_top_k), and would be 64x too big
+    "share_q_dim": "gives Step3's attention a low-rank query and num_attention_groups KV heads",
     # Llama 3.2 Vision's text model: 8 of its 40 layers attend to the image, their KV cache the image's tokens
     "cross_attention_layers": "has cross-attention layers, whose KV cache holds the image's tokens, not the text's "
                               "(Llama 3.2 Vision)",
