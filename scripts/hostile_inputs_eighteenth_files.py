@@ -4,11 +4,11 @@ multimodal wrapper that keeps its language model's config as llm_config (InternV
 VL) or language_config (DeepSeek-VL2) where others write text_config; Aria's experts (moe_num_experts, moe_topk, its
 class's two shared experts left out of the file); Hunyuan-A13B's MoE fields given as one value per layer (moe_topk,
 moe_intermediate_size, num_shared_expert) and its shared MLP; Molmo's intermediate_size, the width of its fused gate
-and up projections (two of half that width); Fuyu's Persimmon MLP; EmbeddingGemma's use_bidirectional_attention (an
-encoder); torchao's and FP-Quant's quantisation; Step3's attention (one KV head for 64 query heads); a Qwen2-VL /
-Qwen2.5-VL / Qwen3-VL text_config written as its difference from its class (a 72B's gives no shape at all). And the
-encodings of the three kinds of text file kvscope reads (JSON, TOML, CSV): UTF-32 with its byte-order mark, UTF-16
-and UTF-32 without one; a trace whose first line is a spreadsheet's "sep=,".
+and up projections (two of half that width); Fuyu's Persimmon MLP; MiniCPM's tied embeddings; EmbeddingGemma's
+use_bidirectional_attention (an encoder); torchao's and FP-Quant's quantisation; Step3's attention (one KV head for
+64 query heads); a Qwen2-VL / Qwen2.5-VL / Qwen3-VL text_config written as its difference from its class (a 72B's
+gives no shape at all). And the encodings of the three kinds of text file kvscope reads (JSON, TOML, CSV): UTF-32
+with its byte-order mark, UTF-16 and UTF-32 without one; a trace whose first line is a spreadsheet's "sep=,".
 
 Before the fixes: InternVL3-8B, Ovis2-8B and DeepSeek-VL2 were "missing field(s) num_hidden_layers,
 num_attention_heads, hidden_size, vocab_size", where vLLM serves their language model (and Nemotron Nano VL's Mamba
@@ -20,11 +20,12 @@ single numbers "missing num_experts_per_tok" (its moe_topk), as was the dense Hu
 FP-Quant's checkpoints (quant_method torchao, fp_quant; vLLM serves both) were "not one kvscope sizes"; a
 Qwen2.5-VL-72B text_config of its class's defaults was "missing field(s) num_hidden_layers, ..."; Molmo-7B-D was
 sized at 13.32 B parameters for its 7.6 B language model (Qwen2-7B's, an MLP of 18,944), and Fuyu-8B at 11.81 B for
-9.4 (a gated MLP it does not have), without a word; EmbeddingGemma was sized as a decoder's KV cache (24 KiB a
-token) where vLLM runs it as an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a file of
-UTF-16 without a byte-order mark was "malformed JSON at line 1, column 2: Expecting property name enclosed in double
-quotes" (config.json), "malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary data (a NUL
-byte), not CSV text" (a trace). Every case's expect is the correct behaviour.
+9.4 (a gated MLP it does not have), and MiniCPM-2B at 3.01 B for 2.72 (an LM head its config class ties to the
+embeddings), without a word; EmbeddingGemma was sized as a decoder's KV cache (24 KiB a token) where vLLM runs it as
+an encoder that keeps none; a UTF-32 file was said to be "UTF-16 text", and a file of UTF-16 without a byte-order
+mark was "malformed JSON at line 1, column 2: Expecting property name enclosed in double quotes" (config.json),
+"malformed TOML: Expected '=' after a key" (a workload file) or "line 1: binary data (a NUL byte), not CSV text" (a
+trace). Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -159,6 +160,12 @@ _SHAPES = [  # (what, its config.json, what math must say)
       "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 32768, "num_experts": 1, "moe_topk": 1,
       "use_mixed_mlp_moe": False, "use_cla": False, "tie_word_embeddings": True},
      "32 layers, 32 attention heads, 8 KV heads x head_dim 128\n"),
+    ("MiniCPM-2B (tie_word_embeddings left out: its config class ties them)",
+     {"architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm", "hidden_size": 2304,
+      "intermediate_size": 5760, "max_position_embeddings": 2048, "num_attention_heads": 36, "num_hidden_layers": 40,
+      "num_key_value_heads": 36, "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4,
+      "torch_dtype": "bfloat16"},
+     "2.72 B parameters"),
     ("Fuyu-8B (a Persimmon's ungated MLP, its shape given at the top level too)",
      {"architectures": ["FuyuForCausalLM"], "model_type": "fuyu", "hidden_size": 4096, "intermediate_size": 16384,
       "num_hidden_layers": 36, "num_attention_heads": 64, "vocab_size": 262144, "max_position_embeddings": 16384,

@@ -223,6 +223,15 @@ def test_torchao_and_fp_quant_refusals(quant, said):
     assert said in refused({"quantization_config": quant})
 
 
+def test_minicpm_ties_its_embeddings_by_default():
+    """MiniCPM-2B's config.json leaves tie_word_embeddings out, and openbmb's MiniCPMConfig ties them: was 3.01 B
+    parameters for its 2.72 B (a second 122,753 x 2,304 matrix)."""
+    minicpm = {"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760, "num_hidden_layers": 40,
+               "num_attention_heads": 36, "vocab_size": 122753, "max_position_embeddings": 2048}
+    assert read(minicpm).tie_word_embeddings and billions(read(minicpm)) == 2.72
+    assert not read({**minicpm, "tie_word_embeddings": False}).tie_word_embeddings  # MiniCPM4's says so
+
+
 # -- EmbeddingGemma -------------------------------------------------------------------------------------------------
 
 def test_bidirectional_attention_is_an_encoder():
