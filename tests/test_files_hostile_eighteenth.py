@@ -230,6 +230,8 @@ def test_minicpm_ties_its_embeddings_by_default():
                "num_attention_heads": 36, "vocab_size": 122753, "max_position_embeddings": 2048}
     assert read(minicpm).tie_word_embeddings and billions(read(minicpm)) == 2.72
     assert not read({**minicpm, "tie_word_embeddings": False}).tie_word_embeddings  # MiniCPM4's says so
+    jais = {"model_type": "jais", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128, "vocab_size": 100}
+    assert read(jais).tie_word_embeddings  # JAISConfig keeps PretrainedConfig's default, as GPT-2's
 
 
 # -- EmbeddingGemma -------------------------------------------------------------------------------------------------

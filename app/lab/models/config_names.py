@@ -47,8 +47,9 @@ TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigc
                    "openai-gpt", "ctrl", "xglm", "biogpt", "bloom", "falcon", "RefinedWeb", "RefinedWebModel", "mpt",
                    "opt", "starcoder2", "cohere", "cohere2", "ernie4_5", "ernie4_5_moe", "jetmoe", "smollm3",
                    "minicpm3", "granite_swa",
-                   # MiniCPM 1 / 2's (openbmb's MiniCPMConfig): MiniCPM-2B's file leaves it out, 3.01 B for 2.72
-                   "minicpm"}
+                   # MiniCPM 1 / 2's (openbmb's MiniCPMConfig): MiniCPM-2B's file leaves it out, 3.01 B for 2.72;
+                   # JAIS's config class keeps PretrainedConfig's default (tied), as GPT-2's
+                   "minicpm", "jais"}
 # transformers writes a multimodal model's text_config as its difference from the text model's config class
 # (to_diff_dict): fields left at that class's defaults are absent (llava-1.5-7b's text_config gives no layer
 # count, Gemma 3 4B's no heads, llava-v1.6-mistral's no width). transformers, and vLLM through it, read them as
