@@ -56,11 +56,23 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
 # What each output flag writes, and the name endings kvscope gives its formats: an output named for
 # another (`export --csv trace.json --perfetto steps.csv`, swapped) wrote each in the other's name.
 FLAG_FORMATS = {"--json": ".json", "--csv": ".csv", "--perfetto": ".json", "--record": ".kvrec"}
-FORMAT_NAMES = {".json": "JSON", ".csv": "CSV", ".kvrec": "a kvscope recording", ".png": "a PNG image"}
+FORMAT_NAMES = {".json": "JSON", ".csv": "CSV", ".kvrec": "a kvscope recording", ".png": "a PNG image",
+                ".tsv": "tab-separated values"}  # `--csv o.tsv`: its commas in a file read as one column
+# A compressor's name ending: each output is written uncompressed, so `run --json r.json.gz`, `export
+# --perfetto t.json.gz` and `compare --csv c.csv.xz` wrote plain text under a compressed file's name,
+# which gunzip, and pandas' read_csv (it infers the compression from the name), fail on.
+COMPRESSED_NAMES = {".gz": "gzip", ".tgz": "gzip", ".gzip": "gzip", ".zip": "zip", ".zst": "zstd", ".xz": "xz",
+                    ".bz2": "bzip2", ".lz4": "lz4", ".7z": "7-Zip", ".br": "Brotli"}
 
 
 def _refuse_another_formats_name(flag: str, path: str) -> None:
     wanted, suffix = FLAG_FORMATS.get(flag), Path(path).suffix.lower()
+    if wanted and suffix in COMPRESSED_NAMES:
+        recording = wanted == ".kvrec"  # compressed already, inside: no compressor makes it smaller
+        raise ConfigError(f"{flag} {path}: writes {FORMAT_NAMES[wanted]}"
+                          f"{', its steps compressed inside it,' if recording else ' uncompressed,'} and the name's "
+                          f"{suffix} says a {COMPRESSED_NAMES[suffix]}-compressed file; give the name without {suffix}"
+                          f"{'' if recording else ' (and compress the file afterwards if it should be)'}")
     if wanted and suffix != wanted and suffix in FORMAT_NAMES:
         raise ConfigError(f"{flag} {path}: writes {FORMAT_NAMES[wanted]}, and the name's {suffix} says "
                           f"{FORMAT_NAMES[suffix]}; give a {wanted} name (or one without {suffix})")
