@@ -237,6 +237,16 @@ def status(message: str) -> None:
     print(f"kvscope: {shown(message)}", file=sys.stderr, flush=True)  # a path in it may hold ESC
 
 
+def kept_recording(path: str, steps: int) -> str | None:
+    """What a new --record file holds after the run stopped early (Ctrl+C, SIGTERM, an engine error), or
+    None where no file keeps it (/dev/null). It kept the steps so far and said only "kvscope:
+    interrupted", leaving the user to wonder whether the file was written, and of what."""
+    if not os.path.isfile(path):
+        return None
+    return (f"{path} keeps the {counted(steps, 'step')} run before it (its note says the run stopped early): "
+            f"`kvscope gui --replay {path}` replays {'it' if steps == 1 else 'them'}")
+
+
 class Progress:
     """One status line on stderr: rewritten in place on a terminal, a line every few seconds otherwise."""
 
@@ -467,7 +477,12 @@ def run(args) -> int:
             raise
         note = f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": ")
         recorder.close(engine.summary(), note=note, failed=True)
-        if recorder.replaced:
+        if recorder.replaced:  # a new file keeps the steps so far: said, as attach says its capture
+            kept = kept_recording(args.record, recorder.num_steps)
+            if kept and isinstance(exc, ConfigError):
+                raise ConfigError(f"{exc} (the run stopped; {kept})") from None
+            if kept:  # Ctrl+C, SIGTERM: said before main's "interrupted", which stays the last line
+                status(f"the run stopped early: {kept}")
             raise
         if isinstance(exc, ConfigError):  # its one line says both
             raise ConfigError(f"{exc} (the run stopped; {args.record} was left as it was)") from None
