@@ -101,3 +101,29 @@ def test_an_interrupted_run_into_dev_null_or_over_a_file_says_no_kept_steps(caps
     rc, _, err = cli(capsys, "run", "--quiet", "--requests", 3, "--record", old)
     assert rc == 130 and f"{old} was left as it was" in err and "keeps the" not in err, err
     assert old.read_bytes() == b"an older recording"
+
+
+# -- 3. counts of one said in the singular --------------------------------------------------------------------------
+
+
+def test_verify_says_one_partial_prompt_chunk_in_the_singular():
+    from types import SimpleNamespace
+
+    from kvscope.app.cli.verify import _parity_table
+
+    result = SimpleNamespace(weights="fp32", kv_cache_dtype="fp32", exact=True, identical_sequences=1, sequences=1,
+                             token_agreement=1.0, top1_agreement=1.0, max_logit_diff=0.0, preemptions=1,
+                             prefix_hit_tokens=1, chunked_prefill_chunks=1)
+    said = _parity_table(result)
+    assert "1 preemption, 1 prefix-cache token reused, 1 partial prompt chunk" in said, said  # "1 ... chunks"
+    said = _parity_table(SimpleNamespace(**{**vars(result), "preemptions": 0, "chunked_prefill_chunks": 2}))
+    assert "0 preemptions, 1 prefix-cache token reused, 2 partial prompt chunks" in said, said
+
+
+def test_export_of_a_one_request_run_says_one_request_track(capsys, tmp_path):
+    recording, trace = tmp_path / "r.kvrec", tmp_path / "t.json"
+    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 1, "--record", recording)
+    assert rc == 0, err
+    rc, out, err = cli(capsys, "export", recording, "--perfetto", trace)
+    assert rc == 0, err
+    assert ", 1 request track)" in out and "request tracks" not in out, out

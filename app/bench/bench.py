@@ -29,7 +29,7 @@ from kvscope.app.lab.presets import load_hardware, load_model, load_workload
 from kvscope.app.lab.workload import generate_requests
 
 from kvscope.engine.units import format_seconds
-from kvscope.app.cli.output import table
+from kvscope.app.cli.output import counted, table
 
 
 def bench_scheduler(running: int = 256, num_blocks: int = 100_000, measured_steps: int = 2000) -> dict:
@@ -116,8 +116,9 @@ def bench_real(count: int = 64, static_batch_size: int = 16, device: str | None 
         chat = chat_tokenizer_for(loaded)
         prompts, caps = chat_text_requests(count, chat)
         result = compare_with_transformers(loaded, prompts, caps, static_batch_size, kv_cache_dtype, chat.stop_token_ids)
-        result.update(workload=f"{count} chat-text requests (real conversations), all at once; answers end on the "
-                               f"model's end of sequence (at most {max(caps)} tokens), the baselines make as many",
+        result.update(workload=f"{counted(count, 'chat-text request')} (real conversations), all at once; answers "
+                               f"end on the model's end of sequence (at most {max(caps)} tokens), the baselines make "
+                               "as many",
                       targets={"static": 3.0, "continuous": 2.0})
         from kvscope.app.lab.chat_defaults import live_chat_dtype
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from kvscope.app.cli import combinations, options
-from kvscope.app.cli.output import shown, table
+from kvscope.app.cli.output import counted, shown, table
 from kvscope.engine.config import COMPUTE_DTYPES, ConfigError
 from kvscope.app.lab.calibration import calibration_note
 from kvscope.engine.cost_model import MAX_EFFICIENCY
@@ -90,7 +90,7 @@ def check_cpu_clock_threads(args, device_type: str = "cpu") -> None:
     threads = args.threads or torch_default_threads()
     if threads == 1:
         return
-    who = f"--threads {threads}" if args.threads else f"torch's default here, {threads} threads"
+    who = f"--threads {threads}" if args.threads else f"torch's default here, {counted(threads, 'thread')}"
     raise ConfigError(f"--clock cpu: it times this process's CPU seconds, summed over its threads, and with {who} "
                       f"working each step a step's CPU time would be up to {threads}x its time; give --threads 1 with "
                       "it, or drop --clock cpu to fit the steps' wall time")
@@ -137,7 +137,7 @@ def run(args) -> int:
 
         make_cache_folder(calibration.profile_path(machine).parent)
     threads = torch.get_num_threads()
-    details = f"{loaded.label}" + (f", {threads} torch threads" if loaded.device.type == "cpu" else "")
+    details = f"{loaded.label}" + (f", {counted(threads, 'torch thread')}" if loaded.device.type == "cpu" else "")
     status(f"measuring {details} on {machine}: {len(calibration.calibration_phases(1000, 10**6))} groups of "
            "requests, each run to the end")
     if args.clock == "cpu":

@@ -102,12 +102,13 @@ def run(args) -> int:
             from kvscope.app.lab.export.perfetto import write_perfetto
 
             stats = _written("--perfetto", args.perfetto, lambda partial: write_perfetto(recording, partial))
-            print(f"Perfetto trace written to {shown(args.perfetto)} ({_size_said(args.perfetto)}{stats.num_events:,} "
-                  f"events, {stats.steps_exported:,} steps, {stats.requests_exported:,} request tracks): "
+            print(f"Perfetto trace written to {shown(args.perfetto)} ({_size_said(args.perfetto)}"
+                  f"{counted(stats.num_events, 'event')}, {counted(stats.steps_exported, 'step')}, "
+                  f"{counted(stats.requests_exported, 'request track')}): "
                   "open it at https://ui.perfetto.dev")
             if stats.requests_left_out or stats.steps_left_out:
-                print(f"kvscope: note: to keep the trace openable, {stats.requests_left_out:,} requests and "
-                      f"{stats.steps_left_out:,} steps were left out (the trace's otherData says which)",
+                print(f"kvscope: note: to keep the trace openable, {counted(stats.requests_left_out, 'request')} and "
+                      f"{counted(stats.steps_left_out, 'step')} were left out (the trace's otherData says which)",
                       file=sys.stderr)
         if args.csv:
             rows = _written("--csv", args.csv, lambda partial: write_series_csv(recording, partial))
@@ -144,9 +145,11 @@ def export_attached(args) -> int:
         print(shown(f"{recording.path.name}: an attached vLLM server, {info['version']} at {info['url']} serving "
               f"{', '.join(info['model_names']) or 'an unknown model'} with {info['num_gpu_blocks']:,} KV blocks of "
               f"{info['block_size']} tokens per engine ({len(info['engines'])} engine(s)). It holds "
-              f"{recording.num_steps:,} ticks over {format_seconds(recording.duration_s)}: "
-              f"{sum(recording.event_counts().values()):,} KV events in {recording.num_batches:,} batches, "
-              f"{len(series['time_s']):,} scrapes of /metrics. Recorded {recording.header.get('created', '?')} by "
+              f"{counted(recording.num_steps, 'tick')} over {format_seconds(recording.duration_s)}: "
+              f"{counted(sum(recording.event_counts().values()), 'KV event')} in "
+              f"{recording.num_batches:,} batch{'' if recording.num_batches == 1 else 'es'}, "
+              f"{counted(len(series['time_s']), 'scrape')} of /metrics. "
+              f"Recorded {recording.header.get('created', '?')} by "
               f"kvscope {recording.header.get('kvscope_version', '?')} (recording format "
               f"{'.'.join(str(v) for v in recording.header['format_version'])}); {format_bytes(recording.file_size)}."
               + (f" Note: {recording.note}." if recording.note else "")))  # what the server said, shown
@@ -158,7 +161,8 @@ def export_attached(args) -> int:
             writer.writerows(zip(*(values.tolist() for values in series.values())))
 
     _written("--csv", args.csv, write)
-    print(f"metric series CSV written to {shown(args.csv)} ({_size_said(args.csv)}{len(series['time_s']):,} rows, one per scrape)")
+    print(f"metric series CSV written to {shown(args.csv)} ({_size_said(args.csv)}"
+          f"{counted(len(series['time_s']), 'row')}, one per scrape)")
     return 0
 
 

@@ -75,8 +75,9 @@ def _parity_table(result) -> str:
         ("tokens equal to generate()'s", format_percent(result.token_agreement)),
         ("top-1 agreement with full precision", f"{format_percent(result.top1_agreement)}  (its pick, given the same prefix)"),
         ("largest logit difference", f"{result.max_logit_diff:.3g} (logit units)"),
-        ("exercised", f"{result.preemptions} preemptions, {result.prefix_hit_tokens} prefix-cache tokens reused, "
-                      f"{result.chunked_prefill_chunks} partial prompt chunks"),
+        ("exercised", f"{counted(result.preemptions, 'preemption')}, "  # "1 partial prompt chunks" it said
+                      f"{counted(result.prefix_hit_tokens, 'prefix-cache token')} reused, "
+                      f"{counted(result.chunked_prefill_chunks, 'partial prompt chunk')}"),
     ], title=title)
 
 
@@ -123,7 +124,7 @@ def run(args) -> int:
     passages = reference = None
     if text:
         passages = quality.passage_token_ids(full_precision, args.passages)
-        status(f"scoring {len(passages)} passages with the full-precision model (transformers' forward) ...")
+        status(f"scoring {counted(len(passages), 'passage')} with the full-precision model (transformers' forward) ...")
         reference = quality.score_full_precision(full_precision, passages)
     elif args.passages and args.json != "-":
         status(f"{full_precision.config.name} has no tokenizer: quality on real text is not measured")
@@ -131,7 +132,7 @@ def run(args) -> int:
     for quantization in quantizations:
         loaded = full_precision if quantization is None else load(quantization)
         status(f"loaded {loaded.label}; {counted(args.prompts, 'prompt')} through the paged engine and through "
-               f"generate(){f', {len(passages)} passages through the engine' if text else ''}")
+               f"generate(){', ' + counted(len(passages), 'passage') + ' through the engine' if text else ''}")
         for dtype in dtypes:
             result = run_parity(loaded, dtype, num_prompts=args.prompts, max_tokens=args.max_tokens)
             results.append(result)
