@@ -203,6 +203,15 @@ class Parser(argparse.ArgumentParser):
         return (typed[at - 1], action) if action is not None and action.nargs == 0 and action.help else None
 
 
+def _installed_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kvscope")
+    except Exception:  # noqa: BLE001 - a source checkout that was never installed, as a recording says it
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="kvscope",
@@ -212,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--self-test", action="store_true",
                         help="check this installation end to end (imports, presets, simulated and real steps, "
                              "the window) and exit 0 only if all passed")
+    # `kvscope --version`, what a bug report asks first, was "unrecognized arguments: --version"
+    parser.add_argument("--version", action="version", version=f"kvscope {_installed_version()}",
+                        help="print kvscope's version (the one each recording names) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"kvscope.app.cli.{name}").add_parser(sub)
@@ -426,7 +438,7 @@ def _flush_stdout_or_say(failed: OSError | None = None) -> int:
 
 def _flag_before_the_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """What to say of a command's flag typed before the command (`kvscope --json math`): kvscope itself
-    takes only --help and --self-test, so argparse read the flag's value as the command."""
+    takes only --help, --version and --self-test, so argparse read the flag's value as the command."""
     first = argv[0] if argv else ""
     name = first.split("=", 1)[0]
     if not name.startswith("--") or name in parser._option_string_actions or name == "--":
@@ -436,7 +448,8 @@ def _flag_before_the_command(parser: argparse.ArgumentParser, argv: list[str]) -
         return None
     commands = ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
     return (f"{one_line(first)} comes before the command; it is a flag of {commands}: give it after the command, "
-            f"as in `kvscope {owners[0]} {one_line(first)} ...` (kvscope itself takes only --help and --self-test)")
+            f"as in `kvscope {owners[0]} {one_line(first)} ...` (kvscope itself takes only --help, --version and "
+            "--self-test)")
 
 
 def commands_taking(flag: str, commands: dict) -> list[str]:
