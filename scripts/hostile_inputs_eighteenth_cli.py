@@ -5,10 +5,13 @@ calibration --json b.json.bz2`, and `run --record r.kvrec.gz` (a recording compr
 text that gunzip, and pandas' read_csv (it infers the compression from the name), fail on. `export --csv o.tsv` wrote
 comma-separated values under a tab-separated name (read as one column). A run stopped early (Ctrl+C, SIGTERM, an
 engine error) whose --record named a new file kept the steps so far and said only "kvscope: interrupted" (or the
-error): nothing said whether the file was written, and of what. Every case's `expect` is the right behaviour.
+error): nothing said whether the file was written, and of what. verify said "1 partial prompt chunks", export "1
+request tracks". `kvscope --version` was "unrecognized arguments: --version". Every case's `expect` is the right
+behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_eighteenth.py instead): the run stopped early (a
-signal at a chosen step needs the engine's step replaced in-process)."""
+signal at a chosen step needs the engine's step replaced in-process), and the singular counts (verify's needs a
+model loaded)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from pathlib import Path
 
 
 def eighteenth_cli_cases(d: Path, Case, write) -> list:
-    return _compressed_name_cases(d, Case, write)
+    return _compressed_name_cases(d, Case, write) + _version_cases(Case)
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -71,3 +74,14 @@ def _export_cases(d: Path, Case, write) -> list:
               must_say=("Perfetto trace written",)),
     ]
 
+
+
+def _version_cases(Case) -> list:
+    return [
+        _case(Case, "--version (was 'unrecognized arguments: --version')", "flags", ["--version"], expect="ok",
+              must_say=("kvscope ",)),
+        _case(Case, "--version > /dev/full (said as any output that cannot be written)", "flags", ["--version"],
+              stdout="/dev/full", must_say=("cannot write the output",)),
+        _case(Case, "math --version (kvscope's own flag after a command: said whose it is)", "flags",
+              ["math", "--version"], must_say=("a flag of `kvscope` itself",)),
+    ]

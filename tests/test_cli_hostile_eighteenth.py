@@ -127,3 +127,15 @@ def test_export_of_a_one_request_run_says_one_request_track(capsys, tmp_path):
     rc, out, err = cli(capsys, "export", recording, "--perfetto", trace)
     assert rc == 0, err
     assert ", 1 request track)" in out and "request tracks" not in out, out
+
+
+# -- 4. kvscope --version -----------------------------------------------------------------------------------------
+
+
+def test_version_is_printed_and_a_commands_version_names_kvscope_itself(capsys):
+    rc, out, err = cli(capsys, "--version")
+    assert rc == 0 and out.startswith("kvscope ") and len(out.strip().splitlines()) == 1 and err == "", (out, err)
+    rc, out, err = cli(capsys, "math", "--version")  # the command's own flags have no --version: said whose it is
+    refused(rc, err, "--version (a flag of `kvscope` itself")
+    rc, out, err = cli(capsys, "--json", "math")  # the list of kvscope's own flags says --version too
+    refused(rc, err, "kvscope itself takes only --help, --version and --self-test")
