@@ -139,3 +139,12 @@ def test_version_is_printed_and_a_commands_version_names_kvscope_itself(capsys):
     refused(rc, err, "--version (a flag of `kvscope` itself")
     rc, out, err = cli(capsys, "--json", "math")  # the list of kvscope's own flags says --version too
     refused(rc, err, "kvscope itself takes only --help, --version and --self-test")
+
+
+def test_version_with_standard_output_closed_is_said_as_any_command(capsys, monkeypatch):
+    """`kvscope --version >&-`: argparse fell back to stderr, so the version was printed there, then the error."""
+    import sys
+
+    monkeypatch.setattr(sys, "stdout", None)
+    rc, _, err = cli(capsys, "--version")
+    assert rc == 2 and err == "kvscope: error: the standard output is closed; give the command somewhere to write\n"

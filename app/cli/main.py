@@ -127,10 +127,11 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d|\.\d)|^-(inf|infinity|nan)$", re.IGNORECASE)
 
     def _print_message(self, message, file=None):
-        """As argparse's, but a failed write (--help > /dev/full) is not swallowed: main() says it."""
-        stream = file or sys.stderr
-        if message and stream is not None:  # stderr closed (2>&-): the exit code still says it
-            stream.write(message)
+        """As argparse's, but a failed write (--help > /dev/full) is not swallowed: main() says it. A stream
+        of None is the one meant, closed: stderr (2>&-), whose exit code still says it, or stdout (`kvscope
+        --version >&-`), which main() says; argparse's fallback to stderr put the version there, then the error."""
+        if message and file is not None:
+            file.write(message)
 
     def print_help(self, file=None):
         """As argparse's, but with standard output closed (`kvscope --help >&-`) not onto stderr, which
