@@ -6,12 +6,12 @@ text that gunzip, and pandas' read_csv (it infers the compression from the name)
 comma-separated values under a tab-separated name (read as one column). A run stopped early (Ctrl+C, SIGTERM, an
 engine error) whose --record named a new file kept the steps so far and said only "kvscope: interrupted" (or the
 error): nothing said whether the file was written, and of what. verify said "1 partial prompt chunks", export "1
-request tracks". `kvscope --version` was "unrecognized arguments: --version". Every case's `expect` is the right
-behaviour.
+request tracks". `kvscope --version` was "unrecognized arguments: --version" (and, once taken, `--version >&-`
+printed the version on stderr before the closed-output error). Every case's `expect` is the right behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_eighteenth.py instead): the run stopped early (a
-signal at a chosen step needs the engine's step replaced in-process), and the singular counts (verify's needs a
-model loaded)."""
+signal at a chosen step needs the engine's step replaced in-process), the singular counts (verify's needs a
+model loaded) and `--version` with standard output closed (Case cannot close it)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """The command line against bad input, eighteenth round (scripts/hostile_inputs_eighteenth_cli.py): an output
 named for a compressor (`run --json r.json.gz`, `export --perfetto t.json.gz`, `compare --csv c.csv.xz`) written
 uncompressed under that name, `--csv o.tsv` written with commas, and a run stopped early (Ctrl+C, SIGTERM, an engine
-error) whose new --record file kept its steps without a word ("kvscope: interrupted" alone).
-Each refusal test fails on the code before its fix; each has a consistent neighbour that is still taken."""
+error) whose new --record file kept its steps without a word ("kvscope: interrupted" alone), counts of one said
+in the plural ("1 partial prompt chunks", "1 request tracks"), and `kvscope --version` (unrecognized; once taken,
+printed on stderr with standard output closed). Each refusal test fails on the code before its fix; each has a
+consistent neighbour that is still taken."""
 
 from __future__ import annotations
 
