@@ -17,10 +17,12 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
-from kvscope.widgets.number_box import ascii_number, beyond_decimals, least_number, misplaced_group_separator
+from kvscope.widgets.number_box import (ascii_number, beyond_decimals, least_number, misplaced_group_separator,
+                                        spoilt_number)
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
-_ANOTHER_UNIT = re.compile(r"\s*([+-]?[\d,]*\.?\d+(?:[eE][+-]?\d+)?)\s*([^\d\s.,+-].*?)\s*")  # "2 GiB", "50%"
+# "2 GiB", "50%"; a unit holds no digit: "0x10" was said to be "in x10", "1/2" "in /2"
+_ANOTHER_UNIT = re.compile(r"\s*([+-]?[\d,]*\.?\d+(?:[eE][+-]?\d+)?)\s*([^\d\s.,+\-_'\u2019][^\d]*?)\s*")
 _PAST_A_FLOAT = re.compile(r"[+-]?[\d,]*\.?\d*[eE]\+?\d{3,}")  # an exponent a float cannot hold: infinite
 
 
@@ -51,6 +53,8 @@ SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakabl
 
 def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     """The line for typed text the box cannot hold: its range, and the value it keeps."""
+    if spoilt_number(box, typed):  # "5k", "0x10": kept as typed, said as a key Qt dropped was
+        return dropped_reason(box, typed)
     if misplaced_group_separator(box, typed):
         locale = box.locale()
         point = f"; a decimal is written with '{locale.decimalPoint()}'" if isinstance(box, QDoubleSpinBox) else ""
@@ -66,6 +70,9 @@ def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
         ok = ok and math.isfinite(number)
     if not ok and _PAST_A_FLOAT.fullmatch(typed):  # "1e400": past what a float holds, not "not a value"
         number, ok = float(typed.replace(box.locale().groupSeparator(), "")), True
+    if ok and math.isnan(number):  # Qt reads "NaN" as a number: it "has more decimals than this field keeps"
+        shown = repr(typed if len(typed) <= SHOWN_CHARS else f"{typed[:SHOWN_CHARS]}...")
+        return f"{shown} is not a number; this field takes {taken_range(box)}: kept {shown_value(box, box.value())}"
     if len(typed) > SHOWN_CHARS:
         typed = f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
     if ok and number < least_number(box):
@@ -127,11 +134,19 @@ class KeptValueNotice(QObject):
         self._show = show
         box.installEventFilter(self)
         box.lineEdit().inputRejected.connect(lambda: self._dropped(box))
+        box.lineEdit().textEdited.connect(lambda text: self._spoilt(box, text))
 
     def _dropped(self, box: QAbstractSpinBox) -> None:
         # while the signal is emitted the line holds the text refused, before Qt puts it back
         typed = box.lineEdit().text().removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
         if typed and box.validate(box.lineEdit().text(), 0)[0] == QValidator.State.Invalid:
+            self._show(dropped_reason(box, typed))
+
+    def _spoilt(self, box: QAbstractSpinBox, text: str) -> None:
+        # a key that leaves no number ("5k") stays in the box (number_box.spoilt_number): said at once,
+        # as the key Qt dropped was
+        typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+        if spoilt_number(box, text) and box.validate(text, 0)[0] != QValidator.State.Acceptable:
             self._show(dropped_reason(box, typed))
 
     def eventFilter(self, box, event) -> bool:  # noqa: N802 - Qt's name

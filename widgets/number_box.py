@@ -31,6 +31,38 @@ def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) ->
     return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
 
 
+def spoilt_number(box: QAbstractSpinBox, text: str) -> bool:
+    """Whether text is digits with something no number holds ("5k", "0x10", "1.2.3", "5-3"): Qt dropped
+    the key that spoilt it and went on with the next ones, so "5k" typed for 5,000 was taken as 5
+    requests, "0x10" as 10, "1 000" as 1 token, "1.2.3" as 1.23 req/s, "5-3" as 53 -- the line that
+    said the key was dropped was gone with the Enter that took the rest. Such text stays in the box
+    as typed, said at once and refused on Enter like any number the box cannot hold."""
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    # invisible characters (a direction mark, a zero-width space) are dropped as before: the user
+    # cannot see them to remove them, and the line that says so names them
+    hidden = any(unicodedata.category(c) in ("Cf", "Cc") for c in typed)
+    return not hidden and any(c.isdigit() for c in typed) and _NUMBER_LIKE.fullmatch(typed) is None
+
+
+# digits grouped in threes by a space, a no-break or narrow no-break space (French), an apostrophe (Swiss)
+# or an underscore (Python, and so the command line's int()): "1 000" typed was taken as 1, "1_000" as 1000
+# only by dropping the "_" (and "1 000 000" as 1); each is the box's own separator, read by its locale
+_OTHER_SEPARATORS = " _'\u00a0\u202f\u2009\u2019"
+_OTHER_GROUPING = re.compile(rf"(?<=\d)[{_OTHER_SEPARATORS}](?=\d{{3}}(?!\d))")
+
+
+def _grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
+    separator = box.locale().groupSeparator()
+    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    if not separator or not _OTHER_GROUPING.search(typed):
+        return text
+    # every group of three ("1 000 000", or "1,000 000" as the box rewrote the first while it was typed)
+    grouped = rf"[+-]?\d{{1,3}}([{_OTHER_SEPARATORS}{re.escape(separator)}]\d{{3}})+(\.\d*)?([eE][+-]?\d+)?"
+    if re.fullmatch(grouped, typed) is None:
+        return text
+    return text.replace(typed, _OTHER_GROUPING.sub(separator, typed), 1)
+
+
 def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     """Whether the number typed has a thousands separator where the box's locale puts none ("2,5",
     "1,0,2,4"): Qt drops every separator it finds, so "2,5" typed for 2.5 arrived as 25 and "0,5" as 5.
@@ -70,7 +102,7 @@ def _units(box: QAbstractSpinBox) -> list[str]:
 def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
     """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
     "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
-    text = ascii_number(text)
+    text = _grouped_as_the_box_groups(box, ascii_number(text))
     suffix = box.suffix()
     if not suffix or text == box.specialValueText():
         return text
@@ -137,6 +169,7 @@ class _KeepsTypedNumbers:
         special = _special_typed(self, text, pos)
         if special is not None:
             return special
+        typed, typed_pos = text, pos
         written = as_the_box_writes(self, text)
         if written != text:  # the cursor goes where the number typed ends
             text, pos = written, len(written.removesuffix(self.suffix()))
@@ -148,6 +181,8 @@ class _KeepsTypedNumbers:
         if _kept_as_typed(self, text, state) or (state != QValidator.State.Invalid
                                                  and misplaced_group_separator(self, text)):
             return QValidator.State.Intermediate, text, pos
+        if state == QValidator.State.Invalid and spoilt_number(self, text):
+            return QValidator.State.Intermediate, typed, typed_pos  # as typed: "３ｍｓ" is said as such
         return state, text_out, pos_out
 
     def stepBy(self, steps: int) -> None:  # noqa: N802 - Qt's name
