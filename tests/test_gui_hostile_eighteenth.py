@@ -6,8 +6,10 @@ max_model_len of 1 token. Thousands grouped as French, Swiss or Python write the
 "1_000": the command line's int() takes it) were refused or cut; "0x10" was said to be "in x10", "1/2"
 "in /2", as if a unit; and "NaN" in a box of decimals "has more decimals than this field keeps". Now
 such text stays in the box as typed, is said at once and refused on Enter with the value kept, a
-grouping of thousands is read as the number written, and "NaN" is not a number. (One window per
-test, each test many cases: the window is most of a test's time.)"""
+grouping of thousands is read as the number written, and "NaN" is not a number. The event log's
+filter "1024-token" found none of the "1,024-token prompt" lines the log writes, "request #1,200"
+(written as the window writes numbers) not request #1200. (One window per test, each test many
+cases: the window is most of a test's time.)"""
 
 from __future__ import annotations
 
@@ -116,3 +118,19 @@ def test_what_the_refusals_say(window, qtbot):
         for text in ["NaN", "nan", "-nan"]:  # "NaN has more decimals than this field keeps"
             said = paste(qtbot, getattr(settings, box), text)
             assert said.startswith(f"{text!r} is not a number; this field takes ") and said.endswith(kept), said
+
+
+def test_the_event_logs_filter_finds_a_number_with_or_without_its_thousands_commas(qtbot):
+    from kvscope.widgets.event_log import EventLog
+
+    log = EventLog(kinds=("arrived", "finished"))
+    qtbot.addWidget(log)
+    log.show()
+    log.add_lines([("arrived", "request #1200 arrived with a 1,024-token prompt"),
+                   ("arrived", "request #7 arrived with a 11,024-token prompt"),
+                   ("finished", "request #12 finished")])
+    for typed, shown in [("1024-token", [0]), ("1,024-TOKEN", [0]), ("request #1,200", [0]), ("#1200", [0]),
+                         ("024-token", []),  # the end of 1,024 is not the number 24 or 024
+                         ("request #12", [2]), ("11024", [1])]:
+        log.text_filter.setText(typed)
+        assert log.shown_lines() == [log.lines[i][1] for i in shown], typed

@@ -11,13 +11,29 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainT
 ALL_KINDS = "all events"
 
 
+_NUMBER = re.compile(r"[0-9]+(?:,[0-9]{3})*")
+
+
+def _either_grouping(number: str) -> str:
+    """A number of the filter as a pattern for it written with or without its thousands' commas: the
+    log writes "a 1,024-token prompt" but "request #1200" and "block 1024", so "1024-token" and
+    "request #1,200" (as the window writes numbers everywhere else) matched nothing."""
+    digits = number.replace(",", "")
+    head = len(digits) % 3 or 3
+    return ",?".join([digits[:head], *(digits[i:i + 3] for i in range(head, len(digits), 3))])
+
+
 @functools.lru_cache(maxsize=8)
 def _needle(typed: str) -> re.Pattern:
     """The text filter, case ignored; a number in it is the whole number: "request #12", the
     placeholder's example, showed request #120 to #129 and #1200 on too."""
-    before = r"(?<!\d)" if typed[:1].isdigit() else ""
-    after = r"(?!\d)" if typed[-1:].isdigit() else ""
-    return re.compile(f"{before}{re.escape(typed)}{after}", re.IGNORECASE)
+    before = r"(?<!\d)(?<!\d,)" if typed[:1].isdigit() else ""
+    after = r"(?!\d)(?!,\d)" if typed[-1:].isdigit() else ""
+    pattern, end = "", 0
+    for number in _NUMBER.finditer(typed):
+        pattern += re.escape(typed[end:number.start()]) + _either_grouping(number.group())
+        end = number.end()
+    return re.compile(f"{before}{pattern}{re.escape(typed[end:])}{after}", re.IGNORECASE)
 
 
 class EventLog(QWidget):
