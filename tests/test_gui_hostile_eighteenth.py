@@ -8,7 +8,8 @@ max_model_len of 1 token. Thousands grouped as French, Swiss or Python write the
 such text stays in the box as typed, is said at once and refused on Enter with the value kept, a
 grouping of thousands is read as the number written, and "NaN" is not a number. The event log's
 filter "1024-token" found none of the "1,024-token prompt" lines the log writes, "request #1,200"
-(written as the window writes numbers) not request #1200. (One window per test, each test many
+(written as the window writes numbers) not request #1200. "90%" in the memory utilisation (a
+share written 0.05 to 1.00) was "in %: type the number alone", and 90 then above 1.00. (One window per test, each test many
 cases: the window is most of a test's time.)"""
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def test_thousands_grouped_as_other_places_write_them_are_the_number_written(win
 
 def test_what_the_refusals_say(window, qtbot):
     settings = window.settings
+    share = settings.gpu_memory_utilization  # a percentage in the box of a share is that share
+    for text, value in [("90%", 0.9), ("85 %", 0.85), ("５０％", 0.5), ("100%", 1.0)]:
+        assert paste(qtbot, share, text) == "" and settings.values()["gpu_memory_utilization"] == value, text
+    assert paste(qtbot, share, "150%").startswith("1.50 is above the largest value this field takes, 1.00: kept 1.00")
+    assert paste(qtbot, share, "1%").startswith("0.01 is below the smallest value this field takes, 0.05")
+    share.setValue(0.9)
     for text in ["0x10", "1/2", "2^10"]:  # "is in x10, not requests", "is in /2"
         said = paste(qtbot, settings.num_requests, text)
         assert said.startswith(f"{text!r} is not a number; this field takes 1 to 10,000,000 requests"), said

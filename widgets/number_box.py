@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from decimal import Decimal, InvalidOperation
 
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
@@ -99,10 +100,24 @@ def _units(box: QAbstractSpinBox) -> list[str]:
     return sorted(units, key=len, reverse=True)
 
 
+def _as_a_share(box: QAbstractSpinBox, text: str) -> str:
+    """In a box of a share written as a fraction (the memory utilisation, 0.05 to 1.00: its property
+    "share"), a percentage as the fraction it is: "90%" was refused as "in %: type the number alone",
+    and 90 then as above 1.00."""
+    written = text.strip()
+    if not box.property("share") or not written.endswith("%"):
+        return text
+    try:
+        share = Decimal(written.removesuffix("%").strip()).scaleb(-2)
+    except InvalidOperation:
+        return text
+    return str(share) if share.is_finite() else text
+
+
 def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
     """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
     "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
-    text = _grouped_as_the_box_groups(box, ascii_number(text))
+    text = _as_a_share(box, _grouped_as_the_box_groups(box, ascii_number(text)))
     suffix = box.suffix()
     if not suffix or text == box.specialValueText():
         return text
