@@ -9,7 +9,9 @@ such text stays in the box as typed, is said at once and refused on Enter with t
 grouping of thousands is read as the number written, and "NaN" is not a number. The event log's
 filter "1024-token" found none of the "1,024-token prompt" lines the log writes, "request #1,200"
 (written as the window writes numbers) not request #1200. "90%" in the memory utilisation (a
-share written 0.05 to 1.00) was "in %: type the number alone", and 90 then above 1.00. (One window per test, each test many
+share written 0.05 to 1.00) was "in %: type the number alone", and 90 then above 1.00. A preset
+name typed with a combining accent (e + U+0301, as some input methods type "é") was refused as
+"a preset name uses letters, ... got 'é'", a letter to the eye. (One window per test, each test many
 cases: the window is most of a test's time.)"""
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def test_digits_spoilt_by_a_key_stay_as_typed_are_said_and_refused_with_the_valu
     assert "'3k' is not a number" in window.statusBar().currentMessage()
 
 
-def test_a_spoilt_number_in_the_seed_and_the_editor_is_said_where_each_says_things(window, qtbot):
+def test_a_spoilt_number_in_the_seed_and_the_editor_is_said_where_each_says_things(window, qtbot, monkeypatch):
     seed = window.seed
     seed.setValue(7)
     typed(qtbot, seed, "4k2")  # was 42 (the seed takes each key as it comes: 4, then the refusal)
@@ -86,6 +88,16 @@ def test_a_spoilt_number_in_the_seed_and_the_editor_is_said_where_each_says_thin
     assert box.value() == before and editor.model_error.text().startswith("'4x' is not a number")
     paste(qtbot, editor.memory_gib, "NaN")  # "has more decimals than this field keeps"
     assert editor.model_error.text().startswith("'NaN' is not a number; this field takes 0.10 to ")
+    # a name with a combining accent is saved as the name the eye reads
+    from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+    from kvscope.app.lab.presets import user_preset_names
+
+    said = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: said.append((title, text)))
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("cafe\u0301-gpu ", True))
+    editor.save_hardware.click()
+    assert said == [] and user_preset_names("hardware") == ["caf\u00e9-gpu"]
 
 
 def test_thousands_grouped_as_other_places_write_them_are_the_number_written(window, qtbot):

@@ -3,6 +3,8 @@ save them as the user's own presets. The app validates, applies and stores; this
 
 from __future__ import annotations
 
+import unicodedata
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -228,7 +230,9 @@ class PresetEditor(QScrollArea):
         name, ok = QInputDialog.getText(self, "Save preset", "Name (letters, digits, - _ ., not starting with .):",
                                         text=f"{current}-edited")
         if ok:  # an empty name is refused by the app with the reason, not ignored without a word
-            self.save_requested.emit(kind, name.strip())
+            # composed: an input method that types "é" as e + U+0301 (a combining accent) was refused
+            # as "a preset name uses letters, ... got 'é'", a letter to the eye
+            self.save_requested.emit(kind, unicodedata.normalize("NFC", name.strip()))
 
     def _delete(self) -> None:
         data = self.user_presets.currentData()
