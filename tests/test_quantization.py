@@ -99,7 +99,7 @@ def test_on_a_device_budget_the_memory_quantisation_frees_joins_the_kv_pool(load
     plans = {q: e.plan for q, e in engines.items()}
     for q, plan in plans.items():
         assert plan.memory_bytes == budget and plan.weights_bytes == loaded[q].config.weights_bytes
-        assert plan.kv_pool_bytes == int(budget * 0.9) - plan.weights_bytes
+        assert plan.kv_pool_bytes == int(budget * 0.92) - plan.weights_bytes
         assert engines[q].runner.cache.nbytes == plan.num_blocks * plan.block_bytes
     for q in ("int8", "nf4"):
         freed = plans[None].weights_bytes - plans[q].weights_bytes

@@ -116,7 +116,7 @@ def test_gqa_admits_4x_and_fp8_2x():
     assert 1.8 <= result.ratio("peak_running", "Llama 2 7B, fp8 KV", mha) <= 2.2
     assert 1.8 <= result.ratio("peak_running", "Llama 3 8B (GQA), fp8 KV", gqa) <= 2.2
     value, text = scenario.reveal(result)
-    assert value == gqa and "98" in text  # vLLM's accounting: 7 GiB of the pool profile a 65,536-token step
+    assert value == gqa and "101" in text  # at 0.92 (98 at 0.9); vLLM's accounting: 7 GiB of the pool profile a 65,536-token step
 
 
 def test_chunked_prefill_removes_the_decode_stall():
