@@ -218,7 +218,8 @@ class SettingsPanel(QScrollArea):
         self.block_size = QComboBox()
         self.block_size.setToolTip("block_size: token slots per KV block")
         self._row(form, "block_size", "Block size", self.block_size)
-        self.gpu_memory_utilization = _dspin(0.05, 1.0, 2, "", "gpu_memory_utilization: share of device memory the engine may use", 0.05)
+        self.gpu_memory_utilization = _dspin(0.05, 1.0, 2, "", "gpu_memory_utilization: share of device memory the engine may use\n"
+                                             "(vLLM's default: 0.92 from vLLM 0.21, 0.9 before)", 0.05)
         self.gpu_memory_utilization.setProperty("share", True)  # "90%" typed is 0.90 (number_box._as_a_share)
         self._row(form, "gpu_memory_utilization", "Memory utilisation", self.gpu_memory_utilization)
         self.kv_budget = _dspin(0, 1_048_576, 0, " MiB", "kv_cache_memory_bytes: size the KV pool directly\n"
