@@ -18,7 +18,7 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
 from kvscope.widgets.number_box import (ascii_number, beyond_decimals, least_number, misplaced_group_separator,
-                                        spoilt_number)
+                                        number_typed, spoilt_number)
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 # "2 GiB", "50%"; a unit holds no digit: "0x10" was said to be "in x10", "1/2" "in /2"
@@ -138,14 +138,14 @@ class KeptValueNotice(QObject):
 
     def _dropped(self, box: QAbstractSpinBox) -> None:
         # while the signal is emitted the line holds the text refused, before Qt puts it back
-        typed = box.lineEdit().text().removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+        typed = number_typed(box, box.lineEdit().text())
         if typed and box.validate(box.lineEdit().text(), 0)[0] == QValidator.State.Invalid:
             self._show(dropped_reason(box, typed))
 
     def _spoilt(self, box: QAbstractSpinBox, text: str) -> None:
         # a key that leaves no number ("5k") stays in the box (number_box.spoilt_number): said at once,
         # as the key Qt dropped was
-        typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+        typed = number_typed(box, text)
         if spoilt_number(box, text) and box.validate(text, 0)[0] != QValidator.State.Acceptable:
             self._show(dropped_reason(box, typed))
 

@@ -23,11 +23,16 @@ from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
 _NUMBER_LIKE = re.compile(r"[+-]?[\d,]*\.?\d*([eE][+-]?\d*)?")
 
 
+def number_typed(box: QAbstractSpinBox, text: str) -> str:
+    """The number a box's text holds as typed: without the box's prefix and suffix, nor spaces around."""
+    return text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+
+
 def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) -> bool:
     """Whether text Qt would drop (Invalid) is a number the box should keep, to be refused with its reason."""
     if state != QValidator.State.Invalid or (box.specialValueText() and text == box.specialValueText()):
         return False
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    typed = number_typed(box, text)
     # a sign alone too: dropped, "-5" typed in a box from 0 arrived as 5
     return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
 
@@ -38,7 +43,7 @@ def spoilt_number(box: QAbstractSpinBox, text: str) -> bool:
     requests, "0x10" as 10, "1 000" as 1 token, "1.2.3" as 1.23 req/s, "5-3" as 53 -- the line that
     said the key was dropped was gone with the Enter that took the rest. Such text stays in the box
     as typed, said at once and refused on Enter like any number the box cannot hold."""
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    typed = number_typed(box, text)
     # invisible characters (a direction mark, a zero-width space) are dropped as before: the user
     # cannot see them to remove them, and the line that says so names them
     hidden = any(unicodedata.category(c) in ("Cf", "Cc") for c in typed)
@@ -54,7 +59,7 @@ _OTHER_GROUPING = re.compile(rf"(?<=\d)[{_OTHER_SEPARATORS}](?=\d{{3}}(?!\d))")
 
 def _grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
     separator = box.locale().groupSeparator()
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    typed = number_typed(box, text)
     if not separator or not _OTHER_GROUPING.search(typed):
         return text
     # every group of three ("1 000 000", or "1,000 000" as the box rewrote the first while it was typed)
@@ -70,7 +75,7 @@ def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     The locale's own reading is strict about where they go (10,00,000 is a number in India)."""
     locale = box.locale()
     separator = locale.groupSeparator()
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    typed = number_typed(box, text)
     if not separator or separator not in typed:
         return False
     return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
@@ -133,7 +138,7 @@ def typed_number(box: QAbstractSpinBox, text: str) -> float | None:
     """The number typed in the box ("5e-1", "1.0", "1,024"), judged by its value; None for text that is
     no finite number, or whose group separators are misplaced ("2,5")."""
     text = as_the_box_writes(box, text)
-    typed = text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip()
+    typed = number_typed(box, text)
     if not typed or _NUMBER_LIKE.fullmatch(typed) is None or misplaced_group_separator(box, text):
         return None
     value, ok = box.locale().toDouble(typed)
@@ -159,7 +164,7 @@ def _special_typed(box: QAbstractSpinBox, text: str, pos: int) -> tuple | None:
     ("def") is the word being typed. None for other text."""
     special = box.specialValueText()
     typed, word = (t.replace("'", "").replace("\u2019", "").lower()
-                   for t in (text.removeprefix(box.prefix()).removesuffix(box.suffix()).strip(), special))
+                   for t in (number_typed(box, text), special))
     if not special or not typed or not word.startswith(typed):
         return None
     if typed != word:
