@@ -130,12 +130,11 @@ SAMPLER_FIXED_BYTES = 32 * MiB
 NON_TORCH_BYTES = int(0.25 * GiB)
 NON_TORCH_BYTES_NVLINK_TP = int(2.1 * GiB)
 NVLINK_BYTES_PER_S = 300e9
-# From 0.21 vLLM subtracts its estimate of CUDA-graph memory (51 capture sizes, piecewise and
-# full): a least-squares line through its 30 "Estimated CUDA graph memory" figures in the 0.19
+# From 0.21 (CUDA_GRAPHS_PROFILED_FROM) vLLM subtracts its estimate of CUDA-graph memory (51 capture
+# sizes, piecewise and full): a least-squares line through its 30 "Estimated CUDA graph memory" figures in the 0.19
 # logs above (0.52 - 1.92 GiB; typical error 0.2 GiB).
 CUDA_GRAPH_BASE_BYTES = int(0.40 * GiB)
 CUDA_GRAPH_BYTES_PER_LAYER = int(0.0158 * GiB)
-CUDA_GRAPHS_SUBTRACTED_FROM = CUDA_GRAPHS_PROFILED_FROM
 V1_FROM = (0, 8)  # the V1 engine (its profiler and hybrid allocator) is the default from 0.8
 KV_SIZE_IS_CONCURRENCY_FROM = (0, 20)  # "GPU KV cache size" = concurrency x max_model_len (0.24, 0.33)
 MAMBA_ALIGN_FROM = (0, 24)  # prefix caching on a hybrid model keeps two state blocks per request
@@ -279,7 +278,7 @@ def plan_memory(model: ModelConfig, hardware: HardwareSpec, resolved: ResolvedAr
             on_cuda = hardware.kind == "gpu"  # a CPU target has no CUDA context (non-torch) and captures no graphs
             non_torch = non_torch_bytes(hardware, tp) if on_cuda else 0
             # --enforce-eager captures no CUDA graphs: vLLM then holds nothing back for them
-            graphs = (cuda_graph_bytes(model) if on_cuda and version >= CUDA_GRAPHS_SUBTRACTED_FROM
+            graphs = (cuda_graph_bytes(model) if on_cuda and version >= CUDA_GRAPHS_PROFILED_FROM
                       and not args.enforce_eager else 0)
             pool_source = (f"memory x gpu_memory_utilization - weights - activation peak{' - non-torch' * on_cuda}"
                            f"{' - CUDA graphs' if graphs else ''} - reserve (vLLM {args.vllm_version})")

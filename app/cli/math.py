@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from kvscope.engine.config import (KV_CACHE_DTYPE_BYTES, ConfigError, default_gpu_memory_utilization, parse_vllm_version,
-                                   resolve_engine_args)
-from kvscope.engine.memory_math import CUDA_GRAPHS_SUBTRACTED_FROM, full_length_reason, no_room_reason, plan_memory
+from kvscope.engine.config import (CUDA_GRAPHS_PROFILED_FROM, KV_CACHE_DTYPE_BYTES, ConfigError,
+                                   default_gpu_memory_utilization, parse_vllm_version, resolve_engine_args)
+from kvscope.engine.memory_math import full_length_reason, no_room_reason, plan_memory
 from kvscope.engine.units import format_bytes
 
 from kvscope.app.cli import combinations, options
@@ -84,7 +84,7 @@ def _groups_row(plan, model) -> str:
 def _no_graphs_reason(plan, hardware) -> str:
     if hardware.kind != "gpu":
         return "none on a CPU target (CUDA graphs are captured on CUDA only)"
-    if parse_vllm_version(plan.vllm_version) < CUDA_GRAPHS_SUBTRACTED_FROM:
+    if parse_vllm_version(plan.vllm_version) < CUDA_GRAPHS_PROFILED_FROM:
         return "not subtracted (captured after the KV cache before vLLM 0.21)"
     return "none captured (--enforce-eager)"
 
