@@ -442,13 +442,9 @@ _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 def _read_trace_rows(path: Path, reader, limit: int | None) -> list[TraceRow]:
     rows: list[TraceRow] = []
     header = next(reader, None)
-    if header is not None and [cell.strip().lower() for cell in header] == ["sep=", ""]:
-        # Excel's and LibreOffice's "sep=," line, which names the separator, not the columns: the header was said to
-        # have "no arrival column" when the next line names it
-        header = next(reader, None)
-        if header is None:
-            raise ConfigError(f"trace {path}: only a sep=, line (the separator a spreadsheet names), no header "
-                              "and no requests")
+    # Excel's and LibreOffice's "sep=," line names the separator, not the columns ("no arrival column" was said)
+    if header is not None and [cell.strip().lower() for cell in header] == ["sep=", ""] and not (header := next(reader, None)):
+        raise ConfigError(f"trace {path}: only a sep=, line (the separator a spreadsheet names), no header and no requests")
     if header is None:
         raise ConfigError(f"trace {path}: the file is empty")
     header_line = reader.line_num  # 2 after a sep=, line
