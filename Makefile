@@ -28,9 +28,10 @@ run: $(STAMP)
 	PY=$(PY) scripts/ensure_qt_system_libs.sh
 	$(VENV)/bin/kvscope gui
 
-# The wall within seconds: Llama 3 8B on a 24 GB L4 (the default GPU) leaves ~3.2 GiB for KV; chat traffic fills it
-# 8.3 s into the run (25 requests running at most, the rest queued) while compute averages 23 % of peak.
-# On an H100 the same traffic peaks at 7 % of its 53 GiB pool: no wall to see.
+# The wall within seconds: Llama 3 8B on a 24 GB L4 (the default GPU) leaves 3.68 GiB for KV at vLLM's 0.92 share;
+# chat traffic fills it 8.4 s into the run (27 requests running at most, the rest queued) while compute averages
+# 25 % of peak.
+# On an H100 the same traffic peaks at 7 % of its 55 GiB pool: no wall to see.
 demo: $(STAMP)
 	$(VENV)/bin/kvscope run --model llama-3-8b --hardware l4-24gb --workload chat --requests 400
 
