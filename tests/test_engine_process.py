@@ -82,6 +82,29 @@ def test_closing_with_a_frame_in_flight_stops_the_engine_and_finishes_its_record
     assert Recording.open(path).summary is not None  # finished: an unfinished one has no index
 
 
+def test_a_process_not_heard_from_yet_is_stopped_at_once_unless_a_recording_was_asked(tmp_path):
+    """A window closed while its engine process still starts (or loads a model) waited for it to read
+    "stop": ~0.7 s on a 2-core machine, up to the 5 s timeout during a model load. With no frame
+    from it yet it holds nothing to finish, so it is terminated; a recording asked for is finished."""
+    import signal
+
+    from kvscope.app.lab.recording import Recording
+
+    process = SessionHost(EngineSession)
+    process.start()
+    process.apply(endless_config(), play=True)
+    process.stop()
+    assert process._process.exitcode == -signal.SIGTERM  # not waited for
+    process = SessionHost(EngineSession)
+    process.start()
+    path = tmp_path / "run.kvrec"
+    process.apply(endless_config(), play=True)
+    process.start_recording(str(path))
+    process.stop()
+    assert process._process.exitcode == 0  # it read "stop" and finished the recording
+    assert Recording.open(path).summary is not None
+
+
 def test_a_frame_made_before_a_rebuild_is_dropped_not_shown():
     """A frame on its way when the window applies new settings shows an engine that is gone: the
     host drops it, and the next frame shows the new engine."""

@@ -300,6 +300,8 @@ class SessionHost:
         self._process.start()
         child_conn.close()
         self._conn = parent_conn
+        self._heard_from = False  # no frame yet: the process is still starting, or building its first run
+        self._recording_asked = False
         self._awaiting_frame = False
         self._share_since = None
         self._generation = 0
@@ -360,6 +362,7 @@ class SessionHost:
     def start_recording(self, path: str) -> None:
         """Record the run from its current step to path (.kvrec) until stop_recording, a rebuild
         or the end of the workload."""
+        self._recording_asked = True
         self._send(RECORD, str(path))
 
     def stop_recording(self) -> None:
@@ -373,6 +376,11 @@ class SessionHost:
         self._stopped = True
         if self._process is None:
             return
+        if not (self._heard_from or self._recording_asked):
+            # Nothing in it to finish: a process still importing would read STOP only once started
+            # (~0.7 s of CPU on a 2-core machine; seconds while a model loads), which a closing
+            # window waited out
+            timeout = 0.0
         try:
             self._conn.send((STOP, None))
         except (BrokenPipeError, OSError):
@@ -417,6 +425,7 @@ class SessionHost:
                 self._hold_off_for_drawing()
             if self._awaiting_frame and self._conn.poll():
                 frame = decode_frame(self._conn.recv_bytes(), self._conn.recv_bytes)
+                self._heard_from = True
                 # every frame's snapshot, a stale one's too: the next one is sent as changes to it
                 if not self._snapshots.rebuild(frame):
                     self._whole_snapshot_due = True
