@@ -1,0 +1,125 @@
+"""The window against bad input, nineteenth round: the first key of a number, and numbers grouped by
+points. A point or a comma typed first was dropped (no digit yet: no number to keep) and the digits
+after it taken, the line that said so gone with the Enter: ".5" typed for half a request ran 5
+requests, ",5" (0.5 as much of Europe writes it) an arrival rate of 5 req/s, ".5" in the seed 5.
+"2.000" typed for 2,000 requests (thousands grouped by points, as German, Italian or Spanish write
+them) ran 2, "8.000" a max_model_len of 8 tokens; "1.024" was "not a whole number", "1.000.000" "not
+a number". A refused "8x" in the Model & hardware editor, mended to the 8 it kept, left its refusal
+standing under a box showing 8 (no value changed, so the form was not checked again). The event log's
+filter "1.5 s" found none of the "1.500 s" lines the log writes (every line starts with its time),
+"12 ms" none of "12.0 ms in the queue", and "request #１２" (a CJK input method's full-width digits)
+none. Each is said where the user is, and a consistent neighbour is still taken."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_gui_hostile_eighteenth import key_of, typed
+from test_gui_hostile_fifteenth import paste
+from test_gui_hostile_fourteenth import refused, taken
+from test_gui_hostile_thirteenth import enter
+
+
+def test_a_point_or_a_comma_first_and_thousands_grouped_by_points_are_refused_not_read_as_another_number(window, qtbot):
+    """(One window for both: the window is most of a test's time.)"""
+    settings = window.settings
+    rate = key_of(settings, settings.arrival_rate)
+    for box, text, said in [
+        ("num_requests", ".5", ".5 is below the smallest value this field takes, 1 request: kept 2,000 requests"),
+        ("num_requests", "-.5", "-.5 is below the smallest value this field takes, 1 request: kept 2,000 requests"),
+        ("num_requests", ".", "'.' is not a value this field takes (1 to 10,000,000 requests): kept 2,000 requests"),
+        ("arrival_rate", ",5", ",5: ',' only separates thousands here (1,024); a decimal is written with '.': "
+                               "kept preset's"),
+    ]:
+        field = getattr(settings, box)
+        key = key_of(settings, field)
+        before = settings.values()[key]
+        held = typed(qtbot, field, text)  # was 5 requests, 5 req/s: the first key dropped
+        assert held.startswith(text) and settings.values()[key] == before, (text, held)
+        assert refused(settings, key) == said, refused(settings, key)
+    window.seed.setValue(7)
+    typed(qtbot, window.seed, ".5")  # was 5
+    assert window.seed.value() == 7
+    assert window.statusBar().currentMessage().startswith("seed: .5 is not a whole number (0 to 2147483647): kept 7")
+    # a rate written with its point first is still a rate; a sign first is still kept as before
+    assert typed(qtbot, settings.arrival_rate, ".5").startswith(".5") and settings.values()[rate] == 0.5
+    assert refused(settings, rate) == "" and taken(window)
+    typed(qtbot, settings.num_requests, "-5")
+    assert refused(settings, "num_requests").startswith("-5 is below the smallest value this field takes, 1 request")
+    # a word typed in a box without a special value is still dropped letter by letter (17th round)
+    enter(qtbot, settings.num_requests, "default")
+    assert refused(settings, "num_requests").startswith("'t' is not a number")
+    enter(qtbot, settings.num_requests, "2000")
+    thousands_grouped_by_points_in_a_box_of_whole_numbers_are_refused_with_why(window, qtbot)
+
+
+GROUPED_BY_POINTS = [("num_requests", "2.000", "2,000 requests"),  # ran 2 requests
+                     ("max_model_len", "8.000", "default"),  # 8 tokens
+                     ("max_model_len", "1.024", "default"),  # "not a whole number"
+                     ("num_requests", "1.000.000", "2,000 requests")]  # "not a number"
+
+
+def thousands_grouped_by_points_in_a_box_of_whole_numbers_are_refused_with_why(window, qtbot) -> None:
+    settings = window.settings
+    for box, text, kept in GROUPED_BY_POINTS:
+        field = getattr(settings, box)
+        key = key_of(settings, field)
+        before = settings.values()[key]
+        assert typed(qtbot, field, text).startswith(text)
+        assert settings.values()[key] == before, text
+        assert refused(settings, key) == (f"{text}: '.' is a decimal point here, not a thousands separator (1,000 or "
+                                          f"1000), and this field takes whole numbers: kept {kept}"), refused(settings, key)
+    said = paste(qtbot, settings.num_requests, "２.０００")  # full-width, pasted
+    assert said.startswith("2.000: '.' is a decimal point here") and settings.values()["num_requests"] == 2000
+    typed(qtbot, window.seed, "1.000")  # (the seed takes each key as it comes: 1, then the refusal)
+    assert window.statusBar().currentMessage().startswith("seed: 1.000: '.' is a decimal point here")
+    # neighbours: "1.0" is still 1 (15th round), a point in a box of decimals is a decimal point
+    assert paste(qtbot, settings.num_requests, "1.0") == "" and settings.values()["num_requests"] == 1
+    rate = key_of(settings, settings.arrival_rate)
+    assert paste(qtbot, settings.arrival_rate, "1.000") == "" and settings.values()[rate] == 1.0
+    assert paste(qtbot, settings.num_requests, "2,000") == "" and settings.values()["num_requests"] == 2000
+
+
+def test_a_refusal_mended_to_the_value_it_kept_goes(window, qtbot):
+    editor = window.editor
+    box = editor.model_boxes["num_key_value_heads"]
+    enter(qtbot, box, "8x")
+    assert not editor.model_error.isHidden() and editor.model_error.text().startswith("'8x' is not a number")
+    enter(qtbot, box, "8")  # the 8 it kept: the refusal stood under a box showing 8
+    assert editor.model_error.isHidden() and box.value() == 8 and taken(window)
+    enter(qtbot, box, "0")  # a refusal the form makes is said again, not cleared
+    assert editor.model_error.text() != "" and not editor.model_error.isHidden()
+    enter(qtbot, box, "8")
+    settings = window.settings
+    enter(qtbot, settings.num_requests, "5;")
+    assert refused(settings, "num_requests").startswith("'5;' is in ;")
+    enter(qtbot, settings.num_requests, "2000")
+    assert refused(settings, "num_requests") == "" and taken(window)
+    # a dropped key's line is not cleared by the Enter after it (the text in the box is the old one)
+    paste(qtbot, settings.num_requests, "-nan")
+    assert refused(settings, "num_requests").startswith("'-nan' is not a number")
+
+
+@pytest.mark.parametrize("typed_filter, shown", [
+    ("1.5 s", [0]),  # "     1.500 s  request #12 finished": none
+    ("1.50 s", [0]),
+    ("1.5", [0]),
+    ("1.55", [1]),  # not 1.5's line
+    ("12 ms", [2]),  # "after 12.0 ms in the queue": none
+    ("12.0 ms", [2]),
+    ("request #１２ ", [0]),  # full-width digits: none
+    ("#12", [0]),  # still not #120
+    ("2 s", []),  # not the end of 1.5's "500 s"
+])
+def test_the_event_logs_filter_finds_a_time_as_the_log_writes_it(qtbot, typed_filter, shown):
+    from kvscope.widgets.event_log import EventLog
+
+    log = EventLog(kinds=("admitted", "finished"))
+    qtbot.addWidget(log)
+    log.show()
+    lines = [("finished", "     1.500 s  request #12 finished, 0.250 s after arriving"),
+             ("finished", "     1.550 s  request #120 finished, 0.300 s after arriving"),
+             ("admitted", "     2.250 s  request #7 admitted to the batch after 12.0 ms in the queue")]
+    log.add_lines(lines)
+    log.text_filter.setText(typed_filter)
+    assert log.shown_lines() == [lines[i][1] for i in shown]
