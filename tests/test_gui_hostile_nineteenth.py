@@ -8,11 +8,15 @@ a number". A refused "8x" in the Model & hardware editor, mended to the 8 it kep
 standing under a box showing 8 (no value changed, so the form was not checked again). The event log's
 filter "1.5 s" found none of the "1.500 s" lines the log writes (every line starts with its time),
 "12 ms" none of "12.0 ms in the queue", and "request #１２" (a CJK input method's full-width digits)
-none. Each is said where the user is, and a consistent neighbour is still taken."""
+none. File > Export offered "Comparison plot:  (PNG or SVG)..." (a blank name) for every comparison, asked
+for a path ("comparison .png") and only then said the plot was not shown; the output tokens' plot
+likewise where a scenario's question takes its place. Each is said where the user is, and a
+consistent neighbour is still taken."""
 
 from __future__ import annotations
 
 import pytest
+from PySide6.QtWidgets import QMessageBox
 
 from test_gui_hostile_eighteenth import key_of, typed
 from test_gui_hostile_fifteenth import paste
@@ -80,7 +84,9 @@ def thousands_grouped_by_points_in_a_box_of_whole_numbers_are_refused_with_why(w
     assert paste(qtbot, settings.num_requests, "2,000") == "" and settings.values()["num_requests"] == 2000
 
 
-def test_a_refusal_mended_to_the_value_it_kept_goes(window, qtbot):
+def test_a_refusal_mended_to_the_value_it_kept_goes_and_export_offers_the_plots_a_comparison_shows(window, qtbot,
+                                                                                                   monkeypatch):
+    """(One window for both: the window is most of a test's time.)"""
     editor = window.editor
     box = editor.model_boxes["num_key_value_heads"]
     enter(qtbot, box, "8x")
@@ -98,6 +104,27 @@ def test_a_refusal_mended_to_the_value_it_kept_goes(window, qtbot):
     # a dropped key's line is not cleared by the Enter after it (the text in the box is the old one)
     paste(qtbot, settings.num_requests, "-nan")
     assert refused(settings, "num_requests").startswith("'-nan' is not a number")
+    the_comparisons_export_entries_name_the_plots_it_shows(window, monkeypatch)
+
+
+def the_comparisons_export_entries_name_the_plots_it_shows(window, monkeypatch) -> None:
+    said, asked = [], []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a, **k: said.append(text))
+    monkeypatch.setattr(window, "_ask_save_path", lambda *a: asked.append(a))
+    plots = window.compare_view().plots
+    exports, actions = window.exports, window.export_actions
+    exports._show_compare_entries()  # as the menu opens
+    entry = actions["compare:asked"]  # "Comparison plot:  (PNG or SVG)...", enabled
+    assert entry.text() == "Comparison plot: Scenario's question (PNG or SVG)..." and not entry.isEnabled()
+    assert not exports.ask_compare_plot("asked") and asked == []  # a path "comparison .png" was asked first
+    assert said == ["this comparison has no 'Scenario's question' plot on screen; it shows: KV cache usage; "
+                    "Running requests (batch size); Output tokens generated"]
+    plots.set_asked_plot("longest pause between tokens", "ms")
+    exports._show_compare_entries()
+    assert entry.text() == "Comparison plot: longest pause between tokens (PNG or SVG)..." and entry.isEnabled()
+    assert not actions["compare:output_tokens"].isEnabled()  # its place taken by the asked plot
+    assert not exports.ask_compare_plot("output_tokens") and asked == []
+    assert actions["compare:kv_usage"].isEnabled()
 
 
 @pytest.mark.parametrize("typed_filter, shown", [
