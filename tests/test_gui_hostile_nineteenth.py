@@ -10,7 +10,9 @@ filter "1.5 s" found none of the "1.500 s" lines the log writes (every line star
 "12 ms" none of "12.0 ms in the queue", and "request #１２" (a CJK input method's full-width digits)
 none. File > Export offered "Comparison plot:  (PNG or SVG)..." (a blank name) for every comparison, asked
 for a path ("comparison .png") and only then said the plot was not shown; the output tokens' plot
-likewise where a scenario's question takes its place. Each is said where the user is, and a
+likewise where a scenario's question takes its place. A scenario's guess of "1 000" or "1'000" sequences
+was "not a number" (1,000 in every box of the Settings), "1 sequence" too where "2 sequences" was
+taken. Each is said where the user is, and a
 consistent neighbour is still taken."""
 
 from __future__ import annotations
@@ -150,3 +152,23 @@ def test_the_event_logs_filter_finds_a_time_as_the_log_writes_it(qtbot, typed_fi
     log.add_lines(lines)
     log.text_filter.setText(typed_filter)
     assert log.shown_lines() == [lines[i][1] for i in shown]
+
+
+@pytest.mark.parametrize("typed, value, why", [
+    ("1 000", 1000.0, None),  # "'1 000' is not a number": 1,000 in every box of the Settings
+    ("1'000", 1000.0, None),
+    ("1_000", 1000.0, None),
+    ("1 sequence", 1.0, None),  # "not a number", where "2 sequences" was taken
+    ("2,000", 2000.0, None),
+    ("1 00", None, "'1 00' is not a number"),
+])
+def test_a_scenario_guess_reads_thousands_and_units_as_the_settings_do(qtbot, typed, value, why):
+    from test_gui_hostile_fourth import guess_panel
+
+    panel, _committed = guess_panel(qtbot, "cache-ceiling")  # a count of sequences
+    got, said = panel.guess_number.read(typed)
+    assert got == value and (said or "").startswith(why or ""), said
+    panel.set_scenario("t", "", "how many?", "simulated", unit="requests", minimum=0, maximum=5000, decimals=0)
+    assert panel.guess_number.read("2.000") == (None, "2.000: '.' is a decimal point here, not a thousands separator "
+                                                      "(1,000 or 1000), and this guess is a whole number from 0 "
+                                                      "requests to 5000 requests")  # the guess 2

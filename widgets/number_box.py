@@ -62,7 +62,7 @@ _OTHER_SEPARATORS = " _'\u00a0\u202f\u2009\u2019"
 _OTHER_GROUPING = re.compile(rf"(?<=\d)[{_OTHER_SEPARATORS}](?=\d{{3}}(?!\d))")
 
 
-def _grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
+def grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
     separator = box.locale().groupSeparator()
     typed = number_typed(box, text)
     if not separator or not _OTHER_GROUPING.search(typed):
@@ -136,7 +136,7 @@ def _as_a_share(box: QAbstractSpinBox, text: str) -> str:
 def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
     """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
     "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
-    text = _as_a_share(box, _grouped_as_the_box_groups(box, ascii_number(text)))
+    text = _as_a_share(box, grouped_as_the_box_groups(box, ascii_number(text)))
     suffix = box.suffix()
     if not suffix or text == box.specialValueText():
         return text
