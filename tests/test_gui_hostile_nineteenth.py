@@ -1,7 +1,8 @@
 """The window against bad input, nineteenth round: the first key of a number, and numbers grouped by
 points. A point or a comma typed first was dropped (no digit yet: no number to keep) and the digits
 after it taken, the line that said so gone with the Enter: ".5" typed for half a request ran 5
-requests, ",5" (0.5 as much of Europe writes it) an arrival rate of 5 req/s, ".5" in the seed 5.
+requests, ",5" (0.5 as much of Europe writes it) an arrival rate of 5 req/s, ".5" in the seed 5 (and
+the seed took each key as typed: "4k2" over 7 left it 4, its refusal saying "kept 4").
 "2.000" typed for 2,000 requests (thousands grouped by points, as German, Italian or Spanish write
 them) ran 2, "8.000" a max_model_len of 8 tokens; "1.024" was "not a whole number", "1.000.000" "not
 a number". A refused "8x" in the Model & hardware editor, mended to the 8 it kept, left its refusal
@@ -77,8 +78,14 @@ def thousands_grouped_by_points_in_a_box_of_whole_numbers_are_refused_with_why(w
                                           f"1000), and this field takes whole numbers: kept {kept}"), refused(settings, key)
     said = paste(qtbot, settings.num_requests, "２.０００")  # full-width, pasted
     assert said.startswith("2.000: '.' is a decimal point here") and settings.values()["num_requests"] == 2000
-    typed(qtbot, window.seed, "1.000")  # (the seed takes each key as it comes: 1, then the refusal)
-    assert window.statusBar().currentMessage().startswith("seed: 1.000: '.' is a decimal point here")
+    typed(qtbot, window.seed, "1.000")
+    assert window.statusBar().currentMessage() == ("seed: 1.000: '.' is a decimal point here, not a thousands "
+                                                   "separator (1,000 or 1000), and this field takes whole numbers: kept 7")
+    assert window.seed.value() == 7  # took each key as it came: 1, and "kept 1"
+    typed(qtbot, window.seed, "4k2")
+    assert window.seed.value() == 7 and window.statusBar().currentMessage().endswith(": kept 7")  # "kept 4"
+    typed(qtbot, window.seed, "42")
+    assert window.seed.value() == 42
     # neighbours: "1.0" is still 1 (15th round), a point in a box of decimals is a decimal point
     assert paste(qtbot, settings.num_requests, "1.0") == "" and settings.values()["num_requests"] == 1
     rate = key_of(settings, settings.arrival_rate)
