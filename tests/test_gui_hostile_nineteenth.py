@@ -2,7 +2,8 @@
 points. A point or a comma typed first was dropped (no digit yet: no number to keep) and the digits
 after it taken, the line that said so gone with the Enter: ".5" typed for half a request ran 5
 requests, ",5" (0.5 as much of Europe writes it) an arrival rate of 5 req/s, ".5" in the seed 5 (and
-the seed took each key as typed: "4k2" over 7 left it 4, its refusal saying "kept 4").
+the seed took each key as typed: "4k2" over 7 left it 4, its refusal saying "kept 4"). The unit typed
+key by key, as the box shows it, was refused: "7 requests" as "'7s' is not a number", "4 devices" too.
 "2.000" typed for 2,000 requests (thousands grouped by points, as German, Italian or Spanish write
 them) ran 2, "8.000" a max_model_len of 8 tokens; "1.024" was "not a whole number", "1.000.000" "not
 a number". A refused "8x" in the Model & hardware editor, mended to the 8 it kept, left its refusal
@@ -58,6 +59,25 @@ def test_a_point_or_a_comma_first_and_thousands_grouped_by_points_are_refused_no
     assert refused(settings, "num_requests").startswith("'t' is not a number")
     enter(qtbot, settings.num_requests, "2000")
     thousands_grouped_by_points_in_a_box_of_whole_numbers_are_refused_with_why(window, qtbot)
+    the_unit_typed_key_by_key_is_the_unit(window, qtbot)
+
+
+def the_unit_typed_key_by_key_is_the_unit(window, qtbot) -> None:
+    """"7 requests" typed (the box showing "5 requests") was "'7s' is not a number": at "7 request" the
+    box wrote "7 requests" with the cursor after the 7, where the "s" went."""
+    settings, editor = window.settings, window.editor
+    for box, text, key, value in [(settings.num_requests, "7 requests", "num_requests", 7),
+                                  (settings.num_requests, "1 request", "num_requests", 1),
+                                  (settings.num_requests, "3requests", "num_requests", 3),
+                                  (settings.max_model_len, "4096 tokens", "max_model_len", 4096),
+                                  (settings.kv_budget, "2048 MiB", "kv_cache_memory_bytes", 2048 * 2**20)]:
+        typed(qtbot, box, text)
+        assert settings.values()[key] == value and refused(settings, key) == "", (text, refused(settings, key))
+    typed(qtbot, settings.num_requests, "7 req")  # stopped short of the unit: refused, said as a unit
+    assert refused(settings, "num_requests").startswith("'7 req' is in req, not requests: type the number alone")
+    assert settings.values()["num_requests"] == 3
+    typed(qtbot, editor.gpu_count, "4 devices")  # the box showing "1 device"
+    assert editor.gpu_count.value() == 4 and editor.model_error.isHidden()
 
 
 GROUPED_BY_POINTS = [("num_requests", "2.000", "2,000 requests"),  # ran 2 requests

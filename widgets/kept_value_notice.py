@@ -18,7 +18,8 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
 from kvscope.widgets.number_box import (ascii_number, beyond_decimals, least_number, misplaced_group_separator,
-                                        number_typed, point_grouped, spoilt_number)
+                                        number_typed, point_grouped, spoilt_number,
+                                        unit_being_typed)
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 # "2 GiB", "50%"; a unit holds no digit: "0x10" was said to be "in x10", "1/2" "in /2"
@@ -158,7 +159,8 @@ class KeptValueNotice(QObject):
         # as the key Qt dropped was
         self._edited = True
         typed = number_typed(box, text)
-        if spoilt_number(box, text) and box.validate(text, 0)[0] != QValidator.State.Acceptable:
+        if (spoilt_number(box, text) and unit_being_typed(box, text) is None
+                and box.validate(text, 0)[0] != QValidator.State.Acceptable):
             self._show(dropped_reason(box, typed))
 
     def eventFilter(self, box, event) -> bool:  # noqa: N802 - Qt's name

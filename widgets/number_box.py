@@ -133,6 +133,21 @@ def _as_a_share(box: QAbstractSpinBox, text: str) -> str:
     return str(share) if share.is_finite() else text
 
 
+def unit_being_typed(box: QAbstractSpinBox, text: str) -> str | None:
+    """The start of the box's unit typed after a number, key by key ("7 req", "7 request" on the way to
+    "7 requests"), or None. Taken whole at its singular, the box rewrote "7 request" as "7 requests"
+    with the cursor after the 7, and the "s" typed next made "7s": "'7s' is not a number"."""
+    suffix = box.suffix()
+    if not suffix:
+        return None
+    typed = re.fullmatch(r"(.*\d)\s*([^\d\s]+)", ascii_number(text).removesuffix(suffix).strip())
+    if typed is None or _NUMBER_LIKE.fullmatch(typed[1]) is None:
+        return None
+    start = typed[2].lower()
+    longer = [unit for unit in _units(box) if unit.lower().startswith(start) and unit.lower() != start]
+    return typed[2] if longer else None
+
+
 def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
     """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
     "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
@@ -204,6 +219,10 @@ class _KeepsTypedNumbers:
         special = _special_typed(self, text, pos)
         if special is not None:
             return special
+        if unit_being_typed(self, text) is not None:  # as typed, the cursor where it is: the unit goes on
+            value = typed_number(self, text)  # "7 request" is 7 on the way to "7 requests"
+            fits = value is not None and least_number(self) <= value <= self.maximum() and not beyond_decimals(self, value)
+            return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
         typed, typed_pos = text, pos
         written = as_the_box_writes(self, text)
         if written != text:  # the cursor goes where the number typed ends
