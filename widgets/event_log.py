@@ -8,6 +8,8 @@ from collections import deque
 
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QVBoxLayout, QWidget
 
+from kvscope.widgets.number_box import ascii_number
+
 ALL_KINDS = "all events"
 
 
@@ -23,15 +25,26 @@ def _either_grouping(number: str) -> str:
     return ",?".join([digits[:head], *(digits[i:i + 3] for i in range(head, len(digits), 3))])
 
 
+def _as_logged(typed: str, number: re.Match) -> str:
+    """A number of the filter as a pattern for it as the log writes it: its times and durations with
+    their decimals ("1.500 s", "12.0 ms"), so "1.5 s" and "12 ms" matched none of them."""
+    start, end = number.start(), number.end()
+    if typed[start - 1:start] == "." and typed[start - 2:start - 1].isdigit():  # a fraction: its zeros after
+        return re.escape(number.group()) + "0*"
+    return _either_grouping(number.group()) + ("" if typed[end:end + 1] == "." else r"(?:\.0+)?")
+
+
 @functools.lru_cache(maxsize=8)
 def _needle(typed: str) -> re.Pattern:
     """The text filter, case ignored; a number in it is the whole number: "request #12", the
-    placeholder's example, showed request #120 to #129 and #1200 on too."""
+    placeholder's example, showed request #120 to #129 and #1200 on too. Its digits are read as
+    the number boxes read them: "request #１２" (a CJK input method's full-width digits) found none."""
+    typed = ascii_number(typed)
     before = r"(?<!\d)(?<!\d,)" if typed[:1].isdigit() else ""
     after = r"(?!\d)(?!,\d)" if typed[-1:].isdigit() else ""
     pattern, end = "", 0
     for number in _NUMBER.finditer(typed):
-        pattern += re.escape(typed[end:number.start()]) + _either_grouping(number.group())
+        pattern += re.escape(typed[end:number.start()]) + _as_logged(typed, number)
         end = number.end()
     return re.compile(f"{before}{pattern}{re.escape(typed[end:])}{after}", re.IGNORECASE)
 

@@ -18,7 +18,7 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QDoubleSpinBox
 
 from kvscope.widgets.kept_value_notice import shown_value
-from kvscope.widgets.number_box import ascii_number
+from kvscope.widgets.number_box import ascii_number, grouped_as_the_box_groups, point_grouped
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 # digits as Python writes a float, an exponent included ("1e9", "2.5E3"); not "nan", "inf" or "0x1F"
@@ -37,10 +37,15 @@ class GuessBox(QDoubleSpinBox):
         # the unit typed by hand too ("150 %"): Qt appends its suffix to text that does not end in it;
         # digits and signs of other scripts as the number boxes read them ("５０％" was "not a number")
         # (a scenario's unit written so too: a unit "×" is the "x" typed)
+        # (and as they read thousands grouped by a space, an apostrophe or "_": "1 000" was "not a
+        # number" here, 1,000 in every other box; a count's singular too: "1 request")
         prefix, suffix = ascii_number(self.prefix()), ascii_number(self.suffix())
-        typed = ascii_number(text).removeprefix(prefix).removesuffix(suffix).strip()
+        typed = grouped_as_the_box_groups(self, ascii_number(text).removeprefix(prefix).removesuffix(suffix).strip())
         unit = suffix.strip()
-        return typed.removesuffix(unit).strip() if unit else typed
+        for written in (unit, unit[:-1] if unit.isalpha() and unit.endswith("s") else ""):
+            if written and typed.lower().endswith(written.lower()):
+                return typed[:len(typed) - len(written)].strip()
+        return typed
 
     def read(self, text: str | None = None) -> tuple[float | None, str | None]:
         """(the value, None) for text the box holds as typed (its current text by default), else
@@ -49,6 +54,9 @@ class GuessBox(QDoubleSpinBox):
         low, high = shown_value(self, self.minimum()), shown_value(self, self.maximum())
         if not typed:
             return None, f"type a guess first: a number from {low} to {high}"
+        if point_grouped(self, typed):  # "2.000" typed for 2,000 was the guess 2
+            return None, (f"{typed}: '.' is a decimal point here, not a thousands separator (1,000 or 1000), and "
+                          f"this guess is a whole number from {low} to {high}")
         value, ok = self.locale().toDouble(typed)
         if not ok and _PLAIN_NUMBER.fullmatch(typed):
             value, ok = float(typed), True

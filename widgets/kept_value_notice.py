@@ -18,7 +18,8 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox
 
 from kvscope.widgets.number_box import (ascii_number, beyond_decimals, least_number, misplaced_group_separator,
-                                        number_typed, spoilt_number)
+                                        number_typed, point_grouped, spoilt_number,
+                                        unit_being_typed)
 
 _COMMITTING_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 # "2 GiB", "50%"; a unit holds no digit: "0x10" was said to be "in x10", "1/2" "in /2"
@@ -51,15 +52,21 @@ def taken_range(box: QAbstractSpinBox) -> str:
 SHOWN_CHARS = 16  # of the typed text: a pasted 400-digit number, one unbreakable word, widened the form past its dock
 
 
+def _shown(typed: str) -> str:
+    return typed if len(typed) <= SHOWN_CHARS else f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
+
+
 def kept_value_reason(box: QAbstractSpinBox, typed: str) -> str:
     """The line for typed text the box cannot hold: its range, and the value it keeps."""
+    if point_grouped(box, typed):  # "2.000" for 2,000 requests was 2; "1.000.000" "not a number"
+        return (f"{_shown(typed)}: '.' is a decimal point here, not a thousands separator (1,000 or 1000), "
+                f"and this field takes whole numbers: kept {shown_value(box, box.value())}")
     if spoilt_number(box, typed):  # "5k", "0x10": kept as typed, said as a key Qt dropped was
         return dropped_reason(box, typed)
     if misplaced_group_separator(box, typed):
         locale = box.locale()
         point = f"; a decimal is written with '{locale.decimalPoint()}'" if isinstance(box, QDoubleSpinBox) else ""
-        shown = typed if len(typed) <= SHOWN_CHARS else f"{typed[:SHOWN_CHARS]}... ({len(typed):,} characters)"
-        return (f"{shown}: '{locale.groupSeparator()}' only separates thousands here (1{locale.groupSeparator()}024)"
+        return (f"{_shown(typed)}: '{locale.groupSeparator()}' only separates thousands here (1{locale.groupSeparator()}024)"
                 f"{point}: kept {shown_value(box, box.value())}")
     number, ok = (box.locale().toDouble(typed) if isinstance(box, QDoubleSpinBox)
                   else box.locale().toLongLong(typed.replace(box.locale().groupSeparator(), "")))
@@ -129,12 +136,17 @@ class KeptValueNotice(QObject):
     drops at once (no number at all) is said too: a pasted "\u202e12" left the box as it was,
     without a word."""
 
-    def __init__(self, box: QAbstractSpinBox, show: Callable[[str], None]):
+    def __init__(self, box: QAbstractSpinBox, show: Callable[[str], None], taken: Callable[[], None] | None = None):
         super().__init__(box)
-        self._show = show
+        self._said, self._taken = show, taken
+        self._edited = False  # typed in since the last line said: a dropped key's line stays over Enter
         box.installEventFilter(self)
         box.lineEdit().inputRejected.connect(lambda: self._dropped(box))
         box.lineEdit().textEdited.connect(lambda text: self._spoilt(box, text))
+
+    def _show(self, reason: str) -> None:
+        self._edited = False
+        self._said(reason)
 
     def _dropped(self, box: QAbstractSpinBox) -> None:
         # while the signal is emitted the line holds the text refused, before Qt puts it back
@@ -145,8 +157,10 @@ class KeptValueNotice(QObject):
     def _spoilt(self, box: QAbstractSpinBox, text: str) -> None:
         # a key that leaves no number ("5k") stays in the box (number_box.spoilt_number): said at once,
         # as the key Qt dropped was
+        self._edited = True
         typed = number_typed(box, text)
-        if spoilt_number(box, text) and box.validate(text, 0)[0] != QValidator.State.Acceptable:
+        if (spoilt_number(box, text) and unit_being_typed(box, text) is None
+                and box.validate(text, 0)[0] != QValidator.State.Acceptable):
             self._show(dropped_reason(box, typed))
 
     def eventFilter(self, box, event) -> bool:  # noqa: N802 - Qt's name
@@ -156,10 +170,16 @@ class KeptValueNotice(QObject):
             reason = typed_refusal(box)
             if reason is not None:
                 self._show(reason)
+            elif self._taken is not None and self._edited:  # mended to the value kept: no valueChanged,
+                self._edited = False                             # the notice stood under it
+                self._taken()
         return False
 
 
-def notice_kept_values(boxes, show: Callable[[QAbstractSpinBox, str], None]) -> None:
-    """A KeptValueNotice on each box; show(box, reason) says where."""
+def notice_kept_values(boxes, show: Callable[[QAbstractSpinBox, str], None],
+                       taken: Callable[[QAbstractSpinBox], None] | None = None) -> None:
+    """A KeptValueNotice on each box; show(box, reason) says where; taken(box), on Enter or Tab with a
+    value the box holds, lets the form check itself again (the notice goes, or a refusal stays)."""
     for box in boxes:
-        KeptValueNotice(box, lambda reason, box=box: show(box, reason))
+        KeptValueNotice(box, lambda reason, box=box: show(box, reason),
+                        None if taken is None else (lambda box=box: taken(box)))

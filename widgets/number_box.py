@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QSpinBox
 
 # a number as typed, possibly unfinished: a sign, digits with group separators, a point, an exponent
 _NUMBER_LIKE = re.compile(r"[+-]?[\d,]*\.?\d*([eE][+-]?\d*)?")
+_NUMBER_START = re.compile(r"[+-][.,]?|[+-]?[.,]")  # what a number's first keys type before a digit
 
 
 def number_typed(box: QAbstractSpinBox, text: str) -> str:
@@ -33,8 +34,12 @@ def _kept_as_typed(box: QAbstractSpinBox, text: str, state: QValidator.State) ->
     if state != QValidator.State.Invalid or (box.specialValueText() and text == box.specialValueText()):
         return False
     typed = number_typed(box, text)
-    # a sign alone too: dropped, "-5" typed in a box from 0 arrived as 5
-    return (typed in ("-", "+") or any(c.isdigit() for c in typed)) and _NUMBER_LIKE.fullmatch(typed) is not None
+    # a sign alone too: dropped, "-5" typed in a box from 0 arrived as 5; and a point or a
+    # comma typed first: dropped, ".5" typed for half a request arrived as 5 requests, ",5" (0.5 as
+    # much of Europe writes it) as 5 req/s -- the line that said the key was dropped went with the
+    # Enter that took the rest. (A letter first is still dropped: "default" in a box without one.)
+    return ((_NUMBER_START.fullmatch(typed) is not None or any(c.isdigit() for c in typed))
+            and _NUMBER_LIKE.fullmatch(typed) is not None)
 
 
 def spoilt_number(box: QAbstractSpinBox, text: str) -> bool:
@@ -57,7 +62,7 @@ _OTHER_SEPARATORS = " _'\u00a0\u202f\u2009\u2019"
 _OTHER_GROUPING = re.compile(rf"(?<=\d)[{_OTHER_SEPARATORS}](?=\d{{3}}(?!\d))")
 
 
-def _grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
+def grouped_as_the_box_groups(box: QAbstractSpinBox, text: str) -> str:
     separator = box.locale().groupSeparator()
     typed = number_typed(box, text)
     if not separator or not _OTHER_GROUPING.search(typed):
@@ -79,6 +84,15 @@ def misplaced_group_separator(box: QAbstractSpinBox, text: str) -> bool:
     if not separator or separator not in typed:
         return False
     return not locale.toDouble(typed)[1] and locale.toDouble(typed.replace(separator, ""))[1]
+
+
+def point_grouped(box: QAbstractSpinBox, text: str) -> bool:
+    """Whether the number typed in a box of whole numbers has its thousands grouped by points, as
+    German, Italian, Spanish or Brazilian write them ("2.000", "1.024"): the point is this box's
+    decimal point, so "2.000" typed for 2,000 requests ran 2 (and "1.024" was "not a whole number")."""
+    whole = not isinstance(box, QDoubleSpinBox) or box.decimals() == 0
+    typed = number_typed(box, text)
+    return whole and box.locale().decimalPoint() == "." and re.fullmatch(r"[+-]?\d{1,3}(\.\d{3})+", typed) is not None
 
 
 # Signs pasted beside such digits, or from a web page or a PDF: the minus sign U+2212, the full-width
@@ -119,10 +133,25 @@ def _as_a_share(box: QAbstractSpinBox, text: str) -> str:
     return str(share) if share.is_finite() else text
 
 
+def unit_being_typed(box: QAbstractSpinBox, text: str) -> str | None:
+    """The start of the box's unit typed after a number, key by key ("7 req", "7 request" on the way to
+    "7 requests"), or None. Taken whole at its singular, the box rewrote "7 request" as "7 requests"
+    with the cursor after the 7, and the "s" typed next made "7s": "'7s' is not a number"."""
+    suffix = box.suffix()
+    if not suffix:
+        return None
+    typed = re.fullmatch(r"(.*\d)\s*([^\d\s]+)", ascii_number(text).removesuffix(suffix).strip())
+    if typed is None or _NUMBER_LIKE.fullmatch(typed[1]) is None:
+        return None
+    start = typed[2].lower()
+    longer = [unit for unit in _units(box) if unit.lower().startswith(start) and unit.lower() != start]
+    return typed[2] if longer else None
+
+
 def as_the_box_writes(box: QAbstractSpinBox, text: str) -> str:
     """text typed or pasted, with ASCII digits and the unit as the box writes it: "50%" for 50 %,
     "2048MiB", "5X", "1 request" in a box showing "requests" were refused as "not a number"."""
-    text = _as_a_share(box, _grouped_as_the_box_groups(box, ascii_number(text)))
+    text = _as_a_share(box, grouped_as_the_box_groups(box, ascii_number(text)))
     suffix = box.suffix()
     if not suffix or text == box.specialValueText():
         return text
@@ -139,7 +168,8 @@ def typed_number(box: QAbstractSpinBox, text: str) -> float | None:
     no finite number, or whose group separators are misplaced ("2,5")."""
     text = as_the_box_writes(box, text)
     typed = number_typed(box, text)
-    if not typed or _NUMBER_LIKE.fullmatch(typed) is None or misplaced_group_separator(box, text):
+    if (not typed or _NUMBER_LIKE.fullmatch(typed) is None or misplaced_group_separator(box, text)
+            or point_grouped(box, text)):
         return None
     value, ok = box.locale().toDouble(typed)
     return value if ok and math.isfinite(value) else None
@@ -189,6 +219,10 @@ class _KeepsTypedNumbers:
         special = _special_typed(self, text, pos)
         if special is not None:
             return special
+        if unit_being_typed(self, text) is not None:  # as typed, the cursor where it is: the unit goes on
+            value = typed_number(self, text)  # "7 request" is 7 on the way to "7 requests"
+            fits = value is not None and least_number(self) <= value <= self.maximum() and not beyond_decimals(self, value)
+            return (QValidator.State.Acceptable if fits else QValidator.State.Intermediate), text, pos
         typed, typed_pos = text, pos
         written = as_the_box_writes(self, text)
         if written != text:  # the cursor goes where the number typed ends

@@ -144,8 +144,9 @@ class PresetEditor(QScrollArea):
         for box in [*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count]:
             box.valueChanged.connect(self.edited)
         # once: installed at every set_hardware (each preset chosen), the boxes gathered a filter per choice
+        # a refused "8x" mended to the 8 kept changes no value: its notice stood under a box showing 8
         notice_kept_values([*self.model_boxes.values(), self.memory_gib, self.bandwidth, self.flops, self.gpu_count],
-                           self._show_kept_value)
+                           self._show_kept_value, self._kept_value_mended)
         self.weight_dtype.currentIndexChanged.connect(self.edited)
         self.save_model.clicked.connect(lambda: self._ask_name("models"))
         self.save_hardware.clicked.connect(lambda: self._ask_name("hardware"))
@@ -183,6 +184,10 @@ class PresetEditor(QScrollArea):
 
     def _show_kept_value(self, _box, reason: str) -> None:
         self.show_notice(reason)
+
+    def _kept_value_mended(self, _box) -> None:
+        if not self.model_error.isHidden():  # the form checks itself again: the notice goes, or a refusal stays
+            self.edited.emit()
 
     def show_notice(self, reason: str) -> None:
         """Under the model's fields, where a refused value's reason goes too."""

@@ -299,7 +299,8 @@ class SettingsPanel(QScrollArea):
             signal = getattr(widget, "valueChanged", None) or getattr(widget, "currentIndexChanged", None) \
                 or getattr(widget, "toggled", None)
             signal.connect(self.changed)
-        notice_kept_values([w for w in self.fields.values() if isinstance(w, QAbstractSpinBox)], self._show_kept_value)
+        notice_kept_values([w for w in self.fields.values() if isinstance(w, QAbstractSpinBox)], self._show_kept_value,
+                           self._kept_value_mended)
         self.apply_button.clicked.connect(self.apply_requested)
         self.open_dir.clicked.connect(self._choose_model_dir)
         self.open_config.clicked.connect(self._choose_config)
@@ -310,6 +311,11 @@ class SettingsPanel(QScrollArea):
     def _show_kept_value(self, box: QAbstractSpinBox, reason: str) -> None:
         """Under the box, until the form is next checked: why what was typed did not stay."""
         self.show_notice(next(key for key, widget in self.fields.items() if widget is box), reason)
+
+    def _kept_value_mended(self, box: QAbstractSpinBox) -> None:
+        """A refused "5;" mended to the 5 kept changes no value: the form checks itself again."""
+        if not self.errors[next(key for key, widget in self.fields.items() if widget is box)].isHidden():
+            self.changed.emit()
 
     def show_notice(self, key: str, text: str) -> None:
         """One line under field key until the form is next checked: why a choice did not stay."""

@@ -38,12 +38,28 @@ class ExportMenu:
         self._add(menu, "perfetto", "Recording as a Perfetto trace (JSON)...",
                   "the replayed recording as a Chrome / Perfetto trace: steps, requests and events on a timeline "
                   "(ui.perfetto.dev)", self.ask_perfetto, enabled=False)
-        for name, (title, _unit) in COMPARE_PLOTS.items():
+        for name in COMPARE_PLOTS:
+            title = compare_plot_title(name)
             self._add(menu, f"compare:{name}", f"Comparison plot: {title} (PNG or SVG)...",
                       f"save the comparison's {title} plot, every configuration on it, as PNG or SVG",
                       lambda n=name: self.ask_compare_plot(n), enabled=False)
+        menu.aboutToShow.connect(self._show_compare_entries)
         self._add(menu, "results", "Results table (CSV)...",
                   "save the comparison's results table, ratios included, as CSV", self.ask_results, enabled=False)
+
+    def _show_compare_entries(self) -> None:
+        """The comparison's entries name the plots it shows: the fourth plot (the quantity a scenario
+        asks about) was "Comparison plot:  (PNG or SVG)...", blank, offered for every comparison, and
+        asked for a path ("comparison .png") to say then that the plot was not shown; the output
+        tokens' plot likewise where the asked one takes its place."""
+        compare = self.window.compare
+        if compare is None:
+            return
+        for name in COMPARE_PLOTS:
+            title = compare_plot_title(name, compare.plots.asked_title)
+            action = self.actions[f"compare:{name}"]
+            action.setText(f"Comparison plot: {title} (PNG or SVG)...")
+            action.setEnabled(compare.plots.plots[name].isVisible())
 
     def _add(self, menu: QMenu, key: str, text: str, tip: str, slot, enabled: bool = True) -> None:
         action = menu.addAction(text)
@@ -122,7 +138,13 @@ class ExportMenu:
         compare = self.window.compare
         if compare is None:
             return False
-        title = COMPARE_PLOTS[name][0]
+        title = compare_plot_title(name, compare.plots.asked_title)
+        if not compare.plots.plots[name].isVisible():  # said before a path is asked for, not after
+            shown = "; ".join(compare_plot_title(key, compare.plots.asked_title)
+                              for key, plot in compare.plots.plots.items() if plot.isVisible())
+            QMessageBox.warning(self.window, "Not saved", f"this comparison has no '{title}' plot on screen; "
+                                f"it shows: {shown}")
+            return False
         return self._save(f"Save the comparison's {title} plot", default_name(f"comparison {title}", ".png"),
                           PLOT_FORMATS, lambda path: export_plot(compare.plots.plots[name], path, self.inputs()))
 
@@ -137,3 +159,10 @@ class ExportMenu:
             return compare.export_table_csv(path)  # written whole (view_export.export_csv)
 
         return self._save("Save the results table", default_name("results", ".csv"), CSV_FORMAT, save_table)
+
+
+def compare_plot_title(name: str, asked_title: str = "") -> str:
+    """A comparison plot's name in the menu and its dialogs; the fourth is titled by the scenario."""
+    if name == "asked":
+        return asked_title or "Scenario's question"
+    return COMPARE_PLOTS[name][0]

@@ -88,6 +88,9 @@ def build_run_controls(w) -> None:
     bar.addWidget(QLabel(" Seed "))
     w.seed = NumberBox()  # 99999999999 typed stays as typed, refused at Apply with why (number_box.py)
     w.seed.setRange(0, 2**31 - 1)
+    # as every other number box: a value on Enter, not at each key ("4k2" typed over 7 took the 4, and
+    # its refusal said "kept 4"; "1.000" for 1,000 left the seed 1)
+    w.seed.setKeyboardTracking(False)
     w.seed.setToolTip(SEED_TIP)
     KeptValueNotice(w.seed, lambda reason: w.statusBar().showMessage(f"seed: {reason}", 10000))
     bar.addWidget(w.seed)
