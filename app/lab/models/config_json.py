@@ -529,6 +529,15 @@ def _with_modelopt_file(folder: Path, cfg: dict) -> dict:
     return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant["quantization"]}}
 
 
+def refuse_mistral_folder(folder: Path, label: str) -> None:
+    """A folder of Mistral's own format (params.json beside consolidated.safetensors) without a config.json: said as
+    "cannot read: no such file" of config.json, what the folder does hold not said."""
+    if (folder / "params.json").is_file() and not (folder / "config.json").exists():
+        raise ConfigError(f"{label}: no config.json, but a params.json: Mistral's own format (vLLM reads it with "
+                          "--config-format mistral), which kvscope does not read; give the config.json of the "
+                          "model's Hugging Face release")
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     try:
@@ -536,6 +545,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     except (OSError, ValueError) as exc:  # a name over 255 bytes (ENAMETOOLONG), a NUL in it
         raise ConfigError(f"config {os_error_text(path, exc)}") from None
     if is_folder:
+        refuse_mistral_folder(path, f"config {path}")
         path = path / "config.json"
     try:
         data = read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json")

@@ -95,6 +95,13 @@ WRAPPED_TEXT_CONFIGS = ("llm_config", "language_config")
 def wrapped_text_config(cfg: dict, label: str) -> tuple:
     """(where, the table) of a wrapper's language model config kept under another name than text_config; (None,
     None) where there is none, or config.json gives a text_config itself."""
+    named = cfg.get("text_model_id") if isinstance(cfg, dict) else None
+    if named is not None:  # Ultravox: vLLM builds its text model from that model's own config.json, fetched by
+        # name; the file has no shape ("missing field(s)"), or a text_config of {"model_type": "llama"} that was
+        # sized as Llama 2's class defaults (7.5 B, 32 KV heads) for a Llama 3.1 8B (8 KV heads: its KV cache 4x)
+        raise ConfigError(f"{label}: text_model_id ({shown(named)}) names the language model this one wraps "
+                          "(Ultravox), whose shape vLLM reads from that model's own config.json, not from this file "
+                          "(a text_config beside it is not read); give that model's config.json")
     if not isinstance(cfg, dict) or cfg.get("text_config") is not None:
         return None, None
     thinker = cfg.get("thinker_config")

@@ -1,0 +1,112 @@
+"""The nineteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
+before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
+Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); a model folder of Mistral's own format
+(params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
+scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config
+from kvscope.app.lab.models.loader import check_model_directory
+from kvscope.engine.config import ConfigError
+
+from test_files_hostile_thirteenth import BASE
+
+# Ultravox v0.5's config.json (fixie-ai/ultravox-v0_5-llama-3_1-8b), cut to the fields kvscope reads
+ULTRAVOX = {"architectures": ["UltravoxModel"], "model_type": "ultravox", "audio_model_id":
+            "openai/whisper-large-v3-turbo", "text_model_id": "meta-llama/Llama-3.1-8B-Instruct", "hidden_size": 4096,
+            "vocab_size": 128256, "stack_factor": 8, "torch_dtype": "bfloat16"}
+# DeciLM-7B's (Deci/DeciLM-7B)
+DECILM_7B = {"architectures": ["DeciLMForCausalLM"], "model_type": "deci", "hidden_size": 4096,
+             "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads_per_layer": [4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 4, 2, 2, 2, 2, 2]
+             + [1] * 16, "rope_scaling": {"type": "dynamic", "factor": 2.0}, "vocab_size": 32000}
+# Phi-4-mini-flash-reasoning's (microsoft/Phi-4-mini-flash-reasoning)
+PHI4_FLASH = {"architectures": ["Phi4FlashForCausalLM"], "model_type": "phi4flash", "hidden_size": 2560,
+              "intermediate_size": 10240, "num_hidden_layers": 32, "num_attention_heads": 40,
+              "num_key_value_heads": 20, "vocab_size": 200064, "max_position_embeddings": 262144,
+              "sliding_window": 512, "mb_per_layer": 2, "mamba_d_state": 16, "mamba_expand": 2, "mamba_d_conv": 4,
+              "tie_word_embeddings": True}
+PARAMS = {"dim": 5120, "n_layers": 40, "head_dim": 128, "hidden_dim": 32768, "n_heads": 32, "n_kv_heads": 8,
+          "vocab_size": 131072}  # Mistral Small 3.1's params.json
+
+
+def read(cfg: dict):
+    return model_from_hf_config(cfg, "m", label="config c.json")
+
+
+def refused(cfg: dict, *said: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        read(cfg)
+    text = str(caught.value)
+    assert text.startswith("config c.json: ") and all(s in text for s in said), text
+    return text
+
+
+# -- Ultravox: its language model given by name ------------------------------------------------------------------
+
+def test_ultravox_text_model_id_is_said_not_missing_fields():
+    # was: "missing field(s) num_hidden_layers, num_attention_heads", the named model not said
+    text = refused(ULTRAVOX, "text_model_id ('meta-llama/Llama-3.1-8B-Instruct') names the language model this one "
+                             "wraps (Ultravox)", "give that model's config.json")
+    assert "missing field" not in text
+
+
+def test_ultravox_text_config_beside_text_model_id_is_not_sized():
+    # was: sized as Llama 2's class defaults, 7.53 B parameters and 32 KV heads, for the Llama 3.1 8B (8 KV heads)
+    # vLLM reads by name, never this text_config
+    refused({**ULTRAVOX, "text_config": {"model_type": "llama", "vocab_size": 128256}},
+            "text_model_id ('meta-llama/Llama-3.1-8B-Instruct')", "a text_config beside it is not read")
+
+
+def test_ultravox_without_text_model_id_reads_its_text_config():
+    model = read({**ULTRAVOX, "text_model_id": None, "text_config": {**BASE, "num_key_value_heads": 2}})
+    assert (model.num_hidden_layers, model.num_key_value_heads) == (BASE["num_hidden_layers"], 2)
+
+
+# -- layouts kvscope does not size -------------------------------------------------------------------------------
+
+def test_decilm_kv_heads_per_layer_are_refused():
+    # was: a KV head per attention head (32) on every layer, 8.05 B parameters for 7.04
+    refused(DECILM_7B, "num_key_value_heads_per_layer ([4, 4, 4, 4, 4, 2,", "gives each layer its own KV head count "
+            "(DeciLM), which kvscope does not size")
+
+
+@pytest.mark.parametrize("fields", [{}, {"mb_per_layer": None}], ids=["as released", "mb_per_layer left out"])
+def test_phi4_flash_is_refused(fields):
+    # was: 32 layers of attention, each with its own KV cache, where half are Mamba and the rest share one
+    refused({**PHI4_FLASH, **fields}, "model_type 'phi4flash' lays out Mamba layers and layers that reuse one KV "
+                                      "cache (Phi-4-mini-flash's SambaY)")
+
+
+def test_mb_per_layer_elsewhere_is_refused_and_0_is_read():
+    refused({**BASE, "mb_per_layer": 2}, "mb_per_layer (2) lays out Mamba layers")
+    assert read({**BASE, "mb_per_layer": 0}).num_hidden_layers == BASE["num_hidden_layers"]
+
+
+# -- a folder of Mistral's own format ----------------------------------------------------------------------------
+
+SAID = "no config.json, but a params.json: Mistral's own format (vLLM reads it with --config-format mistral)"
+
+
+def test_mistral_format_folder_is_named_for_math(tmp_path):
+    (tmp_path / "params.json").write_text(json.dumps(PARAMS))
+    with pytest.raises(ConfigError, match=r"^config .*: " + SAID.replace("(", r"\(").replace(")", r"\)")):
+        load_hf_config(tmp_path)  # was: "config .../config.json: cannot read: no such file"
+
+
+def test_mistral_format_folder_is_named_for_the_real_backend(tmp_path):
+    (tmp_path / "params.json").write_text(json.dumps(PARAMS))
+    with pytest.raises(ConfigError) as caught:
+        check_model_directory(tmp_path)  # was: "model directory ...: missing config.json"
+    assert str(caught.value).startswith(f"model directory {tmp_path}: {SAID}")
+
+
+def test_a_folder_with_both_formats_reads_config_json(tmp_path):
+    (tmp_path / "params.json").write_text(json.dumps(PARAMS))
+    (tmp_path / "config.json").write_text(json.dumps(BASE))
+    assert load_hf_config(tmp_path).num_hidden_layers == BASE["num_hidden_layers"]
