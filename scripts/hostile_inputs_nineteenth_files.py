@@ -3,7 +3,9 @@ begins "files19: " (`--only files19` runs them). Real config.json files of check
 found by comparing kvscope's reading with the architecture's own: Ultravox's text_model_id (its language model named,
 its shape fetched by vLLM from that model's own config.json); DeciLM-7B's num_key_value_heads_per_layer (a KV head
 count per layer); Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer: Mamba layers, and a second
-half whose attention layers reuse one KV cache); and a model folder of Mistral's own format (params.json beside
+half whose attention layers reuse one KV cache); LongCat-Flash (two latent-attention blocks and two dense MLPs a
+layer, experts of expert_ffn_hidden_size beside zero experts); LFM2's original full_attn_idxs (its attention layers
+among short convolutions, where later files give layer_types); and a model folder of Mistral's own format (params.json beside
 consolidated.safetensors, no config.json).
 
 Before the fixes: Ultravox v0.5's config.json (Llama 3.1 8B inside) was "missing field(s) num_hidden_layers,
@@ -12,7 +14,9 @@ text_model_id it was sized without a word as Llama 2's class defaults: 7.53 B pa
 KV cache a token) for a model of 8.0 B and 8 KV heads (128 KiB), where vLLM reads the named model's file and never
 that text_config; DeciLM-7B was sized with a KV head per attention head (32) on every layer, 8.05 B parameters for
 7.04, where its layers keep 4, 2 or 1; Phi-4-mini-flash was sized as 32 layers of attention, each with its own KV
-cache; a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing config.json"
+cache; LongCat-Flash was sized at 3,251 B parameters for 560 (its 512 experts as ffn_hidden_size wide, 12,288 for
+2,048) with half its KV cache (one block a layer); LFM2-1.2B's 6 attention layers of 16 were sized as 16, each with a
+KV cache (2.7x); a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing config.json"
 (run), what the folder holds and what to give not said. Every case's expect is the correct behaviour.
 """
 
@@ -65,6 +69,22 @@ _CONFIGS = [
      (f"model_type 'phi4flash' {_SAMBAY}",)),
     ("mb_per_layer on another model type", {"mb_per_layer": 2}, (f"mb_per_layer (2) {_SAMBAY}",)),
     ("mb_per_layer 0", {"mb_per_layer": 0}, None),
+    # was: 3,251 B parameters for 560 (its experts sized as ffn_hidden_size, not expert_ffn_hidden_size) and half its
+    # KV cache (one latent-attention block a layer, where it has two)
+    ("LongCat-Flash's two attention blocks a layer (model_type longcat_flash)",
+     {"model_type": "longcat_flash", "num_hidden_layers": None, "num_layers": 4, "ffn_hidden_size": 256,
+      "expert_ffn_hidden_size": 64, "n_routed_experts": 8, "zero_expert_num": 4, "moe_topk": 2, "kv_lora_rank": 32,
+      "q_lora_rank": 48, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "intermediate_size": None},
+     ("model_type 'longcat_flash' gives each layer two attention blocks, two dense MLPs and experts of "
+      "expert_ffn_hidden_size (LongCat-Flash), which kvscope does not size",)),
+    # was: LFM2-1.2B's 6 attention layers of 16 sized as 16, each with a KV cache (2.7x)
+    ("LFM2's full_attn_idxs (the attention layers among its convolutions)", {"model_type": "lfm2",
+     "full_attn_idxs": [1, 3], "conv_L_cache": 3, "block_ff_dim": 384},
+     ("full_attn_idxs ([1, 3]) lays out short-convolution layers between the attention layers it lists (LFM2)",)),
+    ("LFM2's full_attn_idxs of no layer (every layer a convolution)", {"model_type": "lfm2", "full_attn_idxs": []},
+     ("full_attn_idxs ([]) lays out short-convolution layers",)),
+    ("LFM2's full_attn_idxs null (every layer attention, its class's default)",
+     {"model_type": "lfm2", "full_attn_idxs": None}, None),
 ]
 
 

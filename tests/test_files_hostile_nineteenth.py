@@ -1,6 +1,7 @@
 """The nineteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
-Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); a model folder of Mistral's own format
+Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); LongCat-Flash's two attention blocks a
+layer; LFM2's full_attn_idxs; a model folder of Mistral's own format
 (params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
 
@@ -86,6 +87,35 @@ def test_phi4_flash_is_refused(fields):
 def test_mb_per_layer_elsewhere_is_refused_and_0_is_read():
     refused({**BASE, "mb_per_layer": 2}, "mb_per_layer (2) lays out Mamba layers")
     assert read({**BASE, "mb_per_layer": 0}).num_hidden_layers == BASE["num_hidden_layers"]
+
+
+# LongCat-Flash-Chat's (meituan-longcat/LongCat-Flash-Chat)
+LONGCAT = {"architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash", "vocab_size": 131072,
+           "hidden_size": 6144, "ffn_hidden_size": 12288, "expert_ffn_hidden_size": 2048, "num_layers": 28,
+           "num_attention_heads": 64, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+           "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 512, "zero_expert_num": 256, "moe_topk": 12,
+           "max_position_embeddings": 131072}
+# LFM2-1.2B's as first released (LiquidAI/LFM2-1.2B): full_attn_idxs, no layer_types
+LFM2 = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "block_ff_dim": 12288, "conv_L_cache": 3,
+        "full_attn_idxs": [2, 5, 8, 10, 12, 14], "hidden_size": 2048, "max_position_embeddings": 128000,
+        "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 65536}
+
+
+def test_longcat_flash_is_refused():
+    # was: 3,251 B parameters for 560, and one latent block a layer where it has two (half its KV cache)
+    refused(LONGCAT, "model_type 'longcat_flash' gives each layer two attention blocks, two dense MLPs and experts of "
+                     "expert_ffn_hidden_size (LongCat-Flash), which kvscope does not size")
+
+
+@pytest.mark.parametrize("layers", [[2, 5, 8, 10, 12, 14], []], ids=["6 of 16", "none"])
+def test_lfm2_full_attn_idxs_is_refused(layers):
+    # was: 16 attention layers, each with a KV cache, for LFM2-1.2B's 6 (or none)
+    refused({**LFM2, "full_attn_idxs": layers}, f"full_attn_idxs ({layers}) lays out short-convolution layers between "
+                                                "the attention layers it lists (LFM2)")
+
+
+def test_lfm2_without_full_attn_idxs_is_all_attention():
+    assert read({**LFM2, "full_attn_idxs": None}).num_hidden_layers == 16  # its class's default: every layer
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------

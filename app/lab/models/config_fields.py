@@ -72,6 +72,8 @@ UNSIZED_LAYOUTS = {
     # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
+    # LFM2's original config.json (no layer_types): 6 attention layers of 16, sized as 16 with a KV cache each
+    "full_attn_idxs": "lays out short-convolution layers between the attention layers it lists (LFM2)",
     # DeciLM-7B: a KV head count per layer (4, 2 or 1), sized as one KV head per attention head (32) on every layer
     "num_key_value_heads_per_layer": "gives each layer its own KV head count (DeciLM)",
     # Phi-4-mini-flash (SambaY): every mb_per_layer-th layer Mamba, the second half's attention layers reusing one
@@ -84,8 +86,13 @@ UNSIZED_LAYOUTS = {
     "cross_attention_layers": "has cross-attention layers, whose KV cache holds the image's tokens, not the text's "
                               "(Llama 3.2 Vision)",
 }
-# model types whose config class lays out such layers by default (Phi4FlashConfig's mb_per_layer is 2)
-UNSIZED_MODEL_TYPES = {"phi4flash": UNSIZED_LAYOUTS["mb_per_layer"]}
+# model types whose config class lays out such layers by default (Phi4FlashConfig's mb_per_layer is 2), or whose
+# layer holds more than one attention block: LongCat-Flash's two latent-attention blocks, two dense MLPs and experts of
+# expert_ffn_hidden_size beside zero experts were read as one block and experts of ffn_hidden_size (3,251 B for 560 B,
+# half its KV cache)
+UNSIZED_MODEL_TYPES = {"phi4flash": UNSIZED_LAYOUTS["mb_per_layer"],
+                       "longcat_flash": "gives each layer two attention blocks, two dense MLPs and experts of "
+                                        "expert_ffn_hidden_size (LongCat-Flash)"}
 UNSIZED = ("which kvscope does not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a "
            "KV cache of its own on each): its KV memory would be sized wrong")
 # layer_types' names of layers without attention (Granite 4.0-H's, LFM2's); "attention" (Granite 4.0's) and
@@ -206,7 +213,8 @@ def checked_hf_fields(cfg, label: str) -> dict:
         raise ConfigError(f"{label}: model_type {shown(cfg['model_type'])} {UNSIZED_MODEL_TYPES[cfg['model_type']]}, "
                           f"{UNSIZED}")
     unsized = next((key for key in UNSIZED_LAYOUTS
-                    if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
+                    if (cfg.get(key) or cfg.get(key) == [] and key == "full_attn_idxs")  # []: every layer a conv
+                    and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
     if unsized:
         raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, {UNSIZED}")
     if "quantization_config" in cfg:
