@@ -5,7 +5,8 @@ its shape fetched by vLLM from that model's own config.json); DeciLM-7B's num_ke
 count per layer); Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer: Mamba layers, and a second
 half whose attention layers reuse one KV cache); LongCat-Flash (two latent-attention blocks and two dense MLPs a
 layer, experts of expert_ffn_hidden_size beside zero experts); LFM2's original full_attn_idxs (its attention layers
-among short convolutions, where later files give layer_types); and a model folder of Mistral's own format (params.json beside
+among short convolutions, where later files give layer_types); Grok-2's residual_moe (a dense MLP of
+intermediate_size beside its experts on every layer); and a model folder of Mistral's own format (params.json beside
 consolidated.safetensors, no config.json).
 
 Before the fixes: Ultravox v0.5's config.json (Llama 3.1 8B inside) was "missing field(s) num_hidden_layers,
@@ -16,7 +17,8 @@ that text_config; DeciLM-7B was sized with a KV head per attention head (32) on 
 7.04, where its layers keep 4, 2 or 1; Phi-4-mini-flash was sized as 32 layers of attention, each with its own KV
 cache; LongCat-Flash was sized at 3,251 B parameters for 560 (its 512 experts as ffn_hidden_size wide, 12,288 for
 2,048) with half its KV cache (one block a layer); LFM2-1.2B's 6 attention layers of 16 were sized as 16, each with a
-KV cache (2.7x); a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing config.json"
+KV cache (2.7x); Grok-2 was sized at 217.97 B parameters (63.36 B active) for its 270 B (115 B active), the dense
+MLP beside its experts left out; a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing config.json"
 (run), what the folder holds and what to give not said. Every case's expect is the correct behaviour.
 """
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, pass_cases
+from hostile_fixtures import PYTHON_WORDS, SMALL_LLAMA, config_json_cases, config_shape_cases, pass_cases
 
 NAME = "files19: "  # every case's name starts so: `--only files19` runs this pass's
 
@@ -40,7 +42,7 @@ _SAMBAY = "lays out Mamba layers and layers that reuse one KV cache (Phi-4-mini-
 
 
 def nineteenth_file_cases(d: Path, Case, write) -> list:
-    return pass_cases(d / "nineteenth", (_config_cases, _mistral_folder_cases), Case, write)
+    return pass_cases(d / "nineteenth", (_config_cases, _shape_cases, _mistral_folder_cases), Case, write)
 
 
 # -- config.json: refusals and their neighbours ------------------------------------------------------------------
@@ -69,6 +71,7 @@ _CONFIGS = [
      (f"model_type 'phi4flash' {_SAMBAY}",)),
     ("mb_per_layer on another model type", {"mb_per_layer": 2}, (f"mb_per_layer (2) {_SAMBAY}",)),
     ("mb_per_layer 0", {"mb_per_layer": 0}, None),
+    ("residual_moe 'yes'", {"residual_moe": "yes"}, ("residual_moe must be true or false, got 'yes'",)),
     # was: 3,251 B parameters for 560 (its experts sized as ffn_hidden_size, not expert_ffn_hidden_size) and half its
     # KV cache (one latent-attention block a layer, where it has two)
     ("LongCat-Flash's two attention blocks a layer (model_type longcat_flash)",
@@ -90,6 +93,23 @@ _CONFIGS = [
 
 def _config_cases(f: Path, Case, write) -> list:
     return config_json_cases(f, Case, write, SMALL_LLAMA, _CONFIGS, prefix=NAME)
+
+
+# -- config.json: read, and the shape math says ------------------------------------------------------------------
+
+# Grok-2's config.json (xai-org/grok-2), cut to what is read: a dense MLP beside its experts on every layer
+_GROK2 = {"architectures": ["Grok1ForCausalLM"], "model_type": "git", "vocab_size": 131072, "hidden_size": 8192,
+          "intermediate_size": 32768, "moe_intermediate_size": 16384, "max_position_embeddings": 131072,
+          "num_experts_per_tok": 2, "num_local_experts": 8, "residual_moe": True, "num_attention_heads": 64,
+          "num_key_value_heads": 8, "num_hidden_layers": 64, "head_dim": 128, "torch_dtype": "bfloat16"}
+_SHAPES = [
+    # was: 217.97 B parameters (63.36 B active) for its 270 B (115 B active): the residual MLP left out
+    ("Grok-2 (residual_moe: a dense MLP beside the experts)", _GROK2, "269.51 B parameters"),
+]
+
+
+def _shape_cases(f: Path, Case, write) -> list:
+    return config_shape_cases(f, Case, write, _SHAPES, prefix=NAME)
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------

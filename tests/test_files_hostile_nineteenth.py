@@ -1,7 +1,7 @@
 """The nineteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
 Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); LongCat-Flash's two attention blocks a
-layer; LFM2's full_attn_idxs; a model folder of Mistral's own format
+layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); a model folder of Mistral's own format
 (params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
 
@@ -14,6 +14,7 @@ import pytest
 from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config
 from kvscope.app.lab.models.loader import check_model_directory
 from kvscope.engine.config import ConfigError
+from kvscope.engine.memory_math import num_parameters
 
 from test_files_hostile_thirteenth import BASE
 
@@ -116,6 +117,23 @@ def test_lfm2_full_attn_idxs_is_refused(layers):
 
 def test_lfm2_without_full_attn_idxs_is_all_attention():
     assert read({**LFM2, "full_attn_idxs": None}).num_hidden_layers == 16  # its class's default: every layer
+
+
+# Grok-2's (xai-org/grok-2)
+GROK2 = {"architectures": ["Grok1ForCausalLM"], "model_type": "git", "vocab_size": 131072, "hidden_size": 8192,
+         "intermediate_size": 32768, "moe_intermediate_size": 16384, "max_position_embeddings": 131072,
+         "num_experts_per_tok": 2, "num_local_experts": 8, "residual_moe": True, "num_attention_heads": 64,
+         "num_key_value_heads": 8, "num_hidden_layers": 64, "head_dim": 128}
+
+
+def test_grok2_residual_moe_counts_its_dense_mlp():
+    # was: 217.97 B (63.36 B active) for its published 270 B (115 B active)
+    model = read(GROK2)
+    assert model.shared_expert_intermediate_size == 32768
+    assert (round(num_parameters(model) / 1e9, 2), round(num_parameters(model, active=True) / 1e9, 2)) == \
+        (269.51, 114.9)
+    assert read({**GROK2, "residual_moe": False}).shared_expert_intermediate_size == 0
+    refused({**GROK2, "residual_moe": "yes"}, "residual_moe must be true or false, got 'yes'")
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------

@@ -138,7 +138,7 @@ NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
                "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
-               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag",
+               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag", "residual_moe": "flag",
                "moe_layer_freq": "whole", "shared_intermediate_size": "whole"}
 
 
@@ -168,6 +168,10 @@ def standard_names(cfg: dict, label: str) -> dict:
         # Arctic's dense residual MLP (hidden_size wide) beside the experts of each of their layers: left out, the
         # 480 B model was sized at 473 B
         out.setdefault("shared_expert_intermediate_size", out["hidden_size"])
+    if cfg.get("residual_moe") is True and out.get("moe_intermediate_size") and out.get("intermediate_size"):
+        # Grok-2's dense MLP (intermediate_size wide) beside its experts (moe_intermediate_size) on every layer, as
+        # vLLM builds it: left out, the 270 B model was sized at 218 B (115 B active at 64)
+        out.setdefault("shared_expert_intermediate_size", out["intermediate_size"])
     if str(cfg.get("model_type")) in ("granitemoehybrid", "granitemoeshared") and cfg.get("shared_intermediate_size"):
         # Granite's shared_mlp, on every layer: the whole MLP of Granite 4.0 Micro (no experts), beside the experts
         # of the others; its experts' intermediate_size was sized as the dense MLP and the shared one left out
