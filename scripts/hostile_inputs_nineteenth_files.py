@@ -18,8 +18,9 @@ that text_config; DeciLM-7B was sized with a KV head per attention head (32) on 
 cache; LongCat-Flash was sized at 3,251 B parameters for 560 (its 512 experts as ffn_hidden_size wide, 12,288 for
 2,048) with half its KV cache (one block a layer); LFM2-1.2B's 6 attention layers of 16 were sized as 16, each with a
 KV cache (2.7x); Grok-2 was sized at 217.97 B parameters (63.36 B active) for its 270 B (115 B active), the dense
-MLP beside its experts left out; a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing config.json"
-(run), what the folder holds and what to give not said. Every case's expect is the correct behaviour.
+MLP beside its experts left out; a folder of Mistral's format was "config.json: cannot read: no such file" (math)
+and "missing config.json" (run), what the folder holds and what to give not said. Every case's expect is the
+correct behaviour.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The nineteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
 Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); LongCat-Flash's two attention blocks a
-layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); a model folder of Mistral's own format
-(params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
+layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); a model folder of Mistral's
+own format (params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
 
 from __future__ import annotations
