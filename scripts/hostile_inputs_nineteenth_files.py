@@ -5,8 +5,9 @@ its shape fetched by vLLM from that model's own config.json); DeciLM-7B's num_ke
 count per layer); Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer: Mamba layers, and a second
 half whose attention layers reuse one KV cache); LongCat-Flash (two latent-attention blocks and two dense MLPs a
 layer, experts of expert_ffn_hidden_size beside zero experts); LFM2's original full_attn_idxs (its attention layers
-among short convolutions, where later files give layer_types); Grok-2's residual_moe (a dense MLP of
-intermediate_size beside its experts on every layer); and a model folder of Mistral's own format (params.json beside
+among short convolutions, where later files give layer_types); Grok-2's residual_moe (a dense MLP of intermediate_size
+beside its experts on every layer); MiniCPM3's latent attention, which vLLM expands and caches per head (its MLA cache
+is DeepSeek's, Kimi's and LongCat's alone); and a model folder of Mistral's own format (params.json beside
 consolidated.safetensors, no config.json).
 
 Before the fixes: Ultravox v0.5's config.json (Llama 3.1 8B inside) was "missing field(s) num_hidden_layers,
@@ -17,10 +18,11 @@ that text_config; DeciLM-7B was sized with a KV head per attention head (32) on 
 7.04, where its layers keep 4, 2 or 1; Phi-4-mini-flash was sized as 32 layers of attention, each with its own KV
 cache; LongCat-Flash was sized at 3,251 B parameters for 560 (its 512 experts as ffn_hidden_size wide, 12,288 for
 2,048) with half its KV cache (one block a layer); LFM2-1.2B's 6 attention layers of 16 were sized as 16, each with a
-KV cache (2.7x); Grok-2 was sized at 217.97 B parameters (63.36 B active) for its 270 B (115 B active), the dense
-MLP beside its experts left out; a folder of Mistral's format was "config.json: cannot read: no such file" (math)
-and "missing config.json" (run), what the folder holds and what to give not said. Every case's expect is the
-correct behaviour.
+KV cache (2.7x); Grok-2 was sized at 217.97 B parameters (63.36 B active) for its 270 B (115 B active), the dense MLP
+beside its experts left out; MiniCPM3-4B's KV cache was sized as its 288-wide latent, 35 KiB a token for the 930 KiB
+of its 40 heads x 96 that vLLM keeps (26.7x); a folder of Mistral's format was "config.json: cannot read: no such
+file" (math) and "missing config.json" (run), what the folder holds and what to give not said. Every case's expect is
+the correct behaviour.
 """
 
 from __future__ import annotations
@@ -103,7 +105,16 @@ _GROK2 = {"architectures": ["Grok1ForCausalLM"], "model_type": "git", "vocab_siz
           "intermediate_size": 32768, "moe_intermediate_size": 16384, "max_position_embeddings": 131072,
           "num_experts_per_tok": 2, "num_local_experts": 8, "residual_moe": True, "num_attention_heads": 64,
           "num_key_value_heads": 8, "num_hidden_layers": 64, "head_dim": 128, "torch_dtype": "bfloat16"}
+# MiniCPM3-4B's (openbmb/MiniCPM3-4B): latent attention that vLLM caches per head
+_MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
+             "intermediate_size": 6400, "num_hidden_layers": 62, "num_attention_heads": 40, "num_key_value_heads": 40,
+             "kv_lora_rank": 256, "q_lora_rank": 768, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+             "vocab_size": 73448, "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "scale_emb": 12}
 _SHAPES = [
+    # was: "latent attention (256 + 32 rope per token)", 35 KiB a token for the 930 KiB vLLM caches
+    ("MiniCPM3-4B (latent attention vLLM caches per head)", _MINICPM3,
+     "62 layers, 40 attention heads, 40 KV heads x head_dim 96"),
+    ("MiniCPM3-4B's weights (the latent attention's)", _MINICPM3, "4.07 B parameters x 2 B (bf16)"),
     # was: 217.97 B parameters (63.36 B active) for its 270 B (115 B active): the residual MLP left out
     ("Grok-2 (residual_moe: a dense MLP beside the experts)", _GROK2, "269.51 B parameters"),
 ]

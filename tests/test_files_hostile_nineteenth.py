@@ -1,7 +1,8 @@
 """The nineteenth hostile pass over the files kvscope reads: real config.json files of checkpoint formats not met
 before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
 Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); LongCat-Flash's two attention blocks a
-layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); a model folder of Mistral's
+layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); MiniCPM3's latent attention, which
+vLLM caches per head; a model folder of Mistral's
 own format (params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
 
@@ -14,7 +15,8 @@ import pytest
 from kvscope.app.lab.models.config_json import load_hf_config, model_from_hf_config
 from kvscope.app.lab.models.loader import check_model_directory
 from kvscope.engine.config import ConfigError
-from kvscope.engine.memory_math import num_parameters
+from kvscope.engine.kv_layout import kv_bytes_per_token_of
+from kvscope.engine.memory_math import kv_bytes_per_token, num_parameters
 
 from test_files_hostile_thirteenth import BASE
 
@@ -134,6 +136,26 @@ def test_grok2_residual_moe_counts_its_dense_mlp():
         (269.51, 114.9)
     assert read({**GROK2, "residual_moe": False}).shared_expert_intermediate_size == 0
     refused({**GROK2, "residual_moe": "yes"}, "residual_moe must be true or false, got 'yes'")
+
+
+# MiniCPM3-4B's (openbmb/MiniCPM3-4B)
+MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
+            "intermediate_size": 6400, "num_hidden_layers": 62, "num_attention_heads": 40, "num_key_value_heads": 40,
+            "kv_lora_rank": 256, "q_lora_rank": 768, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+            "vocab_size": 73448, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+
+
+def test_minicpm3_latent_attention_is_cached_per_head():
+    # was: a latent of 256 + 32 a token and layer (35,712 B a token) where vLLM's MiniCPM3Attention expands it and
+    # caches every head's key and value (40 x 96, the value padded to the key's width): 952,320 B
+    model = read(MINICPM3)
+    assert (model.uses_mla, model.num_key_value_heads, model.head_dim) == (False, 40, 96)
+    assert kv_bytes_per_token(model, "bf16") == 2 * 62 * 40 * 96 * 2 == 952_320
+    # DeepSeek's own type (tied as MiniCPM3's class ties): the latent, as vLLM's MLA backend caches it
+    latent = read({**MINICPM3, "model_type": "deepseek_v2", "tie_word_embeddings": True})
+    assert latent.uses_mla and kv_bytes_per_token_of(latent, "bf16", 1, False) == 62 * (256 + 32) * 2
+    # the weights stay the latent attention's: not the 5.67 B of 40 heads x 96 projections
+    assert model.weights_bytes == num_parameters(latent) * 2 and round(num_parameters(latent) / 1e9, 2) == 4.07
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------
