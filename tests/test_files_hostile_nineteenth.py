@@ -158,6 +158,13 @@ def test_minicpm3_latent_attention_is_cached_per_head():
     assert model.weights_bytes == num_parameters(latent) * 2 and round(num_parameters(latent) / 1e9, 2) == 4.07
 
 
+def test_minicpm3_in_float32_is_left_to_be_served_in_16_bits():
+    # a fixed weights size keeps as_served from serving a float32 checkpoint in 16 bits on a GPU: its weights are
+    # counted instead (the per-head projections, 5.67 B), its KV cache still per head
+    model = read({**MINICPM3, "torch_dtype": "float32"})
+    assert (model.weights_bytes, model.weight_dtype, model.num_key_value_heads) == (None, "fp32", 40)
+
+
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------
 
 SAID = "no config.json, but a params.json: Mistral's own format (vLLM reads it with --config-format mistral)"

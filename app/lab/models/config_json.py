@@ -481,19 +481,20 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
     return build_config(ModelConfig, data, label)
 
 
-# latent attention vLLM caches as keys and values per head (its MLA cache is DeepSeek's, Kimi's, LongCat's): MiniCPM3-4B
-# was sized at 35 KiB a token (the latent) for 930 KiB (40 heads x 96, the value padded to the key's width)
-_LATENT_CACHED_PER_HEAD = {"minicpm3"}
+_LATENT_CACHED_PER_HEAD = {"minicpm3"}  # vLLM's MLA cache is DeepSeek's, Kimi's, LongCat's: MiniCPM3's caches its
+# 40 heads x 96 (930 KiB a token), sized before as the latent (35 KiB)
 
 
 def _cached_per_head(data: dict, label: str) -> dict:
-    """data as vLLM caches it, its weights the latent attention's (as heads they would be 1.6 B more for 4.07 B)."""
+    """data as vLLM caches it, its weights the latent attention's (as heads they would be 1.6 B more for 4.07 B); a
+    float32 checkpoint's are left to be counted, as a fixed size would keep a GPU from serving them in 16 bits."""
     from kvscope.engine.memory_math import weights_bytes
 
     size, said = weights_bytes(build_config(ModelConfig, data, label))
+    fixed = {"weights_bytes": size, "weights_source": f"{said}; its latent attention's keys and values cached per "
+             "head, as vLLM does"} if data.get("weight_dtype") != "fp32" else {}
     return {**data, "kv_lora_rank": None, "qk_rope_head_dim": None, "q_lora_rank": None, "v_head_dim": None,
-            "num_key_value_heads": data["num_attention_heads"], "weights_bytes": size,
-            "weights_source": f"{said}; its latent attention's keys and values cached per head, as vLLM does"}
+            "num_key_value_heads": data["num_attention_heads"], **fixed}
 
 
 def _preset_kind(data: bytes) -> str | None:
@@ -547,8 +548,7 @@ def _with_modelopt_file(folder: Path, cfg: dict) -> dict:
 
 
 def refuse_mistral_folder(folder: Path, label: str) -> None:
-    """A folder of Mistral's own format (params.json beside consolidated.safetensors) without a config.json: said as
-    "cannot read: no such file" of config.json, what the folder does hold not said."""
+    """A folder of Mistral's own format (params.json, no config.json): was "cannot read: no such file"."""
     if (folder / "params.json").is_file() and not (folder / "config.json").exists():
         raise ConfigError(f"{label}: no config.json, but a params.json: Mistral's own format (vLLM reads it with "
                           "--config-format mistral), which kvscope does not read; give the config.json of the "
