@@ -20,9 +20,9 @@ cache; LongCat-Flash was sized at 3,251 B parameters for 560 (its 512 experts as
 2,048) with half its KV cache (one block a layer); LFM2-1.2B's 6 attention layers of 16 were sized as 16, each with a
 KV cache (2.7x); Grok-2 was sized at 217.97 B parameters (63.36 B active) for its 270 B (115 B active), the dense MLP
 beside its experts left out; MiniCPM3-4B's KV cache was sized as its 288-wide latent, 35 KiB a token for the 930 KiB
-of its 40 heads x 96 that vLLM keeps (26.7x); a folder of Mistral's format was "config.json: cannot read: no such
-file" (math) and "missing config.json" (run), what the folder holds and what to give not said. Every case's expect is
-the correct behaviour.
+of its 40 heads x 96 that vLLM keeps (26.7x); Ouro-1.4B was sized as its 24 layers, a quarter of the KV cache of its 4
+passes over them; a folder of Mistral's format was "config.json: cannot read: no such file" (math) and "missing
+config.json" (run), what the folder holds and what to give not said. Every case's expect is the correct behaviour.
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ _CONFIGS = [
      (f"model_type 'phi4flash' {_SAMBAY}",)),
     ("mb_per_layer on another model type", {"mb_per_layer": 2}, (f"mb_per_layer (2) {_SAMBAY}",)),
     ("mb_per_layer 0", {"mb_per_layer": 0}, None),
+    # was: Ouro-1.4B's 24 layers, each run 4 times with a KV cache a pass, sized as 24 (a quarter of its cache)
+    ("Ouro's total_ut_steps (its layers looped)", {"model_type": "ouro", "total_ut_steps": 4},
+     ("total_ut_steps (4) runs every layer that many times over, each pass with a KV cache of its own (Ouro)",)),
+    ("total_ut_steps 1 (no loop)", {"model_type": "ouro", "total_ut_steps": 1}, None),
     ("residual_moe 'yes'", {"residual_moe": "yes"}, ("residual_moe must be true or false, got 'yes'",)),
     # was: 3,251 B parameters for 560 (its experts sized as ffn_hidden_size, not expert_ffn_hidden_size) and half its
     # KV cache (one latent-attention block a layer, where it has two)

@@ -2,7 +2,7 @@
 before. Ultravox's text_model_id (its language model named, not given); DeciLM-7B's KV head count per layer;
 Phi-4-mini-flash's SambaY layout (model_type phi4flash, mb_per_layer); LongCat-Flash's two attention blocks a
 layer; LFM2's full_attn_idxs; Grok-2's residual_moe (a dense MLP beside its experts); MiniCPM3's latent attention, which
-vLLM caches per head; a model folder of Mistral's
+vLLM caches per head; Ouro's looped layers; a model folder of Mistral's
 own format (params.json, no config.json). Each test failed before its fix; the consistent neighbours beside them pass.
 scripts/hostile_inputs_nineteenth_files.py runs them through the command line."""
 
@@ -163,6 +163,13 @@ def test_minicpm3_in_float32_is_left_to_be_served_in_16_bits():
     # counted instead (the per-head projections, 5.67 B), its KV cache still per head
     model = read({**MINICPM3, "torch_dtype": "float32"})
     assert (model.weights_bytes, model.weight_dtype, model.num_key_value_heads) == (None, "fp32", 40)
+
+
+def test_ouro_looped_layers_are_refused_and_one_pass_is_read():
+    # was: Ouro-1.4B's 24 layers sized once, where each runs 4 times with a KV cache a pass
+    refused({**BASE, "model_type": "ouro", "total_ut_steps": 4}, "total_ut_steps (4) runs every layer that many "
+            "times over, each pass with a KV cache of its own (Ouro)")
+    assert read({**BASE, "model_type": "ouro", "total_ut_steps": 1}).num_hidden_layers == BASE["num_hidden_layers"]
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------

@@ -74,6 +74,9 @@ UNSIZED_LAYOUTS = {
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
     # LFM2's original config.json (no layer_types): 6 attention layers of 16, sized as 16 with a KV cache each
     "full_attn_idxs": "lays out short-convolution layers between the attention layers it lists (LFM2)",
+    # Ouro's looped layers: all of them run total_ut_steps times, each pass caching its own keys and values (Ouro-1.4B's
+    # 24 layers x 4: its KV cache sized at a quarter)
+    "total_ut_steps": "runs every layer that many times over, each pass with a KV cache of its own (Ouro)",
     # DeciLM-7B: a KV head count per layer (4, 2 or 1), sized as one KV head per attention head (32) on every layer
     "num_key_value_heads_per_layer": "gives each layer its own KV head count (DeciLM)",
     # Phi-4-mini-flash (SambaY): every mb_per_layer-th layer Mamba, the second half's attention layers reusing one
@@ -102,7 +105,7 @@ RECURRENT_LAYERS = {"mamba": "Mamba layers (Granite 4.0-H)", "conv": "short-conv
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
                   "layers_block_type": lambda v: isinstance(v, list) and all(x == "attention" for x in v),
                   "hybrid_override_pattern": lambda v: isinstance(v, str) and set(v) <= {"*"},
-                  "attn_layer_period": lambda v: v == 1,
+                  "attn_layer_period": lambda v: v == 1, "total_ut_steps": lambda v: v == 1,
                   "block_types": lambda v: isinstance(v, list) and all(x == "attention" for x in v)}
 # encoders: their config.json has a decoder's fields (BERT's num_hidden_layers, num_attention_heads, ...), and a
 # KV cache was sized for a model that keeps none (vLLM serves them for embeddings, one forward a request)
