@@ -78,6 +78,8 @@ _CONFIGS = [
     ("Ouro's total_ut_steps (its layers looped)", {"model_type": "ouro", "total_ut_steps": 4},
      ("total_ut_steps (4) runs every layer that many times over, each pass with a KV cache of its own (Ouro)",)),
     ("total_ut_steps 1 (no loop)", {"model_type": "ouro", "total_ut_steps": 1}, None),
+    ("Ouro without total_ut_steps (its class's and vLLM's 4)", {"model_type": "ouro"},
+     ("model_type 'ouro' without total_ut_steps runs every layer 4 times over (its class's default)",)),
     ("residual_moe 'yes'", {"residual_moe": "yes"}, ("residual_moe must be true or false, got 'yes'",)),
     # was: 3,251 B parameters for 560 (its experts sized as ffn_hidden_size, not expert_ffn_hidden_size) and half its
     # KV cache (one latent-attention block a layer, where it has two)

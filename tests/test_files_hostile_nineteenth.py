@@ -170,6 +170,9 @@ def test_ouro_looped_layers_are_refused_and_one_pass_is_read():
     refused({**BASE, "model_type": "ouro", "total_ut_steps": 4}, "total_ut_steps (4) runs every layer that many "
             "times over, each pass with a KV cache of its own (Ouro)")
     assert read({**BASE, "model_type": "ouro", "total_ut_steps": 1}).num_hidden_layers == BASE["num_hidden_layers"]
+    # left out: vLLM's OuroAttention (and its config class) take 4
+    refused({**BASE, "model_type": "ouro"}, "model_type 'ouro' without total_ut_steps runs every layer 4 times over "
+            "(its class's default), each pass with a KV cache of its own")
 
 
 # -- a folder of Mistral's own format ----------------------------------------------------------------------------

@@ -212,6 +212,9 @@ def checked_hf_fields(cfg, label: str) -> dict:
     cfg = _checked(_one_per_model(require_table(cfg, f"{label}: config.json"), label), HF_FIELDS, label)
     if isinstance(pattern, str):
         cfg["sliding_window_pattern"] = pattern
+    if cfg.get("model_type") == "ouro" and cfg.get("total_ut_steps") is None:  # vLLM's (and its class's) default
+        raise ConfigError(f"{label}: model_type 'ouro' without total_ut_steps runs every layer 4 times over (its "
+                          f"class's default), each pass with a KV cache of its own, {UNSIZED}")
     if cfg.get("model_type") in UNSIZED_MODEL_TYPES:  # their config class's layout, when the file leaves it out
         raise ConfigError(f"{label}: model_type {shown(cfg['model_type'])} {UNSIZED_MODEL_TYPES[cfg['model_type']]}, "
                           f"{UNSIZED}")
