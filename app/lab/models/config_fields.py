@@ -72,6 +72,16 @@ UNSIZED_LAYOUTS = {
     # Nemotron-NAS / DeciLM: a KV head count per layer (n_heads_in_group), layers without attention (no_op); sized
     # with a KV head per attention head on every layer, Llama-3.3-Nemotron-Super-49B's KV cache was 8x too big
     "block_configs": "gives each layer its own attention and MLP (Nemotron-NAS, DeciLM)",
+    # LFM2's original config.json (no layer_types): 6 attention layers of 16, sized as 16 with a KV cache each
+    "full_attn_idxs": "lays out short-convolution layers between the attention layers it lists (LFM2)",
+    # Ouro's looped layers: all of them run total_ut_steps times, each pass caching its own keys and values (Ouro-1.4B's
+    # 24 layers x 4: its KV cache sized at a quarter)
+    "total_ut_steps": "runs every layer that many times over, each pass with a KV cache of its own (Ouro)",
+    # DeciLM-7B: a KV head count per layer (4, 2 or 1), sized as one KV head per attention head (32) on every layer
+    "num_key_value_heads_per_layer": "gives each layer its own KV head count (DeciLM)",
+    # Phi-4-mini-flash (SambaY): every mb_per_layer-th layer Mamba, the second half's attention layers reusing one
+    # KV cache; sized as 32 layers of attention, each with its own cache
+    "mb_per_layer": "lays out Mamba layers and layers that reuse one KV cache (Phi-4-mini-flash's SambaY)",
     # Step3's text model: one KV head (num_attention_groups) for its 64 query heads, the query low-rank; read as a
     # KV head per query head it was "missing num_experts_per_tok" (its moe_top_k), and would be 64x too big
     "share_q_dim": "gives Step3's attention a low-rank query and num_attention_groups KV heads",
@@ -79,6 +89,13 @@ UNSIZED_LAYOUTS = {
     "cross_attention_layers": "has cross-attention layers, whose KV cache holds the image's tokens, not the text's "
                               "(Llama 3.2 Vision)",
 }
+# model types whose config class lays out such layers by default (Phi4FlashConfig's mb_per_layer is 2), or whose
+# layer holds more than one attention block: LongCat-Flash's two latent-attention blocks, two dense MLPs and experts of
+# expert_ffn_hidden_size beside zero experts were read as one block and experts of ffn_hidden_size (3,251 B for 560 B,
+# half its KV cache)
+UNSIZED_MODEL_TYPES = {"phi4flash": UNSIZED_LAYOUTS["mb_per_layer"],
+                       "longcat_flash": "gives each layer two attention blocks, two dense MLPs and experts of "
+                                        "expert_ffn_hidden_size (LongCat-Flash)"}
 UNSIZED = ("which kvscope does not size (it sizes full, sliding-window, latent and Gated DeltaNet attention layers, a "
            "KV cache of its own on each): its KV memory would be sized wrong")
 # layer_types' names of layers without attention (Granite 4.0-H's, LFM2's); "attention" (Granite 4.0's) and
@@ -88,7 +105,7 @@ RECURRENT_LAYERS = {"mamba": "Mamba layers (Granite 4.0-H)", "conv": "short-conv
 _ALL_ATTENTION = {"attn_type_list": lambda v: isinstance(v, list) and all(x == 1 for x in v),
                   "layers_block_type": lambda v: isinstance(v, list) and all(x == "attention" for x in v),
                   "hybrid_override_pattern": lambda v: isinstance(v, str) and set(v) <= {"*"},
-                  "attn_layer_period": lambda v: v == 1,
+                  "attn_layer_period": lambda v: v == 1, "total_ut_steps": lambda v: v == 1,
                   "block_types": lambda v: isinstance(v, list) and all(x == "attention" for x in v)}
 # encoders: their config.json has a decoder's fields (BERT's num_hidden_layers, num_attention_heads, ...), and a
 # KV cache was sized for a model that keeps none (vLLM serves them for embeddings, one forward a request)
@@ -195,8 +212,15 @@ def checked_hf_fields(cfg, label: str) -> dict:
     cfg = _checked(_one_per_model(require_table(cfg, f"{label}: config.json"), label), HF_FIELDS, label)
     if isinstance(pattern, str):
         cfg["sliding_window_pattern"] = pattern
+    if cfg.get("model_type") == "ouro" and cfg.get("total_ut_steps") is None:  # vLLM's (and its class's) default
+        raise ConfigError(f"{label}: model_type 'ouro' without total_ut_steps runs every layer 4 times over (its "
+                          f"class's default), each pass with a KV cache of its own, {UNSIZED}")
+    if cfg.get("model_type") in UNSIZED_MODEL_TYPES:  # their config class's layout, when the file leaves it out
+        raise ConfigError(f"{label}: model_type {shown(cfg['model_type'])} {UNSIZED_MODEL_TYPES[cfg['model_type']]}, "
+                          f"{UNSIZED}")
     unsized = next((key for key in UNSIZED_LAYOUTS
-                    if cfg.get(key) and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
+                    if (cfg.get(key) or cfg.get(key) == [] and key == "full_attn_idxs")  # []: every layer a conv
+                    and not _ALL_ATTENTION.get(key, lambda v: False)(cfg[key])), None)
     if unsized:
         raise ConfigError(f"{label}: {unsized} ({shown(cfg[unsized])}) {UNSIZED_LAYOUTS[unsized]}, {UNSIZED}")
     if "quantization_config" in cfg:

@@ -476,7 +476,25 @@ def model_from_hf_config(cfg: dict, name: str, label: str | None = None) -> Mode
         raise ConfigError(f"{label}: {exc}") from None
     except (TypeError, AttributeError) as exc:  # inside a table config_fields does not describe field by field
         raise ConfigError(f"{label}: a field has an unexpected type ({exc})") from None
+    if model_type in _LATENT_CACHED_PER_HEAD and data.get("kv_lora_rank"):
+        data = _cached_per_head(data, label)
     return build_config(ModelConfig, data, label)
+
+
+_LATENT_CACHED_PER_HEAD = {"minicpm3"}  # vLLM's MLA cache is DeepSeek's, Kimi's, LongCat's: MiniCPM3's caches its
+# 40 heads x 96 (930 KiB a token), sized before as the latent (35 KiB)
+
+
+def _cached_per_head(data: dict, label: str) -> dict:
+    """data as vLLM caches it, its weights the latent attention's (as heads they would be 1.6 B more for 4.07 B); a
+    float32 checkpoint's are left to be counted, as a fixed size would keep a GPU from serving them in 16 bits."""
+    from kvscope.engine.memory_math import weights_bytes
+
+    size, said = weights_bytes(build_config(ModelConfig, data, label))
+    fixed = {"weights_bytes": size, "weights_source": f"{said}; its latent attention's keys and values cached per "
+             "head, as vLLM does"} if data.get("weight_dtype") != "fp32" else {}
+    return {**data, "kv_lora_rank": None, "qk_rope_head_dim": None, "q_lora_rank": None, "v_head_dim": None,
+            "num_key_value_heads": data["num_attention_heads"], **fixed}
 
 
 def _preset_kind(data: bytes) -> str | None:
@@ -529,6 +547,14 @@ def _with_modelopt_file(folder: Path, cfg: dict) -> dict:
     return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant["quantization"]}}
 
 
+def refuse_mistral_folder(folder: Path, label: str) -> None:
+    """A folder of Mistral's own format (params.json, no config.json): was "cannot read: no such file"."""
+    if (folder / "params.json").is_file() and not (folder / "config.json").exists():
+        raise ConfigError(f"{label}: no config.json, but a params.json: Mistral's own format (vLLM reads it with "
+                          "--config-format mistral), which kvscope does not read; give the config.json of the "
+                          "model's Hugging Face release")
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     path = Path(path)
     try:
@@ -536,6 +562,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     except (OSError, ValueError) as exc:  # a name over 255 bytes (ENAMETOOLONG), a NUL in it
         raise ConfigError(f"config {os_error_text(path, exc)}") from None
     if is_folder:
+        refuse_mistral_folder(path, f"config {path}")
         path = path / "config.json"
     try:
         data = read_capped(path, f"config {path}", MAX_CONFIG_BYTES, "config.json")

@@ -95,6 +95,13 @@ WRAPPED_TEXT_CONFIGS = ("llm_config", "language_config")
 def wrapped_text_config(cfg: dict, label: str) -> tuple:
     """(where, the table) of a wrapper's language model config kept under another name than text_config; (None,
     None) where there is none, or config.json gives a text_config itself."""
+    named = cfg.get("text_model_id") if isinstance(cfg, dict) else None
+    if named is not None:  # Ultravox: vLLM builds its text model from that model's own config.json, fetched by
+        # name; the file has no shape ("missing field(s)"), or a text_config of {"model_type": "llama"} that was
+        # sized as Llama 2's class defaults (7.5 B, 32 KV heads) for a Llama 3.1 8B (8 KV heads: its KV cache 4x)
+        raise ConfigError(f"{label}: text_model_id ({shown(named)}) names the language model this one wraps "
+                          "(Ultravox), whose shape vLLM reads from that model's own config.json, not from this file "
+                          "(a text_config beside it is not read); give that model's config.json")
     if not isinstance(cfg, dict) or cfg.get("text_config") is not None:
         return None, None
     thinker = cfg.get("thinker_config")
@@ -131,7 +138,7 @@ NAME_FIELDS = {**{old: "whole" for olds in ALIASES.values() for old in olds},
                **dict.fromkeys(KV_HEAD_FIELDS, "whole"), "expansion_ratio": "whole", "multi_query": "flag",
                "new_decoder_architecture": "flag", "attn_config": "table", "ffn_config": "table",
                "moe_layer_start_index": "whole", "moe_layer_interval": "whole", "interleave_moe_layer_step": "whole",
-               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag",
+               "intermediate_size_mlp": "whole", "moe_layers": "list", "use_residual": "flag", "residual_moe": "flag",
                "moe_layer_freq": "whole", "shared_intermediate_size": "whole"}
 
 
@@ -161,6 +168,10 @@ def standard_names(cfg: dict, label: str) -> dict:
         # Arctic's dense residual MLP (hidden_size wide) beside the experts of each of their layers: left out, the
         # 480 B model was sized at 473 B
         out.setdefault("shared_expert_intermediate_size", out["hidden_size"])
+    if cfg.get("residual_moe") is True and out.get("moe_intermediate_size") and out.get("intermediate_size"):
+        # Grok-2's dense MLP (intermediate_size wide) beside its experts (moe_intermediate_size) on every layer, as
+        # vLLM builds it: left out, the 270 B model was sized at 218 B (115 B active at 64)
+        out.setdefault("shared_expert_intermediate_size", out["intermediate_size"])
     if str(cfg.get("model_type")) in ("granitemoehybrid", "granitemoeshared") and cfg.get("shared_intermediate_size"):
         # Granite's shared_mlp, on every layer: the whole MLP of Granite 4.0 Micro (no experts), beside the experts
         # of the others; its experts' intermediate_size was sized as the dense MLP and the shared one left out

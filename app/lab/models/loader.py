@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kvscope.app.lab.bounded_reads import load_json, read_capped
 from kvscope.app.lab.models.config_fields import checked_hf_fields, with_compression_config
-from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config
+from kvscope.app.lab.models.config_json import MAX_CONFIG_BYTES, model_from_hf_config, refuse_mistral_folder
 from kvscope.app.lab.models.config_names import WRAPPED_TEXT_CONFIGS
 from kvscope.app.lab.models.safetensors_header import safetensors_header
 from kvscope.app.lab.table_checks import require_table
@@ -47,6 +47,7 @@ def _read_config(path: Path) -> dict:
         said = "not a directory (a pipe or a device)" if path.exists() else "no such directory"
         raise ConfigError(f"model directory {path}: {said}")
     if not config_file.is_file():
+        refuse_mistral_folder(path, f"model directory {path}")
         raise ConfigError(f"model directory {path}: missing config.json")
     label = f"model directory {path}: config.json"
     cfg = load_json(read_capped(config_file, label, MAX_CONFIG_BYTES, "config.json"), label, unique_keys=True)
