@@ -226,9 +226,13 @@ def partial_path(path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{_name_start(target.name)}.", suffix=".partial",
                                 dir=Path(os.path.realpath(target)).parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+    try:  # a file replaced keeps its permissions: one made private (0600) became readable by all (0644)
+        mode = stat.S_IMODE(os.stat(os.path.realpath(target)).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new file: as open() would have made it, not mkstemp's 0600
+    os.chmod(name, mode)
     return Path(name)
 
 
