@@ -1,0 +1,110 @@
+"""The command line against bad input, nineteenth round (scripts/hostile_inputs_nineteenth_cli.py): an output
+written over an existing file took a new file's permissions (a results file made private, 0600, became readable by
+all, 0644), and a --record whose writes failed (a full disk, `ulimit -f`) left a new file cut off mid-record,
+said only as "cannot write the recording ...: File too large" (usually no whole step in it: a record holds
+hundreds). Each test fails on the code before its fix; each has a consistent neighbour that is still taken."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from cli_helper import cli
+from test_cli_hostile_fifth import refused
+
+from kvscope.app.lab.output_path import atomic_output, write_text_atomic
+
+# -- 1. a file written over keeps its permissions --------------------------------------------------------------------
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
+def test_a_file_written_over_keeps_its_permissions(tmp_path, mode):
+    target = tmp_path / "results.json"
+    target.write_text("old")
+    target.chmod(mode)
+    write_text_atomic("--json", str(target), "{}\n")
+    assert target.read_text() == "{}\n" and _mode(target) == mode
+
+
+def test_a_new_file_takes_the_umask(tmp_path):
+    umask = os.umask(0o027)
+    try:
+        with atomic_output(tmp_path / "new.csv") as partial:
+            partial.write_text("a\n")
+    finally:
+        os.umask(umask)
+    assert _mode(tmp_path / "new.csv") == 0o640
+
+
+def test_a_run_over_a_private_json_keeps_it_private(capsys, tmp_path):
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 1, "--json", target)
+    assert rc == 0, err
+    assert _mode(target) == 0o600 and target.read_text().startswith("{")
+
+
+# -- 2. a recording whose writes failed says what it left ----------------------------------------------------------
+
+
+@pytest.fixture
+def disk_fills_after(monkeypatch):
+    """The recording's writes fail with EFBIG (as under `ulimit -f`) once `limit` bytes are written."""
+    from kvscope.app.lab.recording import writer
+
+    def arrange(limit: int):
+        original = writer._RecordWriter._write
+
+        def write(self, data):
+            if self.offset + len(data) > limit:
+                raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+            return original(self, data)
+
+        monkeypatch.setattr(writer._RecordWriter, "_write", write)
+
+    return arrange
+
+
+def test_a_new_recording_with_no_whole_step_is_removed(capsys, tmp_path, disk_fills_after):
+    target = tmp_path / "r.kvrec"
+    disk_fills_after(4096)
+    rc, out, err = cli(capsys, "run", "--quiet", "--requests", 3, "--record", target)
+    refused(rc, err, "cannot write the recording", "File too large",
+            f"no whole step had been written, so {target} was removed")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_recording_is_said_as_left_as_it_was(capsys, tmp_path, disk_fills_after):
+    target = tmp_path / "r.kvrec"
+    target.write_bytes(b"an older recording")
+    disk_fills_after(4096)
+    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 3, "--record", target)
+    refused(rc, err, "File too large", f"{target} was left as it was")
+    assert target.read_bytes() == b"an older recording" and list(tmp_path.iterdir()) == [target]
+
+
+def test_a_recording_cut_off_after_whole_steps_says_how_many_it_keeps(capsys, tmp_path, disk_fills_after):
+    from kvscope.app.lab.recording.reader import steps_held
+
+    target = tmp_path / "r.kvrec"
+    disk_fills_after(900 * 1024)
+    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 400, "--record", target)
+    line = refused(rc, err, "File too large", "cut off without its index", f"`kvscope gui --replay {target}`")
+    kept = steps_held(target)
+    assert kept > 0 and f"keeps the first {kept:,} steps" in line
+
+
+def test_a_recording_with_room_is_written(capsys, tmp_path, disk_fills_after):
+    target = tmp_path / "r.kvrec"
+    disk_fills_after(10 * 2**20)
+    rc, out, err = cli(capsys, "run", "--quiet", "--requests", 3, "--record", target)
+    assert rc == 0, err
+    assert "recording written to" in out and target.stat().st_size > 0
