@@ -108,3 +108,44 @@ def test_a_recording_with_room_is_written(capsys, tmp_path, disk_fills_after):
     rc, out, err = cli(capsys, "run", "--quiet", "--requests", 3, "--record", target)
     assert rc == 0, err
     assert "recording written to" in out and target.stat().st_size > 0
+
+
+# -- 3. standard output cut short by the file size limit (`ulimit -f`) ---------------------------------------------
+
+
+def _limited_to(limit: int):
+    import resource
+
+    def arrange():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return arrange
+
+
+def test_json_on_stdout_cut_short_by_the_size_limit_is_an_error_not_exit_0(tmp_path):
+    """`run --json - > r.json` under `ulimit -f 1` wrote 1,024 of 1,915 bytes and exited 0: CPython's buffered
+    writer returns a short count for a large write the file takes part of, and TextIOWrapper drops the rest."""
+    import subprocess
+    import sys
+
+    kvscope = [sys.executable, "-m", "kvscope.app"]
+    out = tmp_path / "r.json"
+    with open(out, "wb") as handle:
+        proc = subprocess.run([*kvscope, "math", "--json"], stdout=handle, stderr=subprocess.PIPE,
+                              preexec_fn=_limited_to(1024), timeout=60)
+    err = proc.stderr.decode()
+    refused(proc.returncode, err, "cannot write the output: File too large", "(`ulimit -f`) is reached")
+    assert out.stat().st_size == 1024
+    with open(out, "wb") as handle:  # the neighbour: room for all of it
+        proc = subprocess.run([*kvscope, "math", "--json"], stdout=handle, stderr=subprocess.PIPE,
+                              preexec_fn=_limited_to(1 << 20), timeout=60)
+    assert proc.returncode == 0 and out.read_text().rstrip().endswith("}"), proc.stderr.decode()
+
+
+def test_the_advice_follows_the_cause():
+    from kvscope.app.cli.main import cannot_write_output
+
+    assert cannot_write_output(OSError(errno.EFBIG, "File too large")).endswith(
+        "the file size limit (`ulimit -f`) is reached; raise it, or write elsewhere")
+    assert cannot_write_output(OSError(errno.ENOSPC, "No space left on device")).endswith(
+        "free some space or write elsewhere")

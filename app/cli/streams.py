@@ -11,6 +11,8 @@ to standard error mixed a binary recording or a PNG into the command's messages.
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import sys
 
@@ -36,6 +38,39 @@ def give_closed_stderr_a_place() -> None:
             sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process's stderr until it exits
         except OSError:
             pass
+
+
+class _WholeWrites(io.BufferedWriter):
+    """Writes all it is given, or raises. CPython's BufferedWriter returns a short count where the file
+    takes part of a large write (`ulimit -f`: the bytes up to the limit), and TextIOWrapper drops the
+    rest: `kvscope run --json - > r.json` left half a JSON object and exited 0."""
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            wrote = super().write(view[done:])
+            if not wrote:  # nothing taken and no error: said as the file that cannot grow
+                raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+            done += wrote
+        return done
+
+
+def whole_writes_to_stdout() -> None:
+    """The process's standard output (fd 1) rewrapped so that no write is cut short without an error
+    (_WholeWrites); its encoding and buffering kept. A stream replaced already (a test's capture) is left."""
+    stdout = sys.stdout
+    if stdout is None or stdout is not sys.__stdout__ or not isinstance(stdout, io.TextIOWrapper):
+        return
+    try:
+        if stdout.fileno() != 1:
+            return
+        stdout.flush()
+        raw = io.FileIO(1, "w", closefd=False)
+    except (OSError, ValueError):
+        return
+    sys.stdout = io.TextIOWrapper(_WholeWrites(raw), encoding=stdout.encoding, errors=stdout.errors,
+                                  line_buffering=stdout.line_buffering, write_through=stdout.write_through)
 
 
 def stream_named(path: str) -> str | None:
