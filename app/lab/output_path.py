@@ -227,7 +227,10 @@ def partial_path(path) -> Path:
                                 dir=Path(os.path.realpath(target)).parent)
     os.close(fd)
     try:  # a file replaced keeps its permissions: one made private (0600) became readable by all (0644)
-        mode = stat.S_IMODE(os.stat(os.path.realpath(target)).st_mode)
+        kept = os.stat(os.path.realpath(target))
+        mode = stat.S_IMODE(kept.st_mode)
+        with contextlib.suppress(OSError):  # and its owner and group, where this process may give them
+            os.chown(name, kept.st_uid, kept.st_gid)
     except OSError:
         umask = os.umask(0)
         os.umask(umask)
