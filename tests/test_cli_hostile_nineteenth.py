@@ -149,3 +149,31 @@ def test_the_advice_follows_the_cause():
         "the file size limit (`ulimit -f`) is reached; raise it, or write elsewhere")
     assert cannot_write_output(OSError(errno.ENOSPC, "No space left on device")).endswith(
         "free some space or write elsewhere")
+
+
+def test_a_file_written_over_keeps_its_owner_and_group(tmp_path):
+    target = tmp_path / "results.json"
+    target.write_text("old")
+    if os.geteuid() == 0:  # root may give a file away: the owner another's, as a user's file is to root
+        os.chown(target, 12345, 23456)
+    before = os.stat(target)
+    write_text_atomic("--json", str(target), "{}\n")
+    after = os.stat(target)
+    assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+
+
+# -- 4. a screenshot in a format that does not keep the window as shown ----------------------------------------
+
+
+@pytest.mark.parametrize("name, said", [("w.ico", "at most 256x256"), ("w.CUR", "at most 256x256"),
+                                        ("w.xbm", "one bit a pixel"), ("w.pbm", "one bit a pixel"),
+                                        ("w.wbmp", "one bit a pixel")])
+def test_a_screenshot_as_an_icon_or_one_bit_image_is_refused(tmp_path, name, said):
+    from kvscope.app.cli.gui import check_screenshot_target
+    from kvscope.engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match=said) as refusal:
+        check_screenshot_target(str(tmp_path / name))
+    assert ".png" in str(refusal.value) and ".ico" not in str(refusal.value).split("use ")[1]
+    check_screenshot_target(str(tmp_path / "w.png"))  # the neighbours: taken
+    check_screenshot_target(str(tmp_path / "w.jpg"))

@@ -1,0 +1,56 @@
+"""The nineteenth hostile pass's cases (the command line), for scripts/hostile_inputs.py; every name begins "cli19:"
+(`--only "cli19:"` runs them). Found, and how it behaved before: `gui --screenshot w.ico` (and .cur) saved the
+window shrunk to 256x256, and .xbm, .wbmp and .pbm one bit a pixel, each exit 0 as if the window had been saved. An
+output written over an existing file took a new file's permissions and owner (a results file made private, 0600,
+became readable by all, 0644). A --record whose writes failed (a full disk, `ulimit -f`) left a new file cut off
+mid-record, said only as "cannot write the recording ...: File too large" (usually no whole step in it: a record
+holds hundreds). Standard output cut short by `ulimit -f` exited 0 where the cut fell in one large write (`run
+--json - > r.json`: 1,024 of 1,915 bytes, half a JSON object), and every such failure was told to "free some
+space". Every case's `expect` is the right behaviour.
+
+Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
+kept (Case compares a file's bytes, not its mode), and the failed writes under `ulimit -f` (Case sets no limits:
+the test sets RLIMIT_FSIZE in the child, or makes the recording's writes fail in-process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def nineteenth_cli_cases(d: Path, Case, write) -> list:
+    return _screenshot_cases(d, Case, write)
+
+
+def _case(Case, name: str, *args, **kwargs):
+    return Case(f"cli19: {name}", *args, **kwargs)
+
+
+def _screenshot_cases(d: Path, Case, write) -> list:
+    from hostile_inputs_thirteenth_cli import _recording  # a small run's recording, written in this process
+
+    folder = d / "cli19"
+    folder.mkdir(parents=True, exist_ok=True)
+    gui = ["gui", "--replay", str(_recording(folder)), "--quit-after", "0.5", "--screenshot"]
+    kept = write(folder / "kept.ico", b"\x00\x00\x01\x00 an older icon")
+    icon, one_bit = "at most 256x256 (Qt shrinks the window to that)", "one bit a pixel"
+    return [
+        _case(Case, "gui --screenshot w.ico (saved shrunk to 256x256, exit 0)", "files",
+              [*gui, str(folder / "w.ico")], must_say=(icon, "use .png")),
+        _case(Case, "gui --screenshot W.CUR (a cursor: the same 256x256)", "files",
+              [*gui, str(folder / "W.CUR")], must_say=("a cursor, " + icon,)),
+        _case(Case, "gui --screenshot KEPT.ico over a file (refused, the file as it was)", "files",
+              [*gui, str(kept)], must_say=(icon,), protected=[kept]),
+        _case(Case, "gui --screenshot w.xbm (black and white)", "files", [*gui, str(folder / "w.xbm")],
+              must_say=(one_bit,)),
+        _case(Case, "gui --screenshot w.pbm (black and white)", "files", [*gui, str(folder / "w.pbm")],
+              must_say=(one_bit,)),
+        _case(Case, "gui --screenshot w.wbmp (black and white)", "files", [*gui, str(folder / "w.wbmp")],
+              must_say=(one_bit,), must_not_say=(".ico,", ".xbm,")),
+        _case(Case, "attach --screenshot w.ico (before dialing anything)", "files",
+              ["attach", "http://127.0.0.1:9", "--quit-after", "1", "--screenshot", str(folder / "a.ico")],
+              must_say=(icon,)),
+        _case(Case, "gui --screenshot w.jpg (a full-colour format: taken)", "files", [*gui, str(folder / "w.jpg")],
+              expect="ok"),
+        _case(Case, "gui --screenshot w.pgm (grey, 8 bits a pixel: taken)", "files", [*gui, str(folder / "w.pgm")],
+              expect="ok"),
+    ]
