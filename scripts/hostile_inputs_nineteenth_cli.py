@@ -6,7 +6,9 @@ became readable by all, 0644). A --record whose writes failed (a full disk, `uli
 mid-record, said only as "cannot write the recording ...: File too large" (usually no whole step in it: a record
 holds hundreds). Standard output cut short by `ulimit -f` exited 0 where the cut fell in one large write (`run
 --json - > r.json`: 1,024 of 1,915 bytes, half a JSON object), and every such failure was told to "free some
-space". Every case's `expect` is the right behaviour.
+space". `bench real --against-vllm --device cuda` imported torch and transformers before refusing the device (17 s on a
+busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU, not CPU". Every case's `expect`
+is the right behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
 kept (Case compares a file's bytes, not its mode), and the failed writes under `ulimit -f` (Case sets no limits:
@@ -18,7 +20,7 @@ from pathlib import Path
 
 
 def nineteenth_cli_cases(d: Path, Case, write) -> list:
-    return _screenshot_cases(d, Case, write)
+    return _screenshot_cases(d, Case, write) + _against_vllm_cases(Case)
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -53,4 +55,14 @@ def _screenshot_cases(d: Path, Case, write) -> list:
               expect="ok"),
         _case(Case, "gui --screenshot w.pgm (grey, 8 bits a pixel: taken)", "files", [*gui, str(folder / "w.pgm")],
               expect="ok"),
+    ]
+
+
+def _against_vllm_cases(Case) -> list:
+    against = ["bench", "real", "--against-vllm", "--device"]
+    return [
+        _case(Case, "bench real --against-vllm --device cuda (refused after importing torch: 17 s)", "flags",
+              [*against, "cuda"], must_say=("it runs on the CPU, not cuda",)),
+        _case(Case, "bench real --against-vllm --device CPU ('runs on the CPU, not CPU')", "flags",
+              [*against, "CPU"], must_say=("did you mean cpu?",), must_not_say=("not CPU\n",)),
     ]

@@ -177,3 +177,23 @@ def test_a_screenshot_as_an_icon_or_one_bit_image_is_refused(tmp_path, name, sai
     assert ".png" in str(refusal.value) and ".ico" not in str(refusal.value).split("use ")[1]
     check_screenshot_target(str(tmp_path / "w.png"))  # the neighbours: taken
     check_screenshot_target(str(tmp_path / "w.jpg"))
+
+
+# -- 5. bench real --against-vllm --device ---------------------------------------------------------------------
+
+
+def test_against_vllm_on_cuda_is_refused_before_torch_is_imported(capsys, monkeypatch):
+    """It imported torch and transformers first: 17 s on a busy machine to say one line."""
+    import sys
+
+    for heavy in ("kvscope.app.lab.real_backend", "kvscope.app.lab.verify.baselines"):
+        monkeypatch.setitem(sys.modules, heavy, None)  # importing it now raises ImportError
+    rc, out, err = cli(capsys, "bench", "real", "--against-vllm", "--device", "cuda")
+    refused(rc, err, "--against-vllm compares with vLLM's CPU build: it runs on the CPU, not cuda")
+
+
+@pytest.mark.parametrize("device", ["CPU", " cpu"])
+def test_against_vllm_with_cpu_misspelt_says_cpu(capsys, device):
+    rc, out, err = cli(capsys, "bench", "real", "--against-vllm", "--device", device)
+    line = refused(rc, err, "did you mean cpu?")
+    assert "not CPU\"" not in line and "runs on the CPU, not" not in line
