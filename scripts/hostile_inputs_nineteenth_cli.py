@@ -7,8 +7,9 @@ mid-record, said only as "cannot write the recording ...: File too large" (usual
 holds hundreds). Standard output cut short by `ulimit -f` exited 0 where the cut fell in one large write (`run
 --json - > r.json`: 1,024 of 1,915 bytes, half a JSON object), and every such failure was told to "free some
 space". `bench real --against-vllm --device cuda` imported torch and transformers before refusing the device (17 s on a
-busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU, not CPU". Every case's `expect`
-is the right behaviour.
+busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU, not CPU". `kvscope --version
+--self-test` printed the version and exited 0, no self-test run (anything after --version was dropped). Every
+case's `expect` is the right behaviour.
 
 Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
 kept (Case compares a file's bytes, not its mode), and the failed writes under `ulimit -f` (Case sets no limits:
@@ -20,7 +21,7 @@ from pathlib import Path
 
 
 def nineteenth_cli_cases(d: Path, Case, write) -> list:
-    return _screenshot_cases(d, Case, write) + _against_vllm_cases(Case)
+    return _screenshot_cases(d, Case, write) + _against_vllm_cases(Case) + _version_cases(Case)
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -65,4 +66,14 @@ def _against_vllm_cases(Case) -> list:
               [*against, "cuda"], must_say=("it runs on the CPU, not cuda",)),
         _case(Case, "bench real --against-vllm --device CPU ('runs on the CPU, not CPU')", "flags",
               [*against, "CPU"], must_say=("did you mean cpu?",), must_not_say=("not CPU\n",)),
+    ]
+
+
+def _version_cases(Case) -> list:
+    return [
+        _case(Case, "--version --self-test (the version printed, exit 0, no self-test run)", "flags",
+              ["--version", "--self-test"], must_say=("`kvscope --self-test` without it",)),
+        _case(Case, "--version math (the command not run)", "flags", ["--version", "math"],
+              must_say=("--version prints the version and exits",)),
+        _case(Case, "--version alone (taken)", "flags", ["--version"], expect="ok", must_say=("kvscope ",)),
     ]

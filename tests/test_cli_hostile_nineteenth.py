@@ -197,3 +197,17 @@ def test_against_vllm_with_cpu_misspelt_says_cpu(capsys, device):
     rc, out, err = cli(capsys, "bench", "real", "--against-vllm", "--device", device)
     line = refused(rc, err, "did you mean cpu?")
     assert "not CPU\"" not in line and "runs on the CPU, not" not in line
+
+
+# -- 6. --version followed by what it would not run ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rest", [["--self-test"], ["math"], ["run", "--requests", "3"]])
+def test_version_with_more_after_it_is_refused(capsys, rest):
+    """`kvscope --version --self-test` printed the version and exited 0: no self-test ran, and a script took it
+    as passed."""
+    rc, out, err = cli(capsys, "--version", *rest)
+    refused(rc, err, "--version prints the version and exits", f"`kvscope {' '.join(rest)}` without it")
+    assert out == ""
+    rc, out, err = cli(capsys, "--version")  # the neighbour: alone, taken
+    assert rc == 0 and out.startswith("kvscope ")

@@ -276,6 +276,11 @@ def _main(argv: list[str] | None) -> int:
         _say(f"kvscope: error: {len(argv):,} arguments; a command takes at most {MOST_ARGUMENTS:,} (each flag once, "
              "a few dozen in all): see `kvscope COMMAND --help`")
         return EXIT_USAGE
+    if argv[:1] == ["--version"] and argv[1:] and argv[1] not in ("-h", "--help"):  # argparse printed the version
+        rest = one_line(" ".join(argv[1:]))  # and exited 0: `kvscope --version --self-test` ran no self-test
+        _say(f"kvscope: error: --version prints the version and exits, so `{rest}` after it would not run; give "
+             f"--version alone, or `kvscope {rest}` without it")
+        return EXIT_USAGE
     if argv[:1] == ["--self-test"]:  # its lines are standard output too: a full disk or `| head` is said as below
         from kvscope.app.bench.self_test import run_self_test
 
