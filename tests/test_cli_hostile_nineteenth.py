@@ -61,10 +61,11 @@ def disk_fills_after(monkeypatch):
     from kvscope.app.lab.recording import writer
 
     def arrange(limit: int):
-        original = writer._RecordWriter._write
+        original, full = writer._RecordWriter._write, []
 
         def write(self, data):
-            if self.offset + len(data) > limit:
+            if full or self.offset + len(data) > limit:  # and every write after, as a file at its limit
+                full.append(True)
                 raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
             return original(self, data)
 
@@ -91,12 +92,16 @@ def test_an_existing_recording_is_said_as_left_as_it_was(capsys, tmp_path, disk_
     assert target.read_bytes() == b"an older recording" and list(tmp_path.iterdir()) == [target]
 
 
-def test_a_recording_cut_off_after_whole_steps_says_how_many_it_keeps(capsys, tmp_path, disk_fills_after):
+def test_a_recording_cut_off_after_whole_steps_says_how_many_it_keeps(capsys, tmp_path, disk_fills_after,
+                                                                     monkeypatch):
     from kvscope.app.lab.recording.reader import steps_held
 
+    from kvscope.app.lab.recording import writer
+
     target = tmp_path / "r.kvrec"
-    disk_fills_after(900 * 1024)
-    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 400, "--record", target)
+    monkeypatch.setattr(writer, "CHUNK_STEPS", 64)  # records of 64 steps, not 2,048: a small run keeps some
+    disk_fills_after(40 * 1024)
+    rc, _, err = cli(capsys, "run", "--quiet", "--requests", 20, "--record", target)
     line = refused(rc, err, "File too large", "cut off without its index", f"`kvscope gui --replay {target}`")
     kept = steps_held(target)
     assert kept > 0 and f"keeps the first {kept:,} steps" in line
@@ -136,10 +141,32 @@ def test_json_on_stdout_cut_short_by_the_size_limit_is_an_error_not_exit_0(tmp_p
     err = proc.stderr.decode()
     refused(proc.returncode, err, "cannot write the output: File too large", "(`ulimit -f`) is reached")
     assert out.stat().st_size == 1024
-    with open(out, "wb") as handle:  # the neighbour: room for all of it
-        proc = subprocess.run([*kvscope, "math", "--json"], stdout=handle, stderr=subprocess.PIPE,
-                              preexec_fn=_limited_to(1 << 20), timeout=60)
-    assert proc.returncode == 0 and out.read_text().rstrip().endswith("}"), proc.stderr.decode()
+
+
+def test_whole_writes_raise_where_the_file_takes_part():
+    """_WholeWrites on a file that takes 100 bytes of a write, then no more (as `ulimit -f` does): an error."""
+    import io
+
+    from kvscope.app.cli.streams import _WholeWrites
+
+    class Limited(io.RawIOBase):
+        def __init__(self):
+            self.kept = b""
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            room = 100 - len(self.kept)
+            if room <= 0:
+                raise OSError(errno.EFBIG, "File too large")
+            self.kept += bytes(data[:room])
+            return min(room, len(data))
+
+    whole = io.TextIOWrapper(_WholeWrites(Limited()))
+    with pytest.raises(OSError, match="File too large"):
+        whole.write("x" * 9000)
+        whole.flush()
 
 
 def test_the_advice_follows_the_cause():
@@ -211,3 +238,20 @@ def test_version_with_more_after_it_is_refused(capsys, rest):
     assert out == ""
     rc, out, err = cli(capsys, "--version")  # the neighbour: alone, taken
     assert rc == 0 and out.startswith("kvscope ")
+
+
+# -- 7. standard output open for reading only --------------------------------------------------------------------
+
+
+def test_stdout_open_for_reading_only_is_said_before_the_work(tmp_path):
+    """`kvscope math 1< notes.txt` ran, then failed to print in a traceback (OSError: Bad file descriptor, exit 1)."""
+    import subprocess
+    import sys
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n")
+    with open(notes, "rb") as read_only:
+        proc = subprocess.run([sys.executable, "-m", "kvscope.app", "math"], stdout=read_only,
+                              stderr=subprocess.PIPE, timeout=60)
+    refused(proc.returncode, proc.stderr.decode(), "the standard output is open for reading only")
+    assert notes.read_text() == "keep me\n"

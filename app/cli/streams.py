@@ -73,6 +73,17 @@ def whole_writes_to_stdout() -> None:
                                   line_buffering=stdout.line_buffering, write_through=stdout.write_through)
 
 
+def stdout_read_only() -> bool:
+    """Whether file descriptor 1 is open for reading only (`kvscope math 1< notes.txt`, `>&0`): every
+    write to it fails (EBADF), after the work, in a traceback."""
+    try:
+        import fcntl
+
+        return fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except (ImportError, OSError, ValueError):  # closed (said as closed), or no fcntl (Windows)
+        return False
+
+
 def stream_named(path: str) -> str | None:
     """'standard input' or 'standard error' when `path` is another name of that stream's file;
     None otherwise, and for /dev/null and for a stream that is also the standard output (one
