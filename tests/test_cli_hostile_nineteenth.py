@@ -255,3 +255,40 @@ def test_stdout_open_for_reading_only_is_said_before_the_work(tmp_path):
                               stderr=subprocess.PIPE, timeout=60)
     refused(proc.returncode, proc.stderr.decode(), "the standard output is open for reading only")
     assert notes.read_text() == "keep me\n"
+
+
+# -- 8. standard error that cannot be written ---------------------------------------------------------------------
+
+
+def test_a_full_stderr_does_not_stop_the_run(tmp_path):
+    """`kvscope run --json r.json 2>/dev/full` (a log on a full disk): the progress line's failed write ended the
+    run with exit 2, its table and r.json unwritten, nothing said; now the messages go nowhere and the work is done."""
+    import subprocess
+    import sys
+
+    with open(os.devnull, "wb") as null, open("/dev/full", "wb") as full:
+        proc = subprocess.run([sys.executable, "-m", "kvscope.app", "run", "--requests", "2", "--json",
+                               str(tmp_path / "r.json"), "--record", str(tmp_path / "r.kvrec")],
+                              stdout=null, stderr=full, timeout=60)
+    assert proc.returncode == 0 and (tmp_path / "r.json").stat().st_size > 0 and (tmp_path / "r.kvrec").exists()
+
+
+def test_a_refusal_onto_a_full_stderr_still_exits_2(monkeypatch):
+    """argparse's refusal that could not be written was a traceback that could not be either: exit 1, not 2."""
+    import io
+    import sys
+
+    from kvscope.app.cli import streams
+    from kvscope.app.cli.main import main
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sys, "stderr", Full())
+    monkeypatch.setattr(sys, "__stderr__", sys.stderr)  # as the process's own: wrapped by main
+    try:
+        rc = main(["math", "--bogus"])
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2 and isinstance(sys.stderr, streams.ErrorsMayGoNowhere) and sys.stderr.failed

@@ -262,6 +262,7 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if streams is not None:  # `2>&-`: see give_closed_stderr_a_place
         streams.give_closed_stderr_a_place()
+        streams.errors_may_go_nowhere()  # `2>/dev/full`: the progress line's failure ended the run
         if streams.stdout_read_only() and argv[:1] != ["gui"]:  # a window writes nothing there
             _say("kvscope: error: the standard output is open for reading only (as `1< FILE` or `>&0` opens it), so "
                  "nothing can be written to it; give the command somewhere to write (a terminal, a pipe, `> FILE`)")

@@ -73,6 +73,46 @@ def whole_writes_to_stdout() -> None:
                                   line_buffering=stdout.line_buffering, write_through=stdout.write_through)
 
 
+class ErrorsMayGoNowhere:
+    """Standard error whose writes may fail (`2>/dev/full`, a log file on a full disk): the first failure
+    points it at the null device and the command goes on. The progress line's failed write ended `kvscope
+    run` with exit 2, its table and --json file unwritten, and nothing said (nothing could be); argparse's
+    refusal that could not be written was a traceback that could not be either (exit 1, not 2)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed = False
+
+    def write(self, text):
+        if not self.failed:
+            try:
+                return self._stream.write(text)
+            except OSError:
+                self._gone()
+        return len(text)
+
+    def flush(self):
+        if not self.failed:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._gone()
+
+    def _gone(self):
+        self.failed = True
+        with contextlib.suppress(OSError, ValueError):  # what is still buffered goes there at the exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def errors_may_go_nowhere() -> None:
+    """sys.stderr as an ErrorsMayGoNowhere (a stream replaced already, a test's capture, is left)."""
+    if sys.stderr is not None and sys.stderr is sys.__stderr__:
+        sys.stderr = ErrorsMayGoNowhere(sys.stderr)
+
+
 def stdout_read_only() -> bool:
     """Whether file descriptor 1 is open for reading only (`kvscope math 1< notes.txt`, `>&0`): every
     write to it fails (EBADF), after the work, in a traceback."""
