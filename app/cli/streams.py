@@ -73,38 +73,51 @@ def whole_writes_to_stdout() -> None:
                                   line_buffering=stdout.line_buffering, write_through=stdout.write_through)
 
 
-class ErrorsMayGoNowhere:
+class _GoesNowhereOnFailure:
+    """A standard stream that, at the first write failing with `caught`, points its file descriptor at
+    the null device (what is still buffered goes there at the exit) and takes every later write as done."""
+
+    caught: type = OSError
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text):
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except self.caught:
+                self._gone()
+        return len(text)
+
+    def flush(self):
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except self.caught:
+                self._gone()
+
+    def _gone(self):
+        self.gone = True
+        with contextlib.suppress(OSError, ValueError):  # no file behind it (a captured stream)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class ErrorsMayGoNowhere(_GoesNowhereOnFailure):
     """Standard error whose writes may fail (`2>/dev/full`, a log file on a full disk): the first failure
     points it at the null device and the command goes on. The progress line's failed write ended `kvscope
     run` with exit 2, its table and --json file unwritten, and nothing said (nothing could be); argparse's
     refusal that could not be written was a traceback that could not be either (exit 1, not 2)."""
 
-    def __init__(self, stream):
-        self._stream = stream
-        self.failed = False
+    caught = OSError
 
-    def write(self, text):
-        if not self.failed:
-            try:
-                return self._stream.write(text)
-            except OSError:
-                self._gone()
-        return len(text)
-
-    def flush(self):
-        if not self.failed:
-            try:
-                self._stream.flush()
-            except OSError:
-                self._gone()
-
-    def _gone(self):
-        self.failed = True
-        with contextlib.suppress(OSError, ValueError):  # what is still buffered goes there at the exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
+    @property
+    def failed(self) -> bool:
+        return self.gone
 
 
 def errors_may_go_nowhere() -> None:
@@ -181,41 +194,18 @@ def name_standard_output_dash(args) -> None:
         setattr(args, dest, "-")
 
 
-class ReaderMayLeave:
+class ReaderMayLeave(_GoesNowhereOnFailure):
     """Standard output whose reader may leave (`kvscope run --json o.json | head -3`): past that, what is
     printed goes nowhere and the command goes on to write the files it was asked for, then exits as a
     command killed by SIGPIPE would. The BrokenPipeError of the first print ended the command there:
     o.json, compare's --csv, export's second file and calibrate's profile (stored after its table,
     after minutes of measuring) were never written, and nothing said so."""
 
-    def __init__(self, stream):
-        self._stream = stream
-        self.left = False
+    caught = BrokenPipeError
 
-    def write(self, text):
-        if not self.left:
-            try:
-                return self._stream.write(text)
-            except BrokenPipeError:
-                self._reader_left()
-        return len(text)
-
-    def flush(self):
-        if not self.left:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._reader_left()
-
-    def _reader_left(self):
-        self.left = True
-        try:  # what is still buffered, flushed at the exit, goes to the null device
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-        except (OSError, ValueError):  # no file behind it (a captured stream)
-            pass
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
+    @property
+    def left(self) -> bool:
+        return self.gone
 
 
 @contextlib.contextmanager
