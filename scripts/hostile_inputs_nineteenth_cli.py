@@ -9,7 +9,9 @@ holds hundreds). Standard output cut short by `ulimit -f` exited 0 where the cut
 space". `bench real --against-vllm --device cuda` imported torch and transformers before refusing the device (17 s on a
 busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU, not CPU". `kvscope --version
 --self-test` printed the version and exited 0, no self-test run (anything after --version was dropped). Every
-case's `expect` is the right behaviour.
+case's `expect` is the right behaviour. An output named for a format kvscope does not write was taken: `run --json
+mine.toml` into the presets folder (listed then as an invalid preset, "malformed TOML"), `--csv c.xlsx` (Excel
+refuses CSV under that name), `.yaml`, `.parquet`.
 
 Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
 kept (Case compares a file's bytes, not its mode), and the failed writes under `ulimit -f` (Case sets no limits:
@@ -21,7 +23,8 @@ from pathlib import Path
 
 
 def nineteenth_cli_cases(d: Path, Case, write) -> list:
-    return _screenshot_cases(d, Case, write) + _against_vllm_cases(Case) + _version_cases(Case)
+    return (_screenshot_cases(d, Case, write) + _against_vllm_cases(Case) + _version_cases(Case)
+            + _format_name_cases(d, Case, write))
 
 
 def _case(Case, name: str, *args, **kwargs):
@@ -76,4 +79,23 @@ def _version_cases(Case) -> list:
         _case(Case, "--version math (the command not run)", "flags", ["--version", "math"],
               must_say=("--version prints the version and exits",)),
         _case(Case, "--version alone (taken)", "flags", ["--version"], expect="ok", must_say=("kvscope ",)),
+    ]
+
+
+def _format_name_cases(d: Path, Case, write) -> list:
+    folder = d / "cli19" / "config"
+    presets = folder / "presets" / "models"
+    presets.mkdir(parents=True, exist_ok=True)
+    env = {"KVSCOPE_CONFIG_DIR": str(folder)}
+    run = ["run", "--quiet", "--requests", "1"]
+    return [
+        _case(Case, "run --json PRESETS/mine.toml (JSON listed as an invalid preset, 'malformed TOML')", "files",
+              [*run, "--json", str(presets / "mine.toml")], env=env, must_say=("says TOML",)),
+        _case(Case, "compare --csv c.xlsx (CSV that Excel will not open under that name)", "files",
+              ["compare", "--scenario", "cache-ceiling", "--quiet", "--csv", str(d / "cli19" / "c.xlsx")],
+              must_say=("says an Excel workbook",)),
+        _case(Case, "run --record r.yaml", "files", [*run, "--record", str(d / "cli19" / "r.yaml")],
+              must_say=("give a .kvrec name",)),
+        _case(Case, "run --json PRESETS/run.json (not a preset's name: taken)", "files",
+              [*run, "--json", str(presets / "run.json")], env=env, expect="ok"),
     ]

@@ -292,3 +292,20 @@ def test_a_refusal_onto_a_full_stderr_still_exits_2(monkeypatch):
     except SystemExit as exc:
         rc = exc.code
     assert rc == 2 and isinstance(sys.stderr, streams.ErrorsMayGoNowhere) and sys.stderr.failed
+
+
+# -- 9. an output named for a format kvscope does not write ------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, name, said", [("--json", "mine.toml", "TOML"), ("--csv", "c.xlsx", "an Excel workbook"),
+                                              ("--csv", "c.parquet", "Parquet"), ("--record", "r.yaml", "YAML")])
+def test_an_output_named_for_another_format_is_refused(tmp_path, flag, name, said):
+    """`run --json mine.toml` in the presets folder wrote JSON there: `kvscope presets` then listed an invalid
+    preset ("malformed TOML"); a CSV named .xlsx does not open in Excel."""
+    from kvscope.app.lab.output_path import check_output_path
+    from kvscope.engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"the name's .* says {said}"):
+        check_output_path(flag, str(tmp_path / name))
+    check_output_path(flag, str(tmp_path / (name.rsplit(".", 1)[0] + {"--json": ".json", "--csv": ".csv",
+                                                                        "--record": ".kvrec"}[flag])))

@@ -57,7 +57,10 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
 # another (`export --csv trace.json --perfetto steps.csv`, swapped) wrote each in the other's name.
 FLAG_FORMATS = {"--json": ".json", "--csv": ".csv", "--perfetto": ".json", "--record": ".kvrec"}
 FORMAT_NAMES = {".json": "JSON", ".csv": "CSV", ".kvrec": "a kvscope recording", ".png": "a PNG image",
-                ".tsv": "tab-separated values"}  # `--csv o.tsv`: its commas in a file read as one column
+                ".tsv": "tab-separated values",  # `--csv o.tsv`: its commas in a file read as one column
+                # `run --json mine.toml` in the presets folder listed an invalid preset, "malformed TOML"
+                ".toml": "TOML (a preset, workload or scenario file)", ".yaml": "YAML", ".yml": "YAML",
+                ".xlsx": "an Excel workbook", ".xls": "an Excel workbook", ".parquet": "Parquet"}
 # A compressor's name ending: each output is written uncompressed, so `run --json r.json.gz`, `export
 # --perfetto t.json.gz` and `compare --csv c.csv.xz` wrote plain text under a compressed file's name,
 # which gunzip, and pandas' read_csv (it infers the compression from the name), fail on.
