@@ -1,8 +1,14 @@
 """The command line against bad input, nineteenth round (scripts/hostile_inputs_nineteenth_cli.py): an output
-written over an existing file took a new file's permissions (a results file made private, 0600, became readable by
-all, 0644), and a --record whose writes failed (a full disk, `ulimit -f`) left a new file cut off mid-record,
-said only as "cannot write the recording ...: File too large" (usually no whole step in it: a record holds
-hundreds). Each test fails on the code before its fix; each has a consistent neighbour that is still taken."""
+written over an existing file took a new file's permissions and owner (a results file made private, 0600, became
+readable by all, 0644); a --record whose writes failed (a full disk, `ulimit -f`) left a new file cut off
+mid-record, said only as "cannot write the recording ...: File too large"; standard output cut short by `ulimit -f`
+exited 0 (`run --json - > r.json`: half a JSON object), and was told to "free some space"; standard output open for
+reading only (`1< notes.txt`) was a traceback after the work; a full standard error (`2>/dev/full`) ended `run` at
+its first progress line, its outputs unwritten, and a refusal there exited 1; `--screenshot w.ico` saved the window
+shrunk to 256x256 (.xbm, .pbm, .wbmp: one bit a pixel); `bench real --against-vllm --device cuda` imported torch
+before refusing (17 s), `--device CPU` was "runs on the CPU, not CPU"; `kvscope --version --self-test` ran no
+self-test and exited 0; `--json mine.toml`, `--csv c.xlsx` wrote under another format's name. Each test fails on
+the code before its fix; each has a consistent neighbour that is still taken."""
 
 from __future__ import annotations
 
