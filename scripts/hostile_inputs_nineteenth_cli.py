@@ -11,10 +11,13 @@ busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU
 --self-test` printed the version and exited 0, no self-test run (anything after --version was dropped). Every
 case's `expect` is the right behaviour. An output named for a format kvscope does not write was taken: `run --json
 mine.toml` into the presets folder (listed then as an invalid preset, "malformed TOML"), `--csv c.xlsx` (Excel
-refuses CSV under that name), `.yaml`, `.parquet`.
+refuses CSV under that name), `.yaml`, `.parquet`. An output to stdout
+with standard error sent into it (`run --json - > r.json 2>&1`, `compare --csv - 2>&1 | ...`) was the progress
+line or the table, then the JSON or CSV: neither.
 
 Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
-kept (Case compares a file's bytes, not its mode), and the failed writes under `ulimit -f` (Case sets no limits:
+kept (Case compares a file's bytes, not its mode), standard error sent into standard output (Case pipes them
+apart), and the failed writes under `ulimit -f` (Case sets no limits:
 the test sets RLIMIT_FSIZE in the child, or makes the recording's writes fail in-process)."""
 
 from __future__ import annotations

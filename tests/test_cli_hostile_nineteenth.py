@@ -7,7 +7,8 @@ reading only (`1< notes.txt`) was a traceback after the work; a full standard er
 its first progress line, its outputs unwritten, and a refusal there exited 1; `--screenshot w.ico` saved the window
 shrunk to 256x256 (.xbm, .pbm, .wbmp: one bit a pixel); `bench real --against-vllm --device cuda` imported torch
 before refusing (17 s), `--device CPU` was "runs on the CPU, not CPU"; `kvscope --version --self-test` ran no
-self-test and exited 0; `--json mine.toml`, `--csv c.xlsx` wrote under another format's name. Each test fails on
+self-test and exited 0; `--json mine.toml`, `--csv c.xlsx` wrote under another format's name; `run --json - > r.json 2>&1` mixed the
+progress line into the JSON. Each test fails on
 the code before its fix; each has a consistent neighbour that is still taken."""
 
 from __future__ import annotations
@@ -315,3 +316,26 @@ def test_an_output_named_for_another_format_is_refused(tmp_path, flag, name, sai
         check_output_path(flag, str(tmp_path / name))
     check_output_path(flag, str(tmp_path / (name.rsplit(".", 1)[0] + {"--json": ".json", "--csv": ".csv",
                                                                         "--record": ".kvrec"}[flag])))
+
+
+# -- 10. an output to stdout with standard error sent into it (2>&1) -----------------------------------------------
+
+
+def test_json_on_stdout_with_stderr_into_it_is_refused(tmp_path):
+    """`kvscope run --json - > r.json 2>&1` began with the progress line, not '{': not JSON."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    command = [sys.executable, "-m", "kvscope.app", "run", "--requests", "2", "--json", "-"]
+    with open(out, "wb") as both:
+        proc = subprocess.run(command, stdout=both, stderr=both, timeout=60)
+    refused(proc.returncode, out.read_text(), "standard error goes to the same file or pipe as standard output",
+            "or add --quiet")
+    from types import SimpleNamespace
+
+    from kvscope.app.cli.streams import refuse_stderr_into_the_dash_output
+
+    # the neighbours: --quiet writes nothing else there; a file for --json takes none of it
+    refuse_stderr_into_the_dash_output(SimpleNamespace(command="run", json="-", quiet=True))
+    refuse_stderr_into_the_dash_output(SimpleNamespace(command="run", json=str(out), quiet=False))

@@ -327,6 +327,7 @@ def _main(argv: list[str] | None) -> int:
         importlib.import_module("kvscope.app.cli.input_paths").refuse_unreadable_input_paths(args)
         streams.name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
+        streams.refuse_stderr_into_the_dash_output(args)
         with surroundings.ending_as_interrupted(args), streams.reader_may_leave() as stdout:
             code = args.func(args)
             sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import io
 import os
+import stat
 import sys
 
 from kvscope.engine.config import ConfigError
@@ -71,6 +72,32 @@ def whole_writes_to_stdout() -> None:
         return
     sys.stdout = io.TextIOWrapper(_WholeWrites(raw), encoding=stdout.encoding, errors=stdout.errors,
                                   line_buffering=stdout.line_buffering, write_through=stdout.write_through)
+
+
+# What each command writes on stderr beside a '-' output (stdout): with `2>&1` into the same file or pipe it
+# is mixed into the JSON or CSV (`kvscope run --json - > r.json 2>&1` began with the progress line, not '{').
+STDERR_BESIDE_DASH = {"run": "the progress line (--quiet leaves it out)", "verify": "the `loading ...` lines",
+                      "compare": "the comparison's table"}
+
+
+def refuse_stderr_into_the_dash_output(args) -> None:
+    """An output to stdout ('-') where stderr is stdout's own file or pipe (not a terminal, not /dev/null)
+    and the command writes on stderr: what it writes there would corrupt the output."""
+    command = getattr(args, "command", None)
+    said = STDERR_BESIDE_DASH.get(command)
+    dashes = [d for d in STDOUT_DASH_OUTPUTS.get(command, ()) if getattr(args, d, None) == "-"]
+    if not said or not dashes or (command == "run" and getattr(args, "quiet", False)):
+        return
+    try:
+        out, err = os.fstat(1), os.fstat(2)
+    except OSError:
+        return
+    if (out.st_dev, out.st_ino) != (err.st_dev, err.st_ino) or os.isatty(1) or stat.S_ISCHR(out.st_mode):
+        return  # apart, a terminal a person reads, or a device such as /dev/null that keeps nothing
+    flag = "--" + dashes[0].replace("_", "-")
+    raise ConfigError(f"{flag} -: standard error goes to the same file or pipe as standard output (2>&1), so "
+                      f"{said} would be mixed into the output; give {flag} a file name, or send standard error "
+                      "elsewhere" + (", or add --quiet" if command == "run" else ""))
 
 
 class _GoesNowhereOnFailure:
