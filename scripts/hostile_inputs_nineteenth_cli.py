@@ -1,24 +1,22 @@
 """The nineteenth hostile pass's cases (the command line), for scripts/hostile_inputs.py; every name begins "cli19:"
 (`--only "cli19:"` runs them). Found, and how it behaved before: `gui --screenshot w.ico` (and .cur) saved the
-window shrunk to 256x256, and .xbm, .wbmp and .pbm one bit a pixel, each exit 0 as if the window had been saved. An
-output written over an existing file took a new file's permissions and owner (a results file made private, 0600,
-became readable by all, 0644). A --record whose writes failed (a full disk, `ulimit -f`) left a new file cut off
-mid-record, said only as "cannot write the recording ...: File too large" (usually no whole step in it: a record
-holds hundreds). Standard output cut short by `ulimit -f` exited 0 where the cut fell in one large write (`run
---json - > r.json`: 1,024 of 1,915 bytes, half a JSON object), and every such failure was told to "free some
-space". `bench real --against-vllm --device cuda` imported torch and transformers before refusing the device (17 s on a
+window shrunk to 256x256, and .xbm, .wbmp and .pbm one bit a pixel, each exit 0 as if the window had been saved.
+`bench real --against-vllm --device cuda` imported torch and transformers before refusing the device (17 s on a
 busy machine, past the harness's 10), and `--device CPU` was "it runs on the CPU, not CPU". `kvscope --version
---self-test` printed the version and exited 0, no self-test run (anything after --version was dropped). Every
-case's `expect` is the right behaviour. An output named for a format kvscope does not write was taken: `run --json
-mine.toml` into the presets folder (listed then as an invalid preset, "malformed TOML"), `--csv c.xlsx` (Excel
-refuses CSV under that name), `.yaml`, `.parquet`. An output to stdout
-with standard error sent into it (`run --json - > r.json 2>&1`, `compare --csv - 2>&1 | ...`) was the progress
-line or the table, then the JSON or CSV: neither.
+--self-test` printed the version and exited 0, no self-test run (anything after --version was dropped). An output
+named for a format kvscope does not write was taken: `run --json mine.toml` into the presets folder (listed then
+as an invalid preset, "malformed TOML"), `--csv c.xlsx` (Excel refuses CSV under that name), .yaml, .parquet.
 
-Not expressible with Case (tested in tests/test_cli_hostile_nineteenth.py instead): the permissions and owner
-kept (Case compares a file's bytes, not its mode), standard error sent into standard output (Case pipes them
-apart), and the failed writes under `ulimit -f` (Case sets no limits:
-the test sets RLIMIT_FSIZE in the child, or makes the recording's writes fail in-process)."""
+Beside these, tested in tests/test_cli_hostile_nineteenth.py (not expressible with Case): an output written over
+an existing file took a new file's permissions and owner (a results file made private, 0600, became readable by
+all, 0644; Case compares bytes, not modes). A --record whose writes failed (a full disk, `ulimit -f`) left a new
+file cut off mid-record, said only as "cannot write the recording ...: File too large" (usually no whole step in
+it). Standard output cut short by `ulimit -f` exited 0 where the cut fell in one large write (`run --json - >
+r.json`: 1,024 of 1,915 bytes), and every such failure was told to "free some space" (Case sets no limits).
+Standard output open for reading only (`1< notes.txt`) was a traceback after the work; a full standard error
+(`2>/dev/full`) ended `run` at its first progress line, its outputs unwritten, and a refusal there exited 1; an
+output to stdout with standard error sent into it (`run --json - > r.json 2>&1`) began with the progress line
+(Case opens the streams apart). Every case's `expect` is the right behaviour."""
 
 from __future__ import annotations
 
