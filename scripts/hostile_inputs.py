@@ -60,6 +60,7 @@ from hostile_inputs_seventeenth_cli import seventeenth_cli_cases
 from hostile_inputs_eighteenth_files import eighteenth_file_cases
 from hostile_inputs_eighteenth_cli import eighteenth_cli_cases
 from hostile_inputs_nineteenth_files import nineteenth_file_cases
+from hostile_inputs_nineteenth_cli import nineteenth_cli_cases
 
 KVSCOPE = ROOT / ".venv" / "bin" / "kvscope"
 TIME_LIMIT_S = 10.0  # a refusal or a tiny run takes a second or two; past this a case hangs
@@ -160,7 +161,8 @@ def main() -> int:
                  + sixteenth_cli_cases(d, Case, write)
                  + seventeenth_file_cases(d, Case, write) + seventeenth_cli_cases(d, Case, write)
                  + eighteenth_file_cases(d, Case, write) + eighteenth_cli_cases(d, Case, write)
-                 + nineteenth_file_cases(d, Case, write))
+                 + nineteenth_file_cases(d, Case, write)
+                 + nineteenth_cli_cases(d, Case, write))
         cases = [c for c in cases if (not args.only or args.only in c.name)
                  and (not args.category or c.category == args.category)]
         results = []

@@ -82,6 +82,8 @@ def run_kvscope_exact(loaded, prompts: list, outputs: list, block_size: int = VL
 
 
 def bench_against_vllm(count: int = 64, device: str | None = None) -> dict:
+    if device not in (None, "cpu"):  # before the imports below (torch, transformers): refused in 17 s, not at once
+        raise ConfigError(f"--against-vllm compares with vLLM's CPU build: it runs on the CPU, not {device}")
     from kvscope.app.bench.bench import as_transformers_loads_it, azure_shaped_requests
     from kvscope.app.lab.chat_defaults import trained_model_available
     from kvscope.app.lab.real_backend import load_for_real_backend
@@ -89,8 +91,6 @@ def bench_against_vllm(count: int = 64, device: str | None = None) -> dict:
     from kvscope.app.lab.verify.baselines import run_continuous_batching
     from kvscope.app.lab.vllm.cpu_server import serve_bench_requests
 
-    if device not in (None, "cpu"):
-        raise ConfigError(f"--against-vllm compares with vLLM's CPU build: it runs on the CPU, not {device}")
     if not trained_model_available():
         raise ConfigError(f"--against-vllm serves the trained model, which is not installed: "
                           f"{TRAINED_MODEL.install_command}")

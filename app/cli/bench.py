@@ -39,6 +39,8 @@ def run(a) -> int:
         if given is None and dest in BENCH_OPTION_DEFAULTS:
             setattr(a, dest, BENCH_OPTION_DEFAULTS[dest])
     # `bench cuda` says its own (cpu or cuda, a dry run on cpu); --against-vllm runs vLLM's CPU build, said by it
+    if a.against_vllm and a.device is not None and a.device.strip().lower() == "cpu" and a.device != "cpu":
+        options.check_real_device(a.device)  # `--device CPU` was "it runs on the CPU, not CPU"
     if a.device is not None and a.what != "cuda" and not a.against_vllm:
         options.check_real_device(a.device)  # `bench calibration --device cuda` printed a table, then "no CUDA device"
     module, command = {"compare": ("bench.bench_compare", "cmd_bench_compare"), "cuda": ("bench.bench_cuda", "cmd_bench_cuda"),

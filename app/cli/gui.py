@@ -317,6 +317,14 @@ def grown_past(window, size: tuple[int, int] | None, demo: bool) -> list[str]:
             "filled (its minimum with this run); no screenshot was saved: give at least that"]
 
 
+# Formats Qt writes that do not keep the window as shown: `--screenshot w.ico` saved the 1600x960 window
+# shrunk to 256x256 (.cur too), and .xbm, .wbmp and .pbm keep one bit a pixel (the plots' colours gone).
+_ONE_BIT = "one bit a pixel (black or white: the plots' colours and the dark theme lost)"
+NOT_A_SCREENSHOT = {"ico": "an icon, at most 256x256 (Qt shrinks the window to that)",
+                    "cur": "a cursor, at most 256x256 (Qt shrinks the window to that)",
+                    "xbm": _ONE_BIT, "wbmp": _ONE_BIT, "pbm": _ONE_BIT}
+
+
 def check_screenshot_target(path: str) -> None:
     """An image file Qt can write: a regular file (a device such as /dev/full takes no image
     whole) with the suffix of a format Qt writes, or no suffix (PNG)."""
@@ -327,7 +335,11 @@ def check_screenshot_target(path: str) -> None:
     if not replaces_in_place(path):
         raise ConfigError(f"--screenshot {path}: not a regular file (a device or a pipe); give an image file name")
     suffix = Path(path).suffix.lstrip(".").lower()
-    formats = sorted(bytes(f).decode() for f in QImageWriter.supportedImageFormats())
+    formats = sorted(f for f in (bytes(f).decode() for f in QImageWriter.supportedImageFormats())
+                     if f not in NOT_A_SCREENSHOT)
+    if suffix in NOT_A_SCREENSHOT:
+        raise ConfigError(f"--screenshot {path}: .{suffix} is {NOT_A_SCREENSHOT[suffix]}, which cannot hold the "
+                          f"window as it is; use .png or one of {', '.join('.' + f for f in formats)}")
     if suffix and suffix not in formats:
         raise ConfigError(f"--screenshot {path}: Qt writes no .{suffix} images; use .png or one of "
                           f"{', '.join('.' + f for f in formats)}")

@@ -235,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
 PATH_ERRNOS = (errno.ENAMETOOLONG, errno.ELOOP)
 # What writing the standard output (redirected to a file) can meet: a full disk or quota, a too-large file, a failing device.
 STDOUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+# What to do about each: `> out.txt` under `ulimit -f` (EFBIG) was told to "free some space".
+WRITE_ADVICE = {errno.EFBIG: "the file size limit (`ulimit -f`) is reached; raise it, or write elsewhere",
+                errno.EIO: "the device failed; write elsewhere"}
+
+
+def cannot_write_output(exc: OSError) -> str:
+    """The one line for standard output that cannot be written (a full disk, /dev/full, `ulimit -f`)."""
+    advice = WRITE_ADVICE.get(exc.errno, "free some space or write elsewhere")
+    return f"kvscope: error: cannot write the output: {exc.strerror}; {advice}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +262,12 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if streams is not None:  # `2>&-`: see give_closed_stderr_a_place
         streams.give_closed_stderr_a_place()
+        streams.errors_may_go_nowhere()  # `2>/dev/full`: the progress line's failure ended the run
+        if streams.stdout_read_only() and argv[:1] != ["gui"]:  # a window writes nothing there
+            _say("kvscope: error: the standard output is open for reading only (as `1< FILE` or `>&0` opens it), so "
+                 "nothing can be written to it; give the command somewhere to write (a terminal, a pipe, `> FILE`)")
+            return EXIT_USAGE
+        streams.whole_writes_to_stdout()  # `> r.json` under `ulimit -f`: cut short with an error, not without
     # an ASCII terminal (PYTHONIOENCODING=ascii) gets "?" for "±" in a table, but an error line names what
     # was typed as it was typed: `--trace ü.csv` is "trace \xfc.csv", not "trace ?.csv"
     for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace")):
@@ -265,6 +280,11 @@ def _main(argv: list[str] | None) -> int:
     if len(argv) > MOST_ARGUMENTS:  # argparse's time grows with the square of the options given
         _say(f"kvscope: error: {len(argv):,} arguments; a command takes at most {MOST_ARGUMENTS:,} (each flag once, "
              "a few dozen in all): see `kvscope COMMAND --help`")
+        return EXIT_USAGE
+    if argv[:1] == ["--version"] and argv[1:] and argv[1] not in ("-h", "--help"):  # argparse printed the version
+        rest = one_line(" ".join(argv[1:]))  # and exited 0: `kvscope --version --self-test` ran no self-test
+        _say(f"kvscope: error: --version prints the version and exits, so `{rest}` after it would not run; give "
+             f"--version alone, or `kvscope {rest}` without it")
         return EXIT_USAGE
     if argv[:1] == ["--self-test"]:  # its lines are standard output too: a full disk or `| head` is said as below
         from kvscope.app.bench.self_test import run_self_test
@@ -307,6 +327,7 @@ def _main(argv: list[str] | None) -> int:
         importlib.import_module("kvscope.app.cli.input_paths").refuse_unreadable_input_paths(args)
         streams.name_standard_output_dash(args)
         streams.refuse_outputs_onto_standard_streams(args)
+        streams.refuse_stderr_into_the_dash_output(args)
         with surroundings.ending_as_interrupted(args), streams.reader_may_leave() as stdout:
             code = args.func(args)
             sys.stdout.flush()  # here, so a full disk under `> out.txt` is said below, not at the exit
@@ -326,7 +347,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:
         if exc.errno in STDOUT_ERRNOS and exc.filename is None:  # `kvscope math > /dev/full`, a full disk
             _silence_stdout()
-            _say(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere")
+            _say(cannot_write_output(exc))
             return EXIT_USAGE
         if exc.errno == errno.ENOMEM and _tiny_memory_limit():
             return _out_of_memory_at_start(exc)
@@ -413,7 +434,7 @@ def _said_if_output_fails(work) -> int:
         if exc.errno not in STDOUT_ERRNOS or exc.filename is not None:
             raise
         _silence_stdout()
-        _say(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere")
+        _say(cannot_write_output(exc))
         return EXIT_USAGE
 
 
@@ -432,8 +453,7 @@ def _flush_stdout_or_say(failed: OSError | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         _silence_stdout()
-        print(f"kvscope: error: cannot write the output: {exc.strerror}; free some space or write elsewhere",
-              file=sys.stderr)
+        print(cannot_write_output(exc), file=sys.stderr)
         return EXIT_USAGE
 
 

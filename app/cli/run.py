@@ -14,6 +14,7 @@ from kvscope.app.lab.presets import THIS_MACHINE, load_workload, load_workload_f
 from kvscope.app.lab.output_path import (check_distinct_outputs, check_file_output, check_output_path,
                                          write_json_output)
 from kvscope.app.lab.trained_model import TRAINED_MODEL
+from kvscope.app.lab.recording.format import RecordingError
 from kvscope.app.lab.workload import ALL_ROWS, WorkloadSpec, generate_requests, refuse_ignored, refuse_ignored_by_trace
 from kvscope.engine.checks import MAX_SEED, whole_number
 from kvscope.app.lab.calibration import calibration_note
@@ -247,6 +248,35 @@ def kept_recording(path: str, steps: int) -> str | None:
             f"`kvscope gui --replay {path}` replays {'it' if steps == 1 else 'them'}")
 
 
+def closed(recorder, path: str, existed: bool, *args, **kwargs) -> int:
+    """recorder.close(...); a write that failed (a full disk, `ulimit -f`: found when the records
+    queued are written) says what it left at path."""
+    try:
+        return recorder.close(*args, **kwargs)
+    except RecordingError as failure:
+        left = left_by_failed_write(path, existed)
+        raise (ConfigError(f"{failure} ({left})") if left else failure) from None
+
+
+def left_by_failed_write(path: str, existed: bool) -> str | None:
+    """What a --record file is after a write to it failed (a full disk, `ulimit -f`), or None where no
+    file keeps it (/dev/full). A new file was left cut off mid-record, said only as "cannot write the
+    recording": one holding no whole step (the usual case: a record holds hundreds) is removed."""
+    from kvscope.app.lab.recording.reader import steps_held
+
+    if existed:
+        return f"{path} was left as it was"
+    if not os.path.isfile(path):
+        return None
+    steps = steps_held(path)
+    if steps == 0:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        return f"no whole step had been written, so {path} was removed"
+    return (f"{path} keeps the first {counted(steps, 'step')}, cut off without its index: "
+            f"`kvscope gui --replay {path}` replays {'it' if steps == 1 else 'them'}")
+
+
 class Progress:
     """One status line on stderr: rewritten in place on a terminal, a line every few seconds otherwise."""
 
@@ -465,6 +495,7 @@ def run(args) -> int:
         rejections(step)
         progress(engine, step)
 
+    existed = bool(args.record) and os.path.isfile(args.record)
     try:
         held = surroundings.hold_ending_signals()  # until the recorder that removes its file on them exists
         try:
@@ -473,10 +504,13 @@ def run(args) -> int:
             surroundings.release(held)  # a Ctrl+C or SIGTERM that came meanwhile is raised here
         summary = engine.run(on_step=on_step)
     except BaseException as exc:  # a new file keeps the steps so far, and says why it stops there
-        if recorder is None:
+        if recorder is None:  # its first records failed to write (`ulimit -f`): what they left is said
+            left = left_by_failed_write(args.record, existed) if isinstance(exc, RecordingError) else None
+            if left:
+                raise ConfigError(f"{exc} ({left})") from None
             raise
         note = f"the run stopped early: {type(exc).__name__}: {exc}".rstrip(": ")
-        recorder.close(engine.summary(), note=note, failed=True)
+        closed(recorder, args.record, existed, engine.summary(), note=note, failed=True)
         if recorder.replaced:  # a new file keeps the steps so far: said, as attach says its capture
             kept = kept_recording(args.record, recorder.num_steps)
             if kept and isinstance(exc, ConfigError):
@@ -491,7 +525,7 @@ def run(args) -> int:
     progress(engine, None, force=True)
     progress.done()
     wall = time.monotonic() - started
-    recording_size = recorder.close(summary) if recorder is not None else None
+    recording_size = closed(recorder, args.record, existed, summary) if recorder is not None else None
     report = run_report(engine, spec, args, summary, wall)
     report["kv_full_at_s"] = wall_watch.full_at_s
     report["rejections"] = rejections.report()  # the first REPORTED with the engine's reason; "rejected" counts all

@@ -57,7 +57,10 @@ def check_output_path(flag: str, path: str | None, inputs: dict | None = None) -
 # another (`export --csv trace.json --perfetto steps.csv`, swapped) wrote each in the other's name.
 FLAG_FORMATS = {"--json": ".json", "--csv": ".csv", "--perfetto": ".json", "--record": ".kvrec"}
 FORMAT_NAMES = {".json": "JSON", ".csv": "CSV", ".kvrec": "a kvscope recording", ".png": "a PNG image",
-                ".tsv": "tab-separated values"}  # `--csv o.tsv`: its commas in a file read as one column
+                ".tsv": "tab-separated values",  # `--csv o.tsv`: its commas in a file read as one column
+                # `run --json mine.toml` in the presets folder listed an invalid preset, "malformed TOML"
+                ".toml": "TOML (a preset, workload or scenario file)", ".yaml": "YAML", ".yml": "YAML",
+                ".xlsx": "an Excel workbook", ".xls": "an Excel workbook", ".parquet": "Parquet"}
 # A compressor's name ending: each output is written uncompressed, so `run --json r.json.gz`, `export
 # --perfetto t.json.gz` and `compare --csv c.csv.xz` wrote plain text under a compressed file's name,
 # which gunzip, and pandas' read_csv (it infers the compression from the name), fail on.
@@ -226,9 +229,16 @@ def partial_path(path) -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{_name_start(target.name)}.", suffix=".partial",
                                 dir=Path(os.path.realpath(target)).parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+    try:  # a file replaced keeps its permissions: one made private (0600) became readable by all (0644)
+        kept = os.stat(os.path.realpath(target))
+        mode = stat.S_IMODE(kept.st_mode)
+        with contextlib.suppress(OSError):  # and its owner and group, where this process may give them
+            os.chown(name, kept.st_uid, kept.st_gid)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new file: as open() would have made it, not mkstemp's 0600
+    os.chmod(name, mode)
     return Path(name)
 
 
