@@ -201,3 +201,25 @@ def test_a_user_preset_that_is_not_a_regular_file_is_named_as_such(tmp_path, mon
     os.mkfifo(tmp_path / "presets" / "models" / "pipe.toml")
     with pytest.raises(ConfigError, match="is not a regular file"):
         load_model("pipe")
+
+
+def test_a_built_in_preset_read_again_is_its_file_as_it_is_now_and_a_callers_edit_stays_its_own(tmp_path, monkeypatch):
+    """Built-in tables are kept parsed (a window read them dozens of times while it opened): an edit
+    of the file is read afresh, and a caller that changes the table it got changes no one else's."""
+    import os
+
+    import kvscope.app.lab.presets as presets
+
+    (tmp_path / "models").mkdir()
+    shipped = presets.presets_root() / "models" / "llama-3-8b.toml"
+    copy = tmp_path / "models" / "llama-3-8b.toml"
+    copy.write_text(shipped.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(presets, "presets_root", lambda: tmp_path)
+    first = presets.read_toml(copy, "model preset", "model preset")
+    first["num_hidden_layers"] = 1
+    assert presets.read_toml(copy, "model preset", "model preset")["num_hidden_layers"] == 32
+    assert presets.load_model("llama-3-8b").num_hidden_layers == 32
+    copy.write_text(copy.read_text(encoding="utf-8").replace("num_hidden_layers = 32", "num_hidden_layers = 40"),
+                    encoding="utf-8")
+    os.utime(copy, ns=(1, 1))  # a change within the clock's resolution would keep its time: the size differs too
+    assert presets.load_model("llama-3-8b").num_hidden_layers == 40

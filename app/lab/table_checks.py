@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import typing
 
 from kvscope.engine.checks import ConfigError, shown
@@ -58,7 +59,7 @@ def check_fields(cls, data, label: str) -> None:
                and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{label}: missing field(s) {', '.join(missing)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     for name, value in data.items():
         if name not in fields:
             continue
@@ -76,6 +77,12 @@ def check_fields(cls, data, label: str) -> None:
             raise ConfigError(f"{label}: {name} must be a table, got {shown(value)}")
         if expected == "a list" and not isinstance(value, (list, tuple)):
             raise ConfigError(f"{label}: {name} must be a list, got {shown(value)}")
+
+
+@functools.cache
+def _type_hints(cls) -> dict:
+    """typing.get_type_hints, once per class: it evaluates every annotation's text each call."""
+    return typing.get_type_hints(cls)
 
 
 def _field_kind(kinds: tuple) -> str:
