@@ -30,7 +30,43 @@ def test_the_self_test_passes_every_check_and_reports_each_with_its_time(capsys)
     assert all(line.split()[0] == "PASS" for line in lines), out
     assert all(re.search(r"\d+\.\d\d s", line) for line in lines), out
     assert "window drawn" in lines[-1] and "after process start" in lines[-1], out
+    assert re.search(r"\(the trained model (as converted earlier in \S+|converted first, as on a first launch)\)$",
+                     lines[-2]), out
     assert "all 7 checks passed" in out
+
+
+def fake_conversion(directory: Path) -> Path:
+    """A whole conversion as cache_damage reads one: its four files, the weights as long as their header says."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True)
+    save_file({"w": torch.zeros(4)}, str(directory / "model.safetensors"))
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (directory / name).write_text(json.dumps({"from": str(directory)}))
+    return directory
+
+
+def test_the_window_check_reuses_the_users_converted_model_and_converts_where_there_is_none(tmp_path, monkeypatch):
+    """Converting the trained model again took ~25 s of a ~55 s self-test; the user's whole conversion
+    is linked into the temporary cache instead, and a cut one is not taken (the check converts, as a
+    first launch does)."""
+    from kvscope.app.bench.self_test import reuse_converted_trained_model
+    from kvscope.app.lab.trained_model import is_converted, trained_model_dir
+
+    users = fake_conversion(tmp_path / "user-cache" / "models" / "smollm2-135m-instruct")
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "self-test-cache"))
+    assert reuse_converted_trained_model(users) == users
+    assert is_converted(trained_model_dir()) and trained_model_dir() != users
+    assert (trained_model_dir() / "config.json").read_text() == (users / "config.json").read_text()
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "another-cache"))
+    with open(users / "model.safetensors", "r+b") as weights:
+        weights.truncate(weights.seek(0, 2) - 1)  # a conversion cut short
+    assert reuse_converted_trained_model(users) is None
+    assert not trained_model_dir().exists()
+    assert reuse_converted_trained_model(tmp_path / "nothing-here") is None
 
 
 def test_a_failing_check_fails_the_self_test(monkeypatch, capsys):
