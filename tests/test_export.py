@@ -76,6 +76,18 @@ def test_the_perfetto_trace_is_valid_trace_event_json_that_matches_the_recording
     assert stats.requests_exported == 30 and stats.requests_left_out == 0 and stats.steps_left_out == 0
 
 
+@pytest.mark.parametrize("per_write", [1, 7, 10_000])
+def test_the_trace_written_a_chunk_of_events_at_a_time_is_the_trace(recording_path, tmp_path, monkeypatch, per_write):
+    from kvscope.app.lab.export import perfetto
+
+    monkeypatch.setattr(perfetto, "EVENTS_PER_WRITE", per_write)
+    with Recording.open(recording_path) as recording:
+        trace, _ = perfetto_trace(recording)
+        perfetto.write_perfetto(recording, tmp_path / "t.json")
+    assert len(trace["traceEvents"]) > 7
+    assert json.loads((tmp_path / "t.json").read_text(encoding="utf-8")) == json.loads(json.dumps(trace))
+
+
 def test_a_capped_trace_says_what_it_left_out(recording_path):
     recording = Recording.open(recording_path)
     trace, stats = perfetto_trace(recording, max_requests=5, max_steps=100)
