@@ -103,6 +103,16 @@ def test_a_process_not_heard_from_yet_is_stopped_at_once_unless_a_recording_was_
     process.stop()
     assert process._process.exitcode == 0  # it read "stop" and finished the recording
     assert Recording.open(path).summary is not None
+    # asked of a process that died: the new one started for it (the last run built again) records too
+    process = SessionHost(EngineSession)
+    process.start()
+    process.apply(endless_config(), play=True)
+    process._process.kill()
+    process._process.join()
+    process.start_recording(str(tmp_path / "after-a-crash.kvrec"))
+    process.stop()
+    assert process._process.exitcode == 0
+    assert Recording.open(tmp_path / "after-a-crash.kvrec").summary is not None
 
 
 def test_a_frame_made_before_a_rebuild_is_dropped_not_shown():

@@ -362,8 +362,8 @@ class SessionHost:
     def start_recording(self, path: str) -> None:
         """Record the run from its current step to path (.kvrec) until stop_recording, a rebuild
         or the end of the workload."""
-        self._recording_asked = True
         self._send(RECORD, str(path))
+        self._recording_asked = True  # after: a send to a dead process starts a new one, which clears it
 
     def stop_recording(self) -> None:
         self._send(STOP_RECORDING)
